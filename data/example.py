@@ -1,0 +1,32 @@
+"""The record every task loader returns, and the error every loader raises on bad input."""
+from dataclasses import dataclass, field
+
+
+class DataError(ValueError):
+    """A data file is missing, malformed or empty. The message names the file (and the line when known)."""
+
+
+@dataclass
+class Example:
+    """One question with its gold answer.
+
+    question: the text shown to the agents (for multiple choice without the options; see render()).
+    answer:   the gold answer as a string: "72", "0.75", "B", or a LaTeX string for task "math".
+    task:     the answer kind the reward and the evaluation use ("arith", "gsm8k", "mawps", "svamp", "mc", "math").
+    choices:  the four option texts A-D for multiple choice, else None.
+    id:       stable identifier, e.g. "gsm8k/train/12" (task / file stem / line) or "arith/test/L1/5".
+    meta:     free-form extras (arith: level, template, expr; gsm8k: solution; mawps: equation, ...).
+    """
+    question: str
+    answer: str
+    task: str
+    choices: list[str] | None = None
+    id: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def render(self) -> str:
+        """The question as a prompt shows it: multiple-choice options appended as "A) ..." lines."""
+        if not self.choices:
+            return self.question
+        options = "\n".join(f"{letter}) {text}" for letter, text in zip("ABCD", self.choices))
+        return f"{self.question}\n{options}"

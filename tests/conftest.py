@@ -1,0 +1,67 @@
+"""Shared pytest fixtures: the repo root on sys.path, a tiny random model, and the default backbone.
+
+Fixtures (all generic, for any test file):
+  default_model_dir   the converted default backbone (deliberate.default_model_path(); converts once if absent)
+  tiny_model_dir      a 2-layer random Llama with the default tokenizer, saved with save_pretrained, so that
+                      `Engine(model_path=dir)` and `load_model(dir)` work on it (loads in well under a second)
+  tiny_model          (model, tokenizer) loaded once from tiny_model_dir; build per-test engines with
+                      `Engine(model=..., tokenizer=...)` instead of reloading
+  default_engine      Engine() on the default backbone in float32, loaded once per session. Shared: a test
+                      that changes its attributes (eos_ids, batch_size, ...) must put them back.
+
+Nothing here downloads: HF_HUB_OFFLINE is set before transformers is imported.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # the repo root, wherever pytest runs from
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, max_position_embeddings=1024, tie_word_embeddings=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: loads or runs the real default backbone (seconds); still runs by default")
+
+
+@pytest.fixture(scope="session")
+def default_model_dir():
+    import deliberate
+    return deliberate.default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir):
+    """A random 2-layer LlamaForCausalLM (hidden 64, 4 heads, 2 KV heads) over the default tokenizer's vocab."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         **TINY_CONFIG)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    import deliberate
+    return deliberate.load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def default_engine(default_model_dir):
+    import deliberate
+    return deliberate.Engine(model_path=default_model_dir, dtype="float32")

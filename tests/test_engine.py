@@ -1,0 +1,464 @@
+"""Tests of deliberate.py section 2 (Engine): the sampling loop against HF `generate`, seeds, stop strings,
+token counts, the on-disk GenerationCache and pick_next_tokens. Public behaviour only.
+
+Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy comparison
+with HF `generate` also runs once on the default backbone.
+Run: python -m pytest -q tests/test_engine.py
+"""
+import json
+import math
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+import deliberate
+from deliberate import Completion, Engine, GenerationCache, pick_next_tokens
+
+
+def tiny_prompts(engine):
+    """Eight prompts of very different lengths (1 to ~60 tokens), raw and chat-formatted."""
+    return ["Hi", "The", engine.chat("What is 2+3?"), "word " * 60,
+            engine.chat("Tell me a story about dragons and a castle. " * 3, system="Be brief."),
+            "x = 1 + 2", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10", "Once upon a time"]
+
+
+@pytest.fixture
+def tiny_engine(tiny_model):
+    model, tokenizer = tiny_model
+    return Engine(model=model, tokenizer=tokenizer)
+
+
+def hf_greedy(model, tokenizer, prompts, max_new_tokens, eos_ids):
+    """HF generate, greedy, left padding; each row cut before its first EOS."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tokenizer.name_or_path)   # a copy: the engine's stays untouched
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.inference_mode():
+        out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=sorted(eos_ids), pad_token_id=tok.pad_token_id)
+    return [cut_at_eos(row, eos_ids) for row in out[:, batch["input_ids"].shape[1]:].tolist()]
+
+
+def cut_at_eos(tokens, eos_ids):
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[:i]
+    return list(tokens)
+
+
+def check_against_hf(engine, prompts, max_new_tokens):
+    """engine.sample (greedy) == HF generate token for token; engine.generate's Completions agree."""
+    ids = [engine.encode(p) for p in prompts]
+    expected = hf_greedy(engine.model, engine.tokenizer, prompts, max_new_tokens, engine.eos_ids)
+    got = engine.sample(ids, seeds=list(range(len(prompts))), max_new_tokens=max_new_tokens, temperature=0)
+    for row, ((tokens, finish, n), want) in enumerate(zip(got, expected)):
+        assert tokens == want, f"row {row}: engine {tokens} != HF {want}"
+        if len(want) < max_new_tokens:   # HF stopped on an EOS
+            assert (finish, n) == ("eos", len(want) + 1), row
+        else:
+            assert (finish, n) == ("length", max_new_tokens), row
+    return expected, got
+
+
+# ---------------------------------------------------------------------------------------------------------
+# greedy decoding == HF generate (fp32, left padding)
+
+def set_prefill_chunk(engine, tokens):
+    """Force the chunked prefill (several chunks per batch) where the engine has one."""
+    if tokens is not None:
+        if not hasattr(engine, "prefill_tokens"):
+            pytest.skip("this engine has no chunked prefill")
+        engine.prefill_tokens = tokens
+
+
+@pytest.mark.parametrize("prefill_tokens", [None, 64])
+def test_greedy_matches_hf_generate_tiny(tiny_engine, prefill_tokens):
+    set_prefill_chunk(tiny_engine, prefill_tokens)
+    prompts = tiny_prompts(tiny_engine)
+    lengths = [len(tiny_engine.encode(p)) for p in prompts]
+    assert min(lengths) == 1 and max(lengths) > 40   # really different lengths: heavy left padding
+    expected, _ = check_against_hf(tiny_engine, prompts, 32)
+    completions = tiny_engine.generate(prompts, seeds=[0] * len(prompts), max_new_tokens=32, temperature=0)
+    for c, want, n_prompt in zip(completions, expected, lengths):
+        assert c.text == tiny_engine.tokenizer.decode(want, skip_special_tokens=True)
+        assert c.prompt_tokens == n_prompt
+        assert not c.cached
+
+
+@pytest.mark.parametrize("prefill_tokens", [None, 64])
+def test_greedy_matches_hf_generate_when_rows_finish_at_different_times(tiny_engine, prefill_tokens):
+    """Rows that hit an EOS leave the batch (and its KV cache); the rows that remain must not notice."""
+    set_prefill_chunk(tiny_engine, prefill_tokens)
+    prompts = tiny_prompts(tiny_engine)
+    tiny_engine.eos_ids = set()   # the random model never stops by itself: first get the free-running text
+    free = [t for t, _, _ in tiny_engine.sample([tiny_engine.encode(p) for p in prompts], [0] * 8,
+                                                 max_new_tokens=32, temperature=0)]
+    # make three rows stop early, at different steps, by declaring some of their tokens EOS
+    eos = {free[0][3], free[2][10], free[5][20]}
+    tiny_engine.eos_ids = eos
+    expected = [cut_at_eos(row, eos) for row in free]
+    stop_steps = sorted(len(e) for e in expected)
+    assert len(set(stop_steps)) >= 4 and stop_steps[0] <= 3 and stop_steps[-1] == 32
+    got_hf, got = check_against_hf(tiny_engine, prompts, 32)
+    assert got_hf == expected
+    completions = tiny_engine.generate(prompts, seeds=[0] * 8, max_new_tokens=32, temperature=0)
+    for c, want in zip(completions, expected):
+        assert c.text == tiny_engine.tokenizer.decode(want, skip_special_tokens=True)
+        assert c.finish == ("eos" if len(want) < 32 else "length")
+        assert c.completion_tokens == (len(want) + 1 if len(want) < 32 else 32)
+
+
+@pytest.mark.slow
+def test_greedy_matches_hf_generate_default_backbone(default_engine):
+    e = default_engine
+    prompts = [e.chat("What is 2+3?"), e.chat("Say hello."),
+               e.chat("Write one sentence about the sea and the moon, with many words."),
+               e.chat("Tom has 3 apples and buys 4 more. How many apples does he have?",
+                      system="Answer with a number.")]
+    expected, got = check_against_hf(e, prompts, 24)
+    assert any(f == "eos" for _, f, _ in got)   # the real model does stop by itself
+    assert any(toks for toks in expected)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# seeds
+
+SAMPLING = dict(max_new_tokens=16, temperature=0.8, top_p=0.9)
+
+
+def test_same_seeds_same_text_different_seeds_different_text(tiny_engine):
+    prompts = [tiny_prompts(tiny_engine)[i] for i in (0, 3, 4, 7)]
+    a = tiny_engine.generate(prompts, seeds=[0, 1, 2, 3], **SAMPLING)
+    b = tiny_engine.generate(prompts, seeds=[0, 1, 2, 3], **SAMPLING)
+    c = tiny_engine.generate(prompts, seeds=[100, 101, 102, 103], **SAMPLING)
+    assert [x.text for x in a] == [x.text for x in b]
+    assert all(x.text != y.text for x, y in zip(a, c))
+    # the same prompt with different seeds in one batch: different samples
+    d = tiny_engine.generate(["Once upon a time"] * 4, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert len({x.text for x in d}) == 4
+
+
+def test_row_sample_is_independent_of_the_batch_float64(tiny_model):
+    """Same prompt + seed alone, or inside a batch with other prompts (other padding, other batch size,
+    rows leaving at other times): identical tokens. float64 weights make the forward pass insensitive to
+    the batch's shape, so this checks the sampler's logic exactly."""
+    model, tokenizer = tiny_model
+    model64 = type(model)(model.config).eval()
+    model64.load_state_dict(model.state_dict())
+    engine = Engine(model=model64.double(), tokenizer=tokenizer)
+    ids = [engine.encode(p) for p in tiny_prompts(engine)]
+    seeds = [11, 12, 13, 14, 15, 16, 17, 11]
+    batch = engine.sample(ids, seeds, max_new_tokens=16, temperature=0.8, top_p=0.9)
+    for row in (0, 3, 4, 7):
+        alone = engine.sample([ids[row]], [seeds[row]], max_new_tokens=16, temperature=0.8, top_p=0.9)
+        assert alone[0] == batch[row], row
+    # duplicates inside one batch: same seed -> same sample
+    dup = engine.sample([ids[2]] * 3, [5, 5, 6], max_new_tokens=16, temperature=0.8, top_p=0.9)
+    assert dup[0] == dup[1] != dup[2]
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "fp32 on CPU: a row's logits differ by ~3e-7 between batch shapes (GEMM blocking depends on the row "
+    "count), and on the near-uniform tiny model that flips the sorted-CDF inversion within a few steps. "
+    "The float64 test above shows the sampler itself is batch-independent."))
+def test_row_sample_is_independent_of_the_batch_float32(tiny_engine):
+    ids = [tiny_engine.encode(p) for p in tiny_prompts(tiny_engine)]
+    seeds = list(range(8))
+    batch = tiny_engine.sample(ids, seeds, max_new_tokens=24, temperature=0.8, top_p=0.9)
+    differ = [row for row in range(8) if tiny_engine.sample([ids[row]], [seeds[row]], max_new_tokens=24,
+                                                            temperature=0.8, top_p=0.9)[0] != batch[row]]
+    assert not differ, f"rows {differ} sample differently alone than inside the batch"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# stop strings, budgets, token counts, ordering
+
+def test_stop_string_ends_the_text_before_it(tiny_engine):
+    prompt = tiny_prompts(tiny_engine)[0]
+    tokenizer = tiny_engine.tokenizer
+    tiny_engine.eos_ids = set()
+    free = tiny_engine.sample([tiny_engine.encode(prompt)], [0], max_new_tokens=32, temperature=0)[0][0]
+    full_text = tokenizer.decode(free)
+    # a plain word the greedy text emits somewhere after its start
+    k, stop = next((k, tokenizer.decode([t])) for k, t in enumerate(free)
+                   if k >= 4 and tokenizer.decode([t]).strip().isascii()
+                   and tokenizer.decode([t]).strip().isalpha() and len(tokenizer.decode([t]).strip()) >= 4)
+    n_expected = next(n for n in range(1, 33) if stop in tokenizer.decode(free[:n]))
+    assert n_expected <= k + 1
+    c = tiny_engine.generate([prompt], [0], max_new_tokens=32, temperature=0, stop=["@@never@@", stop])[0]
+    assert c.finish == "stop"
+    assert c.text == full_text.split(stop)[0]
+    assert stop not in c.text and full_text.startswith(c.text)
+    assert c.completion_tokens == n_expected   # it stopped at the token that completed the stop string
+    # a stop string that never appears changes nothing
+    c = tiny_engine.generate([prompt], [0], max_new_tokens=32, temperature=0, stop=["@@never@@"])[0]
+    assert (c.text, c.finish, c.completion_tokens) == (tokenizer.decode(free, skip_special_tokens=True),
+                                                       "length", 32)
+
+
+def test_max_new_tokens_gives_finish_length(tiny_engine):
+    tiny_engine.eos_ids = set()
+    prompts = tiny_prompts(tiny_engine)
+    for n in (1, 5):
+        for c in tiny_engine.generate(prompts, seeds=list(range(8)), max_new_tokens=n, temperature=0.8):
+            assert c.finish == "length" and c.completion_tokens == n
+
+
+def test_token_counts_and_stats(tiny_engine):
+    prompts = tiny_prompts(tiny_engine)
+    before = dict(tiny_engine.stats)
+    out = tiny_engine.generate(prompts, seeds=list(range(8)), max_new_tokens=7, temperature=0.8)
+    assert [c.prompt_tokens for c in out] == [len(tiny_engine.encode(p)) for p in prompts]
+    assert all(isinstance(c, Completion) for c in out)
+    stats = tiny_engine.stats
+    assert stats["calls"] - before["calls"] == 8
+    assert stats["prompt_tokens"] - before["prompt_tokens"] == sum(c.prompt_tokens for c in out)
+    assert stats["completion_tokens"] - before["completion_tokens"] == sum(c.completion_tokens for c in out)
+    assert stats["cache_hits"] == before["cache_hits"] == 0
+
+
+def test_seeds_must_match_prompts(tiny_engine):
+    with pytest.raises(ValueError, match="seeds"):
+        tiny_engine.generate(["a", "b"], seeds=[0])
+
+
+def test_small_batch_size_keeps_the_original_order(tiny_model):
+    model, tokenizer = tiny_model
+    big, small = Engine(model=model, tokenizer=tokenizer), Engine(model=model, tokenizer=tokenizer, batch_size=3)
+    prompts = tiny_prompts(big)
+    seeds = list(range(8))
+    want = big.generate(prompts, seeds, max_new_tokens=12, temperature=0)
+    got = small.generate(prompts, seeds, max_new_tokens=12, temperature=0)
+    assert [c.prompt_tokens for c in got] == [len(small.encode(p)) for p in prompts]
+    assert [c.text for c in got] == [c.text for c in want]
+    # and each one equals the prompt generated on its own
+    for i in (0, 3, 4):
+        assert small.generate([prompts[i]], [seeds[i]], max_new_tokens=12, temperature=0)[0].text == got[i].text
+
+
+def test_chat_formats(tiny_engine):
+    prompt = tiny_engine.chat("Hello there", system="Be terse.")
+    assert "Hello there" in prompt and "Be terse." in prompt
+    assert prompt.index("Be terse.") < prompt.index("Hello there")
+    assert prompt.rstrip().endswith("assistant")   # ends with the generation prompt
+    tokenizer = type(tiny_engine.tokenizer).from_pretrained(tiny_engine.tokenizer.name_or_path)
+    tokenizer.chat_template = None
+    plain = Engine(model=tiny_engine.model, tokenizer=tokenizer)
+    assert plain.chat("Hello there") == "Hello there\n"
+    assert plain.chat("Hello there", system="Be terse.") == "Be terse.\n\nHello there\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the on-disk GenerationCache
+
+def test_cache_second_call_makes_no_llm_call(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts = tiny_prompts(engine)[:4]
+    first = engine.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert engine.stats["calls"] == 4 and not any(c.cached for c in first)
+    second = engine.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert engine.stats["calls"] == 4 and engine.stats["cache_hits"] == 4
+    assert all(c.cached for c in second)
+    strip = lambda c: (c.text, c.prompt_tokens, c.completion_tokens, c.finish)   # noqa: E731
+    assert [strip(c) for c in second] == [strip(c) for c in first]
+
+    # a new Engine (a new process, say) on the same folder reuses it
+    again = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    third = again.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert again.stats["calls"] == 0 and all(c.cached for c in third)
+    assert [strip(c) for c in third] == [strip(c) for c in first]
+    # a mixed call computes only what is missing, and keeps the order
+    mixed = again.generate([prompts[0], "A brand new prompt"], seeds=[1, 1], **SAMPLING)
+    assert [c.cached for c in mixed] == [True, False] and again.stats["calls"] == 1
+    assert mixed[0].text == first[0].text
+
+
+def test_cache_skips_a_torn_last_line(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts = tiny_prompts(engine)[:3]
+    first = engine.generate(prompts, seeds=[0, 1, 2], **SAMPLING)
+    files = list(tmp_path.glob("*.jsonl"))
+    assert len(files) == 1
+    line = files[0].read_text().splitlines()[0]
+    with open(files[0], "a") as f:   # a process killed mid-write
+        f.write(line[:len(line) // 2])
+
+    engine2 = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    assert engine2.cache.skipped == 1
+    again = engine2.generate(prompts, seeds=[0, 1, 2], **SAMPLING)
+    assert all(c.cached for c in again) and [c.text for c in again] == [c.text for c in first]
+    # appending after the torn line starts a fresh line: the new entry survives the next load
+    new = engine2.generate(["Something else"], seeds=[9], **SAMPLING)[0]
+    engine3 = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    assert engine3.cache.skipped == 1
+    hit = engine3.generate(["Something else"], seeds=[9], **SAMPLING)[0]
+    assert hit.cached and hit.text == new.text and engine3.stats["calls"] == 0
+
+
+def test_cache_keys_depend_on_every_sampling_parameter(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts, seeds = ["Hi", "Once upon a time"], [3, 4]
+    base = dict(max_new_tokens=8, temperature=0.8, top_p=0.9, stop=())
+    engine.generate(prompts, seeds, **base)
+    variants = [dict(base, temperature=0.7), dict(base, top_p=0.95), dict(base, max_new_tokens=9),
+                dict(base, stop=["zzz"])]
+    for i, params in enumerate(variants):
+        out = engine.generate(prompts, seeds, **params)
+        assert not any(c.cached for c in out), params
+        assert engine.stats["calls"] == 2 * (i + 2)
+    out = engine.generate(prompts, [5, 6], **base)   # other seeds
+    assert not any(c.cached for c in out)
+    out = engine.generate(["Hi!", "Once upon a time."], seeds, **base)   # other prompts
+    assert not any(c.cached for c in out)
+    out = engine.generate(prompts, seeds, **base)   # the original call is still cached
+    assert all(c.cached for c in out)
+    # another dtype is another model
+    bf16 = Engine(model_path=tiny_model_dir, dtype="bfloat16", cache_dir=tmp_path)
+    assert not any(c.cached for c in bf16.generate(prompts, seeds, **base))
+
+    key = GenerationCache.key
+    k = key("m", "p", base, 1)
+    assert k == key("m", "p", dict(base), 1)
+    assert len({k, key("m2", "p", base, 1), key("m", "p2", base, 1), key("m", "p", base, 2),
+                key("m", "p", dict(base, top_p=0.5), 1)}) == 5
+
+
+def test_generation_cache_files_per_rank(tmp_path):
+    a, b = GenerationCache(tmp_path, rank=0), GenerationCache(tmp_path, rank=1)
+    a.put("k0", {"text": "zero"})
+    b.put("k1", {"text": "one"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen-rank0.jsonl", "gen-rank1.jsonl"]
+    c = GenerationCache(tmp_path, rank=2)
+    assert c.get("k0") == {"text": "zero"} and c.get("k1") == {"text": "one"} and c.get("k2") is None
+    for path in tmp_path.iterdir():
+        for line in path.read_text().splitlines():
+            assert json.loads(line).keys() == {"key", "value"}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: Engine.model_id names the model's *path* (name_or_path) and dtype, not its weights: a model whose "
+    "weights changed in memory (fine-tuned, or re-initialised from the same config) reads the cached text "
+    "of the original weights"))
+def test_cache_does_not_mix_models_with_the_same_path(tiny_model, tmp_path):
+    model, tokenizer = tiny_model
+    e1 = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path)
+    t1 = e1.generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
+    torch.manual_seed(123)
+    changed = type(model)(model.config).eval()   # other weights; name_or_path is still the tiny dir
+    assert changed.name_or_path == model.name_or_path
+    e2 = Engine(model=changed, tokenizer=tokenizer, cache_dir=tmp_path)
+    fresh = Engine(model=changed, tokenizer=tokenizer).generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
+    assert fresh.text != t1.text
+    t2 = e2.generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
+    assert not t2.cached and t2.text == fresh.text
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: with model= given, Engine.model_id takes the `dtype` argument (default 'float32'), not the "
+    "model's dtype: a bfloat16 model passed in reads the float32 model's cached text"))
+def test_cache_keys_name_the_dtype_of_a_model_passed_in(tiny_model, tmp_path):
+    model, tokenizer = tiny_model
+    e32 = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path)
+    e32.generate(["Once upon a time"], [0], max_new_tokens=8, temperature=0.8)
+    bf16 = type(model)(model.config).eval()
+    bf16.load_state_dict(model.state_dict())
+    e16 = Engine(model=bf16.to(torch.bfloat16), tokenizer=tokenizer, cache_dir=tmp_path)
+    out = e16.generate(["Once upon a time"], [0], max_new_tokens=8, temperature=0.8)[0]
+    assert not out.cached
+
+
+# ---------------------------------------------------------------------------------------------------------
+# next_token_logprobs (the critic's one forward pass)
+
+@pytest.mark.parametrize("prefill_tokens", [None, 64])
+def test_next_token_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens):
+    if not hasattr(tiny_engine, "next_token_logprobs"):
+        pytest.skip("no next_token_logprobs in this version")
+    set_prefill_chunk(tiny_engine, prefill_tokens)
+    prompts = tiny_prompts(tiny_engine)
+    token_ids = [2, 17, 1000, 40000]
+    got = tiny_engine.next_token_logprobs(prompts, token_ids)
+    assert got.shape == (len(prompts), len(token_ids))
+    with torch.inference_mode():
+        for row, prompt in enumerate(prompts):   # one prompt at a time: no padding at all
+            logits = tiny_engine.model(torch.tensor([tiny_engine.encode(prompt)])).logits[0, -1]
+            want = torch.log_softmax(logits.float(), -1)[token_ids]
+            torch.testing.assert_close(got[row].float(), want, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pick_next_tokens
+
+def generators(seeds):
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def test_pick_temperature_zero_is_argmax():
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(pick_next_tokens(logits, generators(range(6)), 0, 1.0), logits.argmax(-1))
+    assert torch.equal(pick_next_tokens(logits, generators(range(6)), 0.0, 0.3), logits.argmax(-1))
+
+
+def test_pick_tiny_top_p_is_argmax():
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(1))
+    for seed in range(20):
+        got = pick_next_tokens(logits, generators(range(seed * 8, seed * 8 + 8)), 1.5, 1e-6)
+        assert torch.equal(got, logits.argmax(-1))
+
+
+PROBS = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
+
+
+def draw(logits_row, n, temperature, top_p, seed=0):
+    """n draws from one row: one generator per draw (a batch of n identical rows)."""
+    logits = logits_row.expand(n, -1).clone()
+    return pick_next_tokens(logits, generators(range(seed, seed + n)), temperature, top_p)
+
+
+def chi_square(counts, probs):
+    n = counts.sum().item()
+    expected = probs * n
+    return (((counts - expected) ** 2) / expected).sum().item()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_pick_frequencies_follow_softmax(temperature):
+    logits = PROBS.log() * temperature   # softmax(logits / T) == PROBS
+    n = 2000
+    tokens = draw(logits, n, temperature, 1.0)
+    counts = torch.bincount(tokens, minlength=len(PROBS)).double()
+    assert chi_square(counts, PROBS.double()) < chi2.ppf(0.999, df=len(PROBS) - 1)
+    # one generator drawing repeatedly (a row's successive steps) follows the same law
+    g = generators([7])
+    seq = torch.stack([pick_next_tokens(logits[None], g, temperature, 1.0) for _ in range(n)]).flatten()
+    counts = torch.bincount(seq, minlength=len(PROBS)).double()
+    assert chi_square(counts, PROBS.double()) < chi2.ppf(0.999, df=len(PROBS) - 1)
+
+
+def test_pick_never_draws_outside_the_nucleus():
+    # shuffle the vocabulary so that the nucleus is not simply the first ids
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    logits = torch.empty(6)
+    logits[perm] = PROBS.log()
+    # top_p 0.6: 0.40 (mass before 0) and 0.25 (mass before 0.40 < 0.6) are kept; 0.15 has 0.65 before it
+    tokens = draw(logits, 3000, 1.0, 0.6)
+    assert set(tokens.tolist()) == {perm[0].item(), perm[1].item()}
+    share = (tokens == perm[0]).double().mean().item()
+    assert abs(share - 0.40 / 0.65) < 4 * math.sqrt(0.25 / 3000)
+    # top_p 0.85: four tokens (the 5th has 0.90 >= 0.85 before it)
+    tokens = draw(logits, 3000, 1.0, 0.85)
+    assert set(tokens.tolist()) == set(perm[:4].tolist())
+
+
+def test_pick_rows_are_independent():
+    logits = torch.randn(5, 200, generator=torch.Generator().manual_seed(2))
+    seeds = [10, 20, 30, 40, 50]
+    batch = pick_next_tokens(logits, generators(seeds), 0.9, 0.8)
+    alone = [pick_next_tokens(logits[i:i + 1], generators([seeds[i]]), 0.9, 0.8).item() for i in range(5)]
+    assert batch.tolist() == alone
+    reordered = pick_next_tokens(logits[[4, 2, 0]], generators([50, 30, 10]), 0.9, 0.8)
+    assert reordered.tolist() == [alone[4], alone[2], alone[0]]
