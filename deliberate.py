@@ -171,8 +171,10 @@ class GenerationCache:
 def pick_next_tokens(logits, generators, temperature, top_p):
     """Next token per row: argmax when temperature == 0, else temperature + top-p (nucleus) sampling.
 
-    Each row draws one uniform from its own seeded generator and inverts the nucleus CDF, so a row's
-    text depends only on its own seed, never on which other rows share the batch."""
+    Each row draws one uniform from its own seeded generator and inverts the nucleus CDF, so the
+    randomness of a row depends only on its own seed, never on which other rows share the batch. (Its
+    logits can still differ in the last float32 bits between batch shapes, as CPU matmuls round
+    differently for different row counts; in float64 a row's sample is exactly batch-independent.)"""
     if temperature == 0:
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
@@ -184,6 +186,16 @@ def pick_next_tokens(logits, generators, temperature, top_p):
     u = torch.stack([torch.rand((), generator=g) for g in generators]).to(cdf) * cdf[:, -1]
     index = torch.searchsorted(cdf, u[:, None]).clamp_(max=cdf.shape[-1] - 1)
     return order.gather(-1, index).squeeze(-1)
+
+
+def weights_fingerprint(model):
+    """A short hash of the weights (every parameter's name, shape, dtype and sum): a model changed in
+    memory (fine-tuned, re-initialised) gets new cache keys. Call again after changing the weights."""
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            digest.update(f"{name}{tuple(p.shape)}{p.dtype}{p.double().sum().item():.10e}".encode())
+    return digest.hexdigest()[:16]
 
 
 class Engine:
@@ -201,7 +213,8 @@ class Engine:
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         # the cache key names the weights and the dtype: both change the text
-        self.model_id = f"{Path(str(model_path or model.name_or_path)).resolve()}:{dtype}"
+        self.model_id = f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:" \
+                        f"{weights_fingerprint(model)}"
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {t for t in eos + [tokenizer.eos_token_id] if t is not None}
@@ -225,6 +238,8 @@ class Engine:
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         params = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
                   "top_p": float(top_p), "stop": list(stop)}
+        if any(not prompt for prompt in prompts):
+            raise ValueError(f"prompt {[bool(p) for p in prompts].index(False)} is empty")
         results, todo = [None] * len(prompts), []
         for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
             key = GenerationCache.key(self.model_id, prompt, params, int(seed))
@@ -708,6 +723,7 @@ class GameConfig:
     max_new_tokens: int = 192
     seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy
     greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
+    critic: bool = False         # run the critic pass even for policies that do not read the state
 
 
 def call_seed(*parts):
@@ -751,7 +767,7 @@ def play(engine, examples, policy, cfg, record_states=False, progress=None):
 
     def llm(requests):  # requests: (question index, agent, prompt, seed) -> Solutions, usage counted
         outputs = run_llm(engine, [(examples[q], prompt, seed) for q, _, prompt, seed in requests], cfg)
-        if policy.needs_state:  # the critic pass is part of the state, and of the token cost
+        if policy.needs_state or cfg.critic:  # the critic pass is part of the state and of the cost
             critic_items = [(examples[q], s) for (q, _, _, _), (s, _) in zip(requests, outputs)]
             for (q, _, _, _), n_tokens in zip(requests, run_critic(engine, critic_items)):
                 usage[q]["tokens"] += n_tokens

@@ -10,6 +10,10 @@ Fixtures (all generic, for any test file):
                       that changes its attributes (eos_ids, batch_size, ...) must put them back.
 
 Nothing here downloads: HF_HUB_OFFLINE is set before transformers is imported.
+
+torch runs single-threaded in tests (MPDF_TEST_THREADS=n to change it): the models here are small, and
+on a small machine shared with another busy process, two OpenMP threads spin-waiting on each other made
+the engine tests about ten times slower.
 """
 import os
 import sys
@@ -21,6 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # the repo root, wherever pytest runs from
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+TEST_THREADS = int(os.environ.get("MPDF_TEST_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)   # for subprocesses that tests start
+
+import torch  # noqa: E402
+
+torch.set_num_threads(TEST_THREADS)
 
 TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    intermediate_size=128, max_position_embeddings=1024, tie_word_embeddings=False)
@@ -28,7 +38,15 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: loads or runs the real default backbone (seconds); still runs by default")
+        "markers", "slow: loads or runs the real default backbone (seconds); still runs by default, "
+                   "after the other tests")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run after all the others (each group keeps its order): quick failures show first,
+    and the subprocesses test_backbone.py starts in the background get the quick tests' time to finish."""
+    items[:] = ([item for item in items if item.get_closest_marker("slow") is None]
+                + [item for item in items if item.get_closest_marker("slow") is not None])
 
 
 @pytest.fixture(scope="session")

@@ -100,7 +100,6 @@ def test_load_model_dtypes(tiny_model_dir, dtype, expected):
 def test_load_model_int8_runs(tiny_model_dir):
     if "int8" not in deliberate.DTYPES:
         pytest.skip("no int8 option in this version")
-    model, tokenizer = load_model(tiny_model_dir, dtype="int8")
     engine = deliberate.Engine(model_path=tiny_model_dir, dtype="int8")
     out = engine.generate(["Once upon a time"], [0], max_new_tokens=6, temperature=0)[0]
     assert out.completion_tokens == 6 and out.text
@@ -127,7 +126,7 @@ def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the slow checks, in subprocesses started when this module begins (they run alongside the quick tests)
+# the slow checks, in subprocesses started with this module's first test (they run alongside the quick tests)
 
 OFFLINE_SCRIPT = """
 import torch
@@ -166,12 +165,14 @@ def gguf_prompt(tokenizer):
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def background(request, default_model_dir):
-    """{test name: Popen} for the selected subprocess tests of this module, started right away; every
-    child inherits the MPDF_* variables, so it finds the checkpoint default_model_dir already converted."""
+    """{test name: Popen} for the selected subprocess tests of this module, started with this module's first
+    test (conftest.py runs `slow` tests last, so they overlap with every quick test). Every child inherits
+    the MPDF_* variables, so it finds the checkpoint default_model_dir already converted."""
     from transformers import AutoTokenizer
-    selected = {item.name for item in request.session.items if getattr(item, "module", None) is request.module}
+    here = Path(__file__).resolve()
+    selected = {item.name for item in request.session.items if Path(str(item.path)).resolve() == here}
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
     scripts = {"test_default_backbone_loads_offline_in_a_fresh_process": [OFFLINE_SCRIPT],
                "test_converted_checkpoint_is_the_gguf_model": [
