@@ -198,6 +198,38 @@ def weights_fingerprint(model):
     return digest.hexdigest()[:16]
 
 
+def prefix_groups(batch_ids, min_shared=16):
+    """Split consecutive rows into groups that share a token prefix: (start, stop, shared length).
+
+    A row joins the group while the common prefix stays >= min_shared tokens and keeps at least half of
+    its length (a team's refine prompts share ~all of their text; another question only the template)."""
+    groups, start = [], 0
+    while start < len(batch_ids):
+        stop, shared = start + 1, len(batch_ids[start])
+        while stop < len(batch_ids):
+            longer = min(shared, common_prefix_length([batch_ids[start], batch_ids[stop]]))
+            if longer < min_shared or longer < shared // 2:
+                break
+            shared, stop = longer, stop + 1
+        # a prefix is worth running once only when several rows use it; each row keeps >= 1 own token
+        shared = min(shared, min(len(ids) for ids in batch_ids[start:stop]) - 1) if stop - start > 1 else 0
+        shared = shared if shared >= min_shared else 0
+        if groups and not shared and not groups[-1][2]:  # rows without a prefix still prefill together
+            groups[-1] = (groups[-1][0], stop, 0)
+        else:
+            groups.append((start, stop, shared))
+        start = stop
+    return groups
+
+
+def common_prefix_length(sequences):
+    first, n = sequences[0], min(len(s) for s in sequences)
+    for k in range(n):
+        if any(s[k] != first[k] for s in sequences):
+            return k
+    return n
+
+
 class Engine:
     """Batched text generation over any HF causal LM, with a hand-written KV-cache sampling loop.
 
@@ -206,12 +238,12 @@ class Engine:
     compute is spent on rows that are done. Results are cached on disk when `cache_dir` is given."""
 
     def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=64, cache_dir=None,
-                 rank=0, model=None, tokenizer=None, prefill_tokens=2048):
+                 rank=0, model=None, tokenizer=None, prefill_tokens=2048, share_prefix=True):
         if model is None:
             model_path = model_path or default_model_path()
             model, tokenizer = load_model(model_path, dtype, device)
         self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
+        self.batch_size, self.prefill_tokens, self.share_prefix = batch_size, prefill_tokens, share_prefix
         # the cache key names the weights and the dtype: both change the text
         self.model_id = f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:" \
                         f"{weights_fingerprint(model)}"
@@ -219,7 +251,8 @@ class Engine:
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {t for t in eos + [tokenizer.eos_token_id] if t is not None}
         self.cache = GenerationCache(cache_dir, rank) if cache_dir else None
-        self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                      "prefill_tokens": 0}
 
     def chat(self, user, system=None):
         """A prompt string in the model's chat format (plain text for models without a template)."""
@@ -249,7 +282,7 @@ class Engine:
                 self.stats["cache_hits"] += 1
             else:
                 todo.append((i, key, self.encode(prompt)))
-        todo.sort(key=lambda item: len(item[2]))
+        todo.sort(key=lambda item: item[2])  # token order puts prompts with a common prefix side by side
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start:start + self.batch_size]
             outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params)
@@ -311,27 +344,51 @@ class Engine:
     def prefill(self, batch_ids, capacity):
         """Run the prompts and return (last-position logits, KV cache, attention mask).
 
-        Long left-padded batches waste compute on padding and build huge attention score tensors, so
-        the prompts go through in chunks of about `prefill_tokens` tokens, each padded only to its own
-        width, and their keys/values are copied right-aligned into one preallocated cache."""
+        Two savings over one padded forward pass. Prefix sharing: consecutive prompts with a long common
+        token prefix (the instructions and worked example of every solve prompt; the question and all
+        solutions in the refine prompts of one team) form a group whose prefix runs once, its keys and
+        values copied to every row of the group; positions count real tokens only, so a prefix has the
+        same keys in every row. Chunking: the rest runs in chunks of about `prefill_tokens` tokens, each
+        padded only to its own width (long padded batches waste compute and build huge attention score
+        tensors). Row layout in the cache: [prefix | padding | suffix], right-aligned."""
         input_ids, attention_mask = self._left_pad(batch_ids)
-        width = input_ids.shape[1]
         probe = DynamicCache(config=self.model.config)
         if not all(type(layer) is DynamicLayer for layer in probe.layers):  # e.g. sliding-window models
             return self._forward(input_ids, attention_mask, probe)[:, -1], probe, attention_mask
+        width = input_ids.shape[1]
         cache = Cache(layers=[PreallocatedLayer(capacity) for _ in probe.layers])
-        logits, start = [], 0
-        while start < len(batch_ids):
-            stop = start + 1  # grow the chunk while it stays within the token budget
-            while stop < len(batch_ids) and (stop + 1 - start) * max(
-                    len(ids) for ids in batch_ids[start:stop + 1]) <= self.prefill_tokens:
-                stop += 1
-            chunk_ids, chunk_mask = self._left_pad(batch_ids[start:stop])
-            chunk_cache = DynamicCache(config=self.model.config)
-            logits.append(self._forward(chunk_ids, chunk_mask, chunk_cache)[:, -1])
-            for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
-                layer.write_rows(start, stop, width, chunk_layer.keys, chunk_layer.values, len(batch_ids))
-            start = stop
+        logits = []
+        groups = prefix_groups(batch_ids) if self.share_prefix else [(0, len(batch_ids), 0)]
+        attention_mask = torch.zeros_like(attention_mask)
+        for group_start, group_stop, shared in groups:
+            prefix_cache = DynamicCache(config=self.model.config)
+            if shared:
+                prefix = torch.tensor([batch_ids[group_start][:shared]], device=self.device)
+                self._forward(prefix, torch.ones_like(prefix), prefix_cache)
+            suffixes = [ids[shared:] for ids in batch_ids[group_start:group_stop]]
+            self.stats["prefill_tokens"] += shared + sum(map(len, suffixes))  # tokens actually run
+            start = 0
+            while start < len(suffixes):
+                stop = start + 1  # grow the chunk while it stays within the token budget
+                while stop < len(suffixes) and (stop + 1 - start) * max(
+                        len(s) for s in suffixes[start:stop + 1]) <= self.prefill_tokens:
+                    stop += 1
+                chunk_ids, chunk_mask = self._left_pad(suffixes[start:stop])
+                rows = stop - start
+                chunk_cache = DynamicCache(config=self.model.config)
+                if shared:  # every row of the chunk starts from the group's prefix
+                    for layer, prefix_layer in zip(chunk_cache.layers, prefix_cache.layers):
+                        layer.update(prefix_layer.keys.expand(rows, -1, -1, -1),
+                                     prefix_layer.values.expand(rows, -1, -1, -1))
+                    chunk_mask = torch.cat([chunk_mask.new_ones(rows, shared), chunk_mask], dim=1)
+                logits.append(self._forward(chunk_ids, chunk_mask, chunk_cache)[:, -1])
+                for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
+                    layer.write(group_start + start, group_start + stop, width, shared, chunk_layer.keys,
+                                chunk_layer.values, len(batch_ids))
+                start = stop
+            attention_mask[group_start:group_stop, :shared] = 1
+            for row, suffix in enumerate(suffixes, start=group_start):
+                attention_mask[row, width - len(suffix):] = 1
         return torch.cat(logits), cache, attention_mask
 
     @torch.inference_mode()
@@ -383,13 +440,16 @@ class PreallocatedLayer(DynamicLayer):
         super().__init__()
         self.capacity, self.length = capacity, 0
 
-    def write_rows(self, start, stop, width, keys, values, batch):
+    def write(self, start, stop, width, shared, keys, values, batch):
+        """Rows start:stop get `shared` prefix columns on the left, the rest right-aligned at `width`."""
         if not self.is_initialized:
             shape = (batch, keys.shape[1], self.capacity, keys.shape[3])
             self.key_buffer, self.value_buffer = keys.new_zeros(shape), values.new_zeros(shape)
             self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self.key_buffer[start:stop, :, width - keys.shape[2]:width] = keys
-        self.value_buffer[start:stop, :, width - values.shape[2]:width] = values
+        rest = keys.shape[2] - shared
+        for buffer, states in ((self.key_buffer, keys), (self.value_buffer, values)):
+            buffer[start:stop, :, :shared] = states[:, :, :shared]
+            buffer[start:stop, :, width - rest:width] = states[:, :, shared:]
         self.length = width
         self._views()
 
@@ -445,12 +505,15 @@ def solve_prompt(example):
 
 
 def refine_prompt(example, solutions, agent):
-    """REFINE: the LLM-Debate update, from the agent's own solution and its peers' solutions."""
-    peers = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()}" for j, s in enumerate(solutions) if j != agent)
+    """REFINE: the LLM-Debate update from the agent's own and its peers' current solutions. Every
+    solution is listed in agent order and the agent is named last, so a team's refine prompts share all
+    but their last line and the engine runs that shared prefix once."""
+    team = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()}" for j, s in enumerate(solutions))
     trailer = TRAILER.format(hint=hint(example.task))
-    return (f"Problem: {example.render()}\n\nYour solution:\n{solutions[agent].text.strip()}\n\n"
-            f"Other agents' solutions:\n{peers}\n\nUse the other solutions as extra information and write "
-            f"an updated solution. Show short steps, then end with three lines:\n{trailer}\n")
+    return (f"Problem: {example.render()}\n\nA team of {len(solutions)} agents solved the problem:\n\n"
+            f"{team}\n\nUse the other agents' solutions as extra information and write an updated "
+            f"solution. Show short steps, then end with three lines:\n{trailer}\n\n"
+            f"You are Agent {agent + 1}: your own solution is Agent {agent + 1}'s.\n")
 
 
 def critic_prompt(example, solution):

@@ -160,6 +160,20 @@ def matmul_peak_flops(dtype):
     return 2 * 2048 ** 3 * repeats / (time.time() - start)
 
 
+def deliberation_prompts(engine, examples):
+    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the refine
+    prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no generation needed."""
+    half = len(examples) // 2
+    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
+    for k in range(len(examples) - half):
+        ex = examples[half + k // 3]
+        team = [deliberate.parse_solution(f"Let me compute step by step. The result is {int(ex.answer) + d}."
+                                          f"\nSteps: 2\nConfidence: {7 + d}/10\nAnswer: {int(ex.answer) + d}",
+                                          ex.task) for d in (0, 1, 2)]
+        prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
+    return prompts
+
+
 def bench_generate(cfg):
     """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy."""
     import torch
@@ -170,7 +184,7 @@ def bench_generate(cfg):
     reference = engines["float32"]
     model, tokenizer = reference.model, reference.tokenizer
     body_params = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
-    prompts = [reference.chat(deliberate.solve_prompt(ex)) for ex in examples]
+    prompts = deliberation_prompts(reference, examples)
     ids = [reference.encode(p) for p in prompts]
     prompt_tokens = sum(map(len, ids))
     tokenizer.padding_side = "left"
@@ -190,12 +204,15 @@ def bench_generate(cfg):
     hf_tokens = sum(len(r) + eos for r, eos in hf_rows)  # useful tokens: up to and including EOS
     result = {"prompts": n, "prompt_tokens": prompt_tokens, "hf_tok_s": hf_tokens / hf_s}
     for dtype, engine in engines.items():
-        start = time.time()
+        start, prefilled = time.time(), engine.stats["prefill_tokens"]
         out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0)
         seconds = time.time() - start
         generated = sum(k for _, _, k in out)
+        executed = engine.stats["prefill_tokens"] - prefilled  # prompt tokens run (shared prefixes once)
         result[f"engine_{dtype}_tok_s"] = generated / seconds
-        result[f"engine_{dtype}_flops"] = (2 * body_params * (prompt_tokens + generated)
+        result[f"engine_{dtype}_prompt_tokens_run"] = executed
+        # achieved FLOP/s counts the work actually done, not the work prefix sharing saved
+        result[f"engine_{dtype}_flops"] = (2 * body_params * (executed + generated)
                                            + 2 * model.config.vocab_size * model.config.hidden_size
                                            * (generated + n)) / seconds
         if dtype == "float32":

@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
+import deliberate
 from deliberate import Completion, Engine, GenerationCache, pick_next_tokens
 
 
@@ -460,3 +461,48 @@ def test_pick_rows_are_independent():
     assert batch.tolist() == alone
     reordered = pick_next_tokens(logits[[4, 2, 0]], generators([50, 30, 10]), 0.9, 0.8)
     assert reordered.tolist() == [alone[4], alone[2], alone[0]]
+
+
+@pytest.mark.parametrize("prefill_tokens", [None, 64])
+def test_shared_prefix_matches_hf_generate(tiny_engine, prefill_tokens):
+    """Prompts with a long common prefix (instructions + worked example): the prefix runs once and its
+    keys/values are copied to every row ([prefix | padding | suffix]); the text is HF generate's."""
+    set_prefill_chunk(tiny_engine, prefill_tokens)
+    head = "Solve the problem. Show short steps. Example: 3 * 4 = 12. 12 - 2 = 10. Answer: 10\n" * 2
+    prompts = [tiny_engine.chat(head + tail) for tail in ("Problem: 2 + 2?", "Problem: What is 17 * 3 - 5?",
+                                                          "Hi", "Problem: " + "one two " * 12)]
+    ids = [tiny_engine.encode(p) for p in prompts]
+    assert deliberate.common_prefix_length(ids) > 40
+    check_against_hf(tiny_engine, prompts, 24)
+    tiny_engine.share_prefix = False
+    try:
+        unshared = tiny_engine.sample(ids, [0] * 4, max_new_tokens=24, temperature=0)
+    finally:
+        tiny_engine.share_prefix = True
+    assert tiny_engine.sample(ids, [0] * 4, max_new_tokens=24, temperature=0) == unshared
+
+
+def test_common_prefix_length():
+    assert deliberate.common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert deliberate.common_prefix_length([[5], [6]]) == 0
+    assert deliberate.common_prefix_length([[1, 2], [1, 2]]) == 2
+
+
+def test_prefix_groups():
+    template = list(range(100, 140))
+    team_a = [template + [1] * 50 + [k] for k in range(3)]   # share 90 tokens
+    team_b = [template + [2] * 50 + [k] for k in range(3)]
+    groups = deliberate.prefix_groups(team_a + team_b + [[7, 8]])
+    assert groups == [(0, 3, 90), (3, 6, 90), (6, 7, 0)]
+    assert deliberate.prefix_groups([template + [1], template + [2]]) == [(0, 2, 40)]
+    assert deliberate.prefix_groups([[1] * 5 + [2], [1] * 5 + [3]]) == [(0, 2, 0)]  # too short to share
+
+
+def test_grouped_prefixes_match_hf_generate(tiny_engine):
+    """Two teams of refine-like prompts in one batch: two prefix groups, and HF generate's text."""
+    head = "Problem: {}. Agent 1: 3 * 4 = 12. Agent 2: 12 - 2 = 10. Agent 3: 10 + 1 = 11. " * 2
+    prompts = [tiny_engine.chat(head.replace("{}", q) + f"You are Agent {i}.") for q in ("apples", "pears")
+               for i in (1, 2, 3)]
+    ids = sorted(tiny_engine.encode(p) for p in prompts)
+    assert len([g for g in deliberate.prefix_groups(ids) if g[2]]) == 2
+    check_against_hf(tiny_engine, [tiny_engine.tokenizer.decode(x) for x in ids], 16)
