@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+from tqdm import tqdm
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -238,12 +239,14 @@ class Engine:
     compute is spent on rows that are done. Results are cached on disk when `cache_dir` is given."""
 
     def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=64, cache_dir=None,
-                 rank=0, model=None, tokenizer=None, prefill_tokens=2048, share_prefix=True):
+                 rank=0, model=None, tokenizer=None, prefill_tokens=2048, share_prefix=True,
+                 progress=False):
         if model is None:
             model_path = model_path or default_model_path()
             model, tokenizer = load_model(model_path, dtype, device)
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size, self.prefill_tokens, self.share_prefix = batch_size, prefill_tokens, share_prefix
+        self.progress = progress  # a tqdm bar over the sequences of long generate() calls
         # the cache key names the weights and the dtype: both change the text
         self.model_id = f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:" \
                         f"{weights_fingerprint(model)}"
@@ -283,6 +286,8 @@ class Engine:
             else:
                 todo.append((i, key, self.encode(prompt)))
         todo.sort(key=lambda item: item[2])  # token order puts prompts with a common prefix side by side
+        bar = tqdm(total=len(todo), desc="generate", unit="seq", leave=False,
+                   disable=not self.progress or len(todo) <= self.batch_size // 4)
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start:start + self.batch_size]
             outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params)
@@ -297,6 +302,8 @@ class Engine:
                 self.stats["calls"] += 1
                 self.stats["prompt_tokens"] += len(ids)
                 self.stats["completion_tokens"] += n_generated
+            bar.update(len(chunk))
+        bar.close()
         return results
 
     def next_token_logprobs(self, prompts, token_ids):
@@ -895,7 +902,8 @@ def play(engine, examples, policy, cfg, record_states=False, progress=None):
                     after.append(replace(before[[j for j in range(n_agents) if j != i][a - 2]]))
             rewards = [shaped_reward(before, after, i, examples[q].answer, examples[q].task)
                        for i in range(n_agents)]
-            record = {"round": t, "actions": actions[q], "rewards": rewards, **snapshot(q, after),
+            record = {"round": t, "actions": actions[q], "rewards": rewards, "texts": [s.text for s in after],
+                      **snapshot(q, after),
                       "stopped": all(a == PERSIST for a in actions[q])}
             if record_states:
                 record["own"] = [observations[k * n_agents + i][0] for i in range(n_agents)]

@@ -114,7 +114,7 @@ def main(cfg):
     kw = {"level": cfg.level} if cfg.level else {}
     examples = data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
     engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                               cache_dir=cfg.cache_dir or None)
+                               cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     summaries, details = {}, {}
