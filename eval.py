@@ -35,6 +35,8 @@ class Config:
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 192
+    trailer: bool = False          # ask the agents for the Steps / Confidence / Answer trailer
+    critic: bool = False           # run the critic pass for fixed policies too (to report its AUROC)
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"
     batch_size: int = 64
@@ -116,7 +118,8 @@ def main(cfg):
     engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
                                cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                                 trailer=cfg.trailer, critic=cfg.critic)
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
@@ -221,6 +224,7 @@ def bench_generate(cfg):
     fastest = max(engines, key=lambda d: result[f"engine_{d}_tok_s"])
     result.update(fastest=fastest, engine_tok_s=result[f"engine_{fastest}_tok_s"],
                   ratio=result[f"engine_{fastest}_tok_s"] / result["hf_tok_s"],
+                  ratio_fp32=result["engine_float32_tok_s"] / result["hf_tok_s"],  # int8 is lossy here
                   peak_flops=matmul_peak_flops(fastest))
     result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
     print(json.dumps(result))
