@@ -204,13 +204,15 @@ def prefix_groups(batch_ids, min_shared=16):
     """Split consecutive rows into groups that share a token prefix: (start, stop, shared length).
 
     A row joins the group while the common prefix stays >= min_shared tokens and keeps at least half of
-    its length (a team's refine prompts share ~all of their text; another question only the template)."""
+    the group's prefix (prompts of one question share more than the template; another question breaks
+    the group rather than shrink the shared prefix to the template)."""
     groups, start = [], 0
     while start < len(batch_ids):
-        stop, shared = start + 1, len(batch_ids[start])
+        stop, shared = start + 1, None
         while stop < len(batch_ids):
-            longer = min(shared, common_prefix_length([batch_ids[start], batch_ids[stop]]))
-            if longer < min_shared or longer < shared // 2:
+            longer = common_prefix_length([batch_ids[start], batch_ids[stop]])
+            longer = longer if shared is None else min(shared, longer)
+            if longer < min_shared or (shared is not None and longer < shared // 2):
                 break
             shared, stop = longer, stop + 1
         # a prefix is worth running once only when several rows use it; each row keeps >= 1 own token
