@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -237,7 +236,8 @@ def common_prefix_length(sequences):
 class Engine:
     """Batched text generation over any HF causal LM, with a hand-written KV-cache sampling loop.
 
-    Prompts are sorted by length and cut into batches (less left padding); within a batch every row
+    Prompts are sorted by token order and cut into batches (prompts that share a prefix end up side by
+    side, and similar prompts need less padding); within a batch every row
     stops on its own (EOS, a stop string or the token budget) and finished rows leave the batch, so no
     compute is spent on rows that are done. Results are cached on disk when `cache_dir` is given."""
 
@@ -279,20 +279,13 @@ class Engine:
                   "top_p": float(top_p), "stop": list(stop)}
         if any(not prompt for prompt in prompts):
             raise ValueError(f"prompt {[bool(p) for p in prompts].index(False)} is empty")
-        results, todo = [None] * len(prompts), []
-        for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
-            key = GenerationCache.key(self.model_id, prompt, params, int(seed))
-            hit = self.cache.get(key) if self.cache else None
-            if hit is not None:
-                results[i] = Completion(**hit, cached=True)
-                self.stats["cache_hits"] += 1
-            else:
-                todo.append((i, key, self.encode(prompt)))
-        todo.sort(key=lambda item: item[2])  # token order puts prompts with a common prefix side by side
-        bar = tqdm(total=len(todo), desc="generate", unit="seq", leave=False,
-                   disable=not self.progress or len(todo) <= self.batch_size // 4)
-        for start in range(0, len(todo), self.batch_size):
-            chunk = todo[start:start + self.batch_size]
+        keys = [GenerationCache.key(self.model_id, prompt, params, int(seed))
+                for prompt, seed in zip(prompts, seeds)]
+        hits, batches = self._lookup(keys, prompts)
+        results = [None if hit is None else Completion(**hit, cached=True) for hit in hits]
+        bar = tqdm(total=sum(map(len, batches)), desc="generate", unit="seq", leave=False,
+                   disable=not self.progress or len(batches) < 2)
+        for chunk in batches:
             outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params)
             for (i, key, ids), (tokens, finish, n_generated) in zip(chunk, outputs):
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -312,18 +305,11 @@ class Engine:
     def next_token_logprobs(self, prompts, token_ids):
         """log p(token | prompt) at the position after each prompt, for each id in `token_ids`: one forward
         pass, no sampling. Returns a (len(prompts), len(token_ids)) float tensor (cached per prompt)."""
-        results, todo = [None] * len(prompts), []
-        for i, prompt in enumerate(prompts):
-            key = GenerationCache.key(self.model_id, "next_token_logprobs", prompt, list(token_ids))
-            hit = self.cache.get(key) if self.cache else None
-            if hit is not None:
-                results[i] = hit
-            else:
-                todo.append((i, key, self.encode(prompt)))
-        todo.sort(key=lambda item: len(item[2]))
+        keys = [GenerationCache.key(self.model_id, "next_token_logprobs", prompt, list(token_ids))
+                for prompt in prompts]
+        results, batches = self._lookup(keys, prompts)
         with torch.inference_mode():
-            for start in range(0, len(todo), self.batch_size):
-                chunk = todo[start:start + self.batch_size]
+            for chunk in batches:
                 ids = [item[2] for item in chunk]
                 logits, _, _ = self.prefill(ids, capacity=max(len(x) for x in ids))
                 logprobs = torch.log_softmax(logits.float(), -1)[:, token_ids].tolist()
@@ -335,8 +321,17 @@ class Engine:
                     self.stats["prompt_tokens"] += len(prompt_ids)
         return torch.tensor(results)
 
-    def _left_pad(self, batch_ids, width=None):
-        width = width or max(len(ids) for ids in batch_ids)
+    def _lookup(self, keys, prompts):
+        """Cached values (None where absent) and the misses as batches of (index, key, token ids),
+        sorted by token order so that prompts sharing a prefix land in the same batch."""
+        hits = [self.cache.get(key) if self.cache else None for key in keys]
+        self.stats["cache_hits"] += sum(hit is not None for hit in hits)
+        todo = sorted(((i, keys[i], self.encode(prompts[i])) for i, hit in enumerate(hits) if hit is None),
+                      key=lambda item: item[2])
+        return hits, [todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)]
+
+    def _left_pad(self, batch_ids):
+        width = max(len(ids) for ids in batch_ids)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.full((len(batch_ids), width), pad, dtype=torch.long)
         attention_mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
@@ -354,22 +349,22 @@ class Engine:
     def prefill(self, batch_ids, capacity):
         """Run the prompts and return (last-position logits, KV cache, attention mask).
 
-        Two savings over one padded forward pass. Prefix sharing: consecutive prompts with a long common
-        token prefix (the instructions and worked example of every solve prompt; the question and all
-        solutions in the refine prompts of one team) form a group whose prefix runs once, its keys and
+        Two savings over one padded forward pass. Prefix sharing: consecutive prompts with a common token
+        prefix (the chat template and instructions of every prompt; the question in the prompts of one
+        team) form a group whose prefix runs once, its keys and
         values copied to every row of the group; positions count real tokens only, so a prefix has the
         same keys in every row. Chunking: the rest runs in chunks of about `prefill_tokens` tokens, each
         padded only to its own width (long padded batches waste compute and build huge attention score
         tensors). Row layout in the cache: [prefix | padding | suffix], right-aligned."""
-        input_ids, attention_mask = self._left_pad(batch_ids)
         probe = DynamicCache(config=self.model.config)
         if not all(type(layer) is DynamicLayer for layer in probe.layers):  # e.g. sliding-window models
+            input_ids, attention_mask = self._left_pad(batch_ids)
             return self._forward(input_ids, attention_mask, probe)[:, -1], probe, attention_mask
-        width = input_ids.shape[1]
+        width = max(len(ids) for ids in batch_ids)
         cache = Cache(layers=[PreallocatedLayer(capacity) for _ in probe.layers])
         logits = []
         groups = prefix_groups(batch_ids) if self.share_prefix else [(0, len(batch_ids), 0)]
-        attention_mask = torch.zeros_like(attention_mask)
+        attention_mask = torch.zeros((len(batch_ids), width), dtype=torch.long, device=self.device)
         for group_start, group_stop, shared in groups:
             prefix_cache = DynamicCache(config=self.model.config)
             if shared:

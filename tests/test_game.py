@@ -1,6 +1,5 @@
 """The deliberation game: parsing and state features, the vote, the shaped reward, the policies, and
 play() driven by a scripted engine (exact, fast) and by a tiny random model (the real engine path)."""
-import itertools
 
 import pytest
 import torch
