@@ -722,7 +722,7 @@ class MetaPolicy(nn.Module):
         """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
         if len(self.nets) == 1:
             return self.nets[0](own, peers)
-        logits = torch.zeros(own.shape[0], 2 + peers.shape[1])
+        logits = own.new_zeros(own.shape[0], 2 + peers.shape[1])
         for a, net in enumerate(self.nets):
             rows = agent_index == a
             if rows.any():
@@ -730,11 +730,18 @@ class MetaPolicy(nn.Module):
         return logits
 
     @torch.no_grad()
-    def act(self, own, peers, agent_index, info, generator, greedy=True):
+    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
         logits = self(own, peers, agent_index)
         if greedy:
             return logits.argmax(-1).tolist()
-        return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0].tolist()
+        return sample_actions(torch.softmax(logits, -1), uniforms)
+
+
+def sample_actions(probs, uniforms):
+    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest of the
+    batch, so sharding questions over ranks, or batching them differently, samples the same actions."""
+    cdf = probs.cumsum(-1)
+    return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
 
 
 def save_policy(policy, path, **extra):
@@ -760,13 +767,13 @@ class FixedPolicy:
             raise ValueError(f"unknown fixed policy {name!r}")
         self.name = name
 
-    def act(self, own, peers, agent_index, info, generator, greedy=True):
+    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
         if self.name == "persist":
             return [PERSIST] * len(info)
         if self.name == "refine":
             return [REFINE] * len(info)
         if self.name == "random":
-            return torch.randint(0, 2 + peers.shape[1], (len(info),), generator=generator).tolist()
+            return sample_actions(torch.full((len(info), 2 + peers.shape[1]), 1 / (2 + peers.shape[1])), uniforms)
         return [oracle_action(x["own_correct"], x["peer_correct"], x["peer_confidence"]) for x in info]
 
 
@@ -834,14 +841,18 @@ def run_critic(engine, items):
     return [len(engine.encode(p)) for p in prompts]
 
 
-def play(engine, examples, policy, cfg, record_states=False, progress=None):
+def play(engine, examples, policy, cfg, record_states=False, counterfactual=False, progress=None):
     """Plays the deliberation game on every example at once; returns one transcript dict per example.
 
-    All LLM calls of a round, for every question and agent, go through the engine together."""
+    All LLM calls of a round, for every question and agent, go through the engine together.
+    record_states: each round record keeps every agent's observation (`own`, `peers`).
+    counterfactual (DESIGN §6, the training corpus): each round record also gets `reward_vectors`, every
+    agent's shaped reward for each of its K actions, the peers' actions held at what they did. PERSIST and
+    CONCEDE cost nothing; REFINE needs a sample from every agent that did not REFINE (it is the sample it
+    would have drawn: same prompt, same seed), and these samples count in `tokens` and `calls`."""
     n_agents, task_rounds = cfg.agents, cfg.rounds
     if n_agents < 2:
         raise ValueError("the game needs at least 2 agents")
-    generator = torch.Generator().manual_seed(cfg.seed)
     usage = [{"tokens": 0, "calls": 0} for _ in examples]
 
     def llm(requests):  # requests: (question index, agent, prompt, seed) -> Solutions, usage counted
@@ -891,29 +902,37 @@ def play(engine, examples, policy, cfg, record_states=False, progress=None):
             info.append({"own_correct": correct(q, solutions[q][i]),
                          "peer_correct": [correct(q, solutions[q][j]) for j in others],
                          "peer_confidence": [solutions[q][j].confidence for j in others]})
-        flat_actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, generator,
+        uniforms = torch.tensor([call_seed(cfg.seed, examples[q].id, i, t, "act") / 2 ** 60 for q, i in rows],
+                                dtype=torch.float64)
+        flat_actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, uniforms,
                                   greedy=cfg.greedy_policy)
         actions = {q: flat_actions[k * n_agents:(k + 1) * n_agents] for k, q in enumerate(active)}
         # simultaneous moves: every action reads the round-t solutions, then all execute
         refine = [(q, i, refine_prompt(examples[q], solutions[q], i, cfg.trailer),
                    call_seed(cfg.seed, examples[q].id, i, t, "refine"))
-                  for q in active for i in range(n_agents) if actions[q][i] == REFINE]
+                  for q in active for i in range(n_agents) if actions[q][i] == REFINE or counterfactual]
         refined = dict(zip([(q, i) for q, i, _, _ in refine], llm(refine)))
         for k, q in enumerate(active):
             before = solutions[q]
-            after = []
-            for i, a in enumerate(actions[q]):
+
+            def outcome(i, a):
                 if a == PERSIST:
-                    after.append(before[i])
-                elif a == REFINE:
-                    after.append(refined[(q, i)])
-                else:  # CONCEDE: adopt the peer's text, answer, profile and confidence
-                    after.append(replace(before[[j for j in range(n_agents) if j != i][a - 2]]))
+                    return before[i]
+                if a == REFINE:
+                    return refined[(q, i)]
+                # CONCEDE: adopt the peer's text, answer, profile and confidence
+                return replace(before[[j for j in range(n_agents) if j != i][a - 2]])
+
+            after = [outcome(i, a) for i, a in enumerate(actions[q])]
             rewards = [shaped_reward(before, after, i, examples[q].answer, examples[q].task)
                        for i in range(n_agents)]
             record = {"round": t, "actions": actions[q], "rewards": rewards, "texts": [s.text for s in after],
                       **snapshot(q, after),
                       "stopped": all(a == PERSIST for a in actions[q])}
+            if counterfactual:
+                record["reward_vectors"] = [
+                    [shaped_reward(before, after[:i] + [outcome(i, a)] + after[i + 1:], i, examples[q].answer,
+                                   examples[q].task) for a in range(1 + n_agents)] for i in range(n_agents)]
             if record_states:
                 record["own"] = [observations[k * n_agents + i][0] for i in range(n_agents)]
                 record["peers"] = [observations[k * n_agents + i][1] for i in range(n_agents)]

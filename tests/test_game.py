@@ -262,6 +262,42 @@ def test_play_random_is_seeded():
            [[r.get("actions") for r in t["rounds"]] for t in runs[1]]
 
 
+def test_counterfactual_reward_vectors():
+    """Every action's reward, peers held at their actions; the taken action's entry is the actual reward."""
+    cfg = D.GameConfig(agents=3, rounds=1)
+    answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}  # only agent 2 is right; refine answers gold
+    engine = ScriptedEngine(solve_script(cfg, answers))
+    out = D.play(engine, make_examples(1), D.FixedPolicy("persist"), cfg, counterfactual=True)
+    record = out[0]["rounds"][1]
+    assert record["actions"] == [PERSIST] * 3 and record["rewards"] == [0, 0, 0]
+    # vote ties go to the higher confidence (round-0 answers 5/10, refined ones 9/10), then the lower index
+    # agent 0 (peers 1, 2): refine or concede to agent 2 make it right (+1) and the full vote right (+1),
+    # while the vote without it (2 vs 5, tied) stays wrong; concede to agent 1 changes nothing
+    assert record["reward_vectors"][0] == [0, 2, 0, 2]
+    assert record["reward_vectors"][1] == [0, 2, 0, 2]
+    # agent 2 is right: conceding to a wrong peer costs its correctness; refining keeps it right and its
+    # higher confidence now wins the three-way tie of the full vote
+    assert record["reward_vectors"][2] == [0, 1, -1, -1]
+    assert [v[a] for v, a in zip(record["reward_vectors"], record["actions"])] == record["rewards"]
+    assert engine.calls == 3 + 3  # one counterfactual REFINE sample per agent
+
+
+def test_play_is_independent_of_the_batch():
+    """A question's game does not depend on which other questions share the batch (rank sharding)."""
+    cfg = D.GameConfig(agents=3, rounds=3, seed=1, greedy_policy=False)
+    answers = {("t/0", 0): 1, ("t/1", 1): 0, ("t/2", 2): 3}
+    together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), D.MetaPolicy(agents=3),
+                      cfg)
+    alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], D.MetaPolicy(agents=3),
+                   cfg)
+    assert [r.get("actions") for r in alone[0]["rounds"]] == [r.get("actions") for r in together[1]["rounds"]]
+
+
+def test_sample_actions_inverse_cdf():
+    probs = torch.tensor([[0.1, 0.2, 0.7]] * 4)
+    assert D.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [0, 1, 2, 2]
+
+
 # ---------------------------------------------------------------- the real engine path, tiny model
 def test_protocols_on_tiny_model(tiny_model, tmp_path):
     model, tokenizer = tiny_model

@@ -1,0 +1,203 @@
+"""sft.py and train_rl.py: the losses in process, then the scripts as users run them (subprocesses on a tiny
+random model): plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import deliberate as D
+import sft
+import train_rl
+
+ROOT = Path(__file__).resolve().parents[1]
+GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2", "--max-new-tokens", "8"]
+
+
+# ---------------------------------------------------------------- losses and helpers, in process
+def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
+    g = torch.Generator().manual_seed(0)
+    own, peers = torch.rand(n, len(D.OWN_FEATURES), generator=g), torch.rand(n, 2, len(D.PEER_FEATURES), generator=g)
+    return {"own": own, "peers": peers, "agent": torch.arange(n) % 3, "action": torch.randint(0, 4, (n,), generator=g),
+            "rewards": torch.tensor([rewards] * n), "ref_logits": torch.zeros(n, 4), "old_logits": torch.zeros(n, 4)}
+
+
+@pytest.mark.parametrize("algo", train_rl.ALGOS)
+def test_every_algo_moves_toward_the_best_action(algo):
+    torch.manual_seed(0)
+    policy = D.MetaPolicy(agents=3)
+    cfg = train_rl.Config(algo=algo, beta=0.0, lam=0.0)
+    batch = synthetic_batch()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    before = torch.softmax(policy(batch["own"], batch["peers"], batch["agent"]), -1)[:, 1].mean()
+    loss_fn = train_rl.make_loss(cfg)
+    for _ in range(20):
+        loss, stats = loss_fn(policy, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = torch.softmax(policy(batch["own"], batch["peers"], batch["agent"]), -1)[:, 1].mean()
+    assert after > before + 0.1 and stats["frac_zero_std"] == 0.0
+
+
+def test_all_equal_rewards_teach_nothing_and_are_counted():
+    policy = D.MetaPolicy(agents=3)
+    batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
+    for algo in ("softrank", "grpo", "ppo"):
+        loss, stats = train_rl.make_loss(train_rl.Config(algo=algo, beta=0.0, lam=0.0))(policy, batch)
+        assert stats["frac_zero_std"] == 1.0
+        loss.backward()
+        assert all(p.grad is None or p.grad.abs().max() == 0 for p in policy.parameters())
+        policy.zero_grad()
+
+
+def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
+    policy = D.MetaPolicy(agents=3)
+    batch = synthetic_batch(rewards=(0.0, 1.0, 0.5, -1.0))
+
+    def loss(algo, scale, transform):
+        cfg = train_rl.Config(algo=algo, reward_scale=scale, reward_transform=transform)
+        return train_rl.make_loss(cfg)(policy, batch)[0].item()
+    base = loss("softrank", 1.0, "none")
+    assert loss("softrank", 0.1, "none") == base and loss("softrank", 10.0, "exp") == base
+    assert loss("grpo", 10.0, "none") == pytest.approx(loss("grpo", 1.0, "none"), rel=1e-5)
+    assert loss("grpo", 1.0, "exp") != pytest.approx(loss("grpo", 1.0, "none"), rel=1e-3)
+
+
+def test_batch_schedule_is_a_function_of_its_arguments():
+    a = sft.batch_schedule(50, 16, 2, 0, "rl-0")
+    assert len(a) == 2 * 3 and all(len(b) == 16 for b in a)  # the partial batch is dropped
+    assert all(torch.equal(x, y) for x, y in zip(a, sft.batch_schedule(50, 16, 2, 0, "rl-0")))
+    assert not torch.equal(a[0], sft.batch_schedule(50, 16, 2, 0, "rl-1")[0])
+    assert len(sft.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
+
+
+def test_completion_batch_masks_prompt_and_padding(tiny_model):
+    model, _ = tiny_model
+    sequences = [([5, 6, 7], [8, 9]), ([5], [10, 11, 12, 13])]
+    ids, attention, loss_mask = sft.completion_batch(sequences, pad_id=0, device="cpu")
+    assert loss_mask.tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]] and ids[0].tolist() == [5, 6, 7, 8, 9]
+    ids, attention, loss_mask = sft.completion_batch([([5, 6], [8]), ([5], [10, 11, 12])], 0, "cpu")
+    assert loss_mask.tolist() == [[0, 0, 1, 0], [0, 1, 1, 1]] and attention[0].tolist() == [1, 1, 1, 0]
+    # padding is never a target and, after the sequence, never context: other pad ids, same loss
+    def loss(pad):
+        ids, attention, mask = sft.completion_batch([([5, 6], [8]), ([5], [10, 11, 12])], pad, "cpu")
+        return -torch.where(mask[:, 1:].bool(), sft.token_logprobs(model, ids, attention), 0).sum()
+    with torch.no_grad():
+        assert loss(0).item() == loss(1234).item()
+
+
+# ---------------------------------------------------------------- the scripts, as subprocesses
+def run(args, tmp_path, torchrun=False, check=True):
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"] if torchrun
+                else [sys.executable])
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(launcher + args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def weights(path):
+    return torch.load(path, weights_only=False)["state_dict"]
+
+
+def max_difference(a, b):
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def sft_runs(tmp_path_factory, tiny_model_dir):
+    """sft.py on the tiny model, once with python and once with a 2-process torchrun (separate caches)."""
+    root = tmp_path_factory.mktemp("sft")
+    out = {}
+    for name, torchrun in (("single", False), ("torchrun", True)):
+        run([str(ROOT / "sft.py"), "--model", tiny_model_dir, *GAME, "--epochs", "3", "--batch-size", "16",
+             "--out-dir", str(root / name), "--cache-dir", str(root / f"cache-{name}")], root, torchrun)
+        out[name] = root / name
+    return out
+
+
+def test_sft_single_and_torchrun_agree(sft_runs):
+    single, multi = sft_runs["single"], sft_runs["torchrun"]
+    corpus = [torch.load(d / "corpus.pt", weights_only=False) for d in (single, multi)]
+    assert [r["key"] for r in corpus[0]] == [r["key"] for r in corpus[1]] and len(corpus[0]) > 20
+    assert [r["label"] for r in corpus[0]] == [r["label"] for r in corpus[1]]
+    # same global batches, gradients summed in another order: equal up to float rounding (through Adam)
+    assert max_difference(weights(single / "policy.pt"), weights(multi / "policy.pt")) < 1e-4
+    lines = [json.loads(line) for line in (single / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
+    summary = json.loads((single / "summary.json").read_text())
+    assert summary["states"] == len(corpus[0]) and set(summary["label_distribution"]) == {"persist", "refine", "concede"}
+    checkpoint = torch.load(single / "checkpoint.pt", weights_only=False)
+    assert {"model", "optimizer", "counters", "rng", "config"} <= checkpoint.keys()
+
+
+def test_train_rl_single_and_torchrun_agree(sft_runs, tiny_model_dir, tmp_path):
+    outs = {}
+    for name, torchrun in (("single", False), ("torchrun", True)):
+        outs[name] = tmp_path / name
+        run([str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), "--model", tiny_model_dir,
+             *GAME, "--epochs", "3", "--batch-size", "16", "--lam", "0.05", "--out-dir", str(outs[name]),
+             "--cache-dir", str(tmp_path / f"cache-{name}")], tmp_path, torchrun)
+    a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
+    assert max_difference(a, b) < 1e-4
+    assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4  # training moved the policy
+    summary = json.loads((outs["single"] / "summary.json").read_text())
+    assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
+    assert 0.0 <= summary["corpus"]["frac_zero_std"] <= 1.0
+    corpus = torch.load(outs["single"] / "corpus-0.pt", weights_only=False)
+    assert all(len(r["rewards"]) == 4 and len(r["old_logits"]) == 4 for r in corpus)
+
+
+def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tiny_model_dir, tmp_path):
+    args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), "--model", tiny_model_dir,
+            *GAME, "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4",
+            "--lam", "0.05", "--algo", "ppo", "--cache-dir", str(tmp_path / "cache")]
+    run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
+    steps = len(sft.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
+                                   0, "rl-0"))
+    crash = steps + 3  # inside the second iteration, after a checkpoint of the first
+    killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)], tmp_path,
+                 check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (tmp_path / "resumed" / "policy.pt").exists()
+    resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
+    assert "resuming from" in resumed.stderr
+    assert max_difference(weights(tmp_path / "whole" / "policy.pt"), weights(tmp_path / "resumed" / "policy.pt")) == 0
+    # the log is the uninterrupted run's: no step twice
+    steps_logged = [json.loads(line)["step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+                    if "loss" in line]
+    assert steps_logged == list(range(1, 2 * steps + 1))
+
+
+def test_scripts_reject_bad_input(tmp_path, tiny_model_dir):
+    proc = run([str(ROOT / "train_rl.py"), "--init", str(tmp_path / "missing.pt")], tmp_path, check=False)
+    assert proc.returncode != 0 and "run sft.py first" in proc.stderr
+    proc = run([str(ROOT / "train_rl.py"), "--algo", "dpo"], tmp_path, check=False)
+    assert proc.returncode != 0 and "unknown --algo" in proc.stderr
+    proc = run([str(ROOT / "sft.py"), "--target", "nonsense"], tmp_path, check=False)
+    assert proc.returncode != 0 and "unknown --target" in proc.stderr
+    proc = run([str(ROOT / "sft.py"), "--model", tiny_model_dir, "--questions", "100000"], tmp_path, check=False)
+    assert proc.returncode != 0 and "not enough" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
+    """--target llm keeps right, finished solutions, trains on them and writes a directory --model accepts."""
+    run([str(ROOT / "sft.py"), "--target", "llm", "--questions", "12", "--val-n", "4", "--samples", "4",
+         "--max-new-tokens", "128", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1",
+         "--out-dir", str(tmp_path / "llm"), "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "llm" / "metrics.jsonl").read_text().splitlines()]
+    assert losses and all(0 < x < 10 for x in losses)
+    tuned, _ = D.load_model(str(tmp_path / "llm" / "model"))
+    original, _ = D.load_model(default_model_dir)
+    changed = [name for name, p in tuned.named_parameters()
+               if not torch.equal(p, dict(original.named_parameters())[name])]
+    assert changed  # one optimizer step at lr 1e-5 moves the weights
+    engine = D.Engine(model_path=str(tmp_path / "llm" / "model"))
+    assert engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0].completion_tokens > 0
