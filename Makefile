@@ -22,9 +22,16 @@ setup: $(STAMP)
 model: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -c "import deliberate; print('default model:', deliberate.default_model_path())"
 
+# The whole pipeline on small budgets (about 20 minutes on 2 CPU cores): stage 1, stage 2, then every
+# protocol side by side on held-out questions. Generations are cached under cache/, so a rerun is quick.
+DEMO_GAME := --task arith --agents 3 --rounds 2
 demo: model
-	HF_HUB_OFFLINE=1 $(PY) eval.py --task arith --split test --n 24 --seed 0 --agents 3 --rounds 2 \
-		--protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle --out runs/demo/results.json
+	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 48 --val-n 16 --out-dir runs/demo/sft
+	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 48 --val-n 16 --init runs/demo/sft/policy.pt \
+		--out-dir runs/demo/rl
+	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 24 --seed 0 \
+		--protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-oracle,mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \
+		--out runs/demo/results.json
 
 test: model
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import sys
 import time
 import warnings
@@ -29,6 +30,7 @@ class Config:
     level: int = 0                 # arith difficulty 1..4 (0: the task's default, easy)
     n: int = 200                   # questions (a seeded random subset)
     seed: int = 0                  # question subset, every LLM call's seed and the random policy
+    seeds: str = ""                # e.g. "0,1,2": one evaluation per seed, then accuracy mean ± std over seeds
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
     agents: int = 3
     rounds: int = 3
@@ -101,13 +103,14 @@ def auroc(scores, labels):
 
 
 def print_table(summaries):
-    header = f"{'protocol':<28}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}  actions p/r/c"
+    width = max([28] + [len(name) + 2 for name in summaries])
+    header = f"{'protocol':<{width}}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}  actions p/r/c"
     print(header)
     print("-" * len(header))
     for name, s in summaries.items():
         actions = s.get("actions")
         actions = "/".join(f"{actions[k]:.2f}" for k in deliberate.ACTION_KINDS) if actions else "-"
-        print(f"{name:<28}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
+        print(f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
               f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions}")
 
 
@@ -264,9 +267,41 @@ def bench_debate(cfg):
     return result
 
 
+def over_seeds(cfg):
+    """One evaluation per seed (its own question subset and LLM seeds), then mean ± std over the seeds."""
+    seeds = [int(x) for x in cfg.seeds.split(",") if x.strip()]
+    runs = []
+    for seed in seeds:
+        out = str(Path(cfg.out).with_name(f"{Path(cfg.out).stem}-seed{seed}.json")) if cfg.out else ""
+        runs.append(main(dataclasses.replace(cfg, seed=seed, seeds="", out=out)))
+    table = {}
+    for protocol in runs[0]:
+        values = {k: [r[protocol][k] for r in runs] for k in ("accuracy", "tokens_per_question", "wall_s_per_question")}
+        table[protocol] = {f"{k}_{stat}": fn(v) for k, v in values.items()
+                           for stat, fn in (("mean", statistics.mean), ("std", pstdev))}
+        table[protocol]["accuracy_per_seed"] = values["accuracy"]
+        if "actions" in runs[0][protocol]:
+            table[protocol]["actions"] = {a: statistics.mean(r[protocol]["actions"][a] for r in runs)
+                                          for a in runs[0][protocol]["actions"]}
+    print(f"\nover seeds {seeds}: accuracy mean ± std (population std over seeds), tokens per question")
+    for protocol, row in table.items():
+        print(f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"
+              f"{row['tokens_per_question_mean']:>10.0f}")
+    if cfg.out:
+        with open(cfg.out, "w") as f:
+            json.dump({"config": dataclasses.asdict(cfg), **table}, f, indent=1)
+    return table
+
+
+def pstdev(values):
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
 if __name__ == "__main__":
     config = parse_config(Config)
-    if config.bench == "generate":
+    if config.seeds:
+        over_seeds(config)
+    elif config.bench == "generate":
         bench_generate(config)
     elif config.bench == "debate":
         bench_debate(config)

@@ -146,9 +146,13 @@ def main(cfg):
     def snapshot():  # a CPU copy to play with: the trained module stays where DDP put it
         return copy.deepcopy(policy).cpu().eval()
 
+    validated = {}
+
     def validate(global_step):
-        result = evaluate_policy(engine, val_questions, snapshot(), cfg, rank, world, device)
-        log.write(step=global_step, iteration=iteration, **result)
+        if global_step in validated:  # the last step was validated already
+            return validated[global_step]
+        result = validated[global_step] = evaluate_policy(engine, val_questions, snapshot(), cfg, rank, world, device)
+        log.write(step=global_step, **result)
         if rank == 0:
             print(f"step {global_step}: val accuracy {result['val_accuracy']:.3f}, actions "
                   f"{result['val_actions']}", file=sys.stderr)
@@ -205,7 +209,7 @@ def main(cfg):
         summary = {"iteration": iteration, "corpus": corpus_stats,
                    "policy_actions_on_corpus": action_distribution(greedy, n_actions),
                    "reward_of_greedy_action": float(rewards.gather(-1, greedy[:, None]).mean())}
-    summary.update(validate(base))  # the final policy (all cache hits when the last step was validated)
+    summary.update(validate(base))  # the final policy
     if rank == 0:
         deliberate.save_policy(snapshot(), out / "policy.pt", train_config=dataclasses.asdict(cfg), summary=summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))

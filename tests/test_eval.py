@@ -48,3 +48,18 @@ def test_eval_cli_unknown_bench(tmp_path, tiny_model_dir, flag):
     proc = subprocess.run([sys.executable, str(ROOT / "eval.py"), *flag.split()], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0 and "unknown --bench" in proc.stderr
+
+
+def test_eval_over_seeds(tmp_path, tiny_model_dir):
+    out = tmp_path / "seeds.json"
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2", "--agents", "2", "--rounds",
+           "1", "--max-new-tokens", "4", "--cache-dir", str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-random",
+           "--seeds", "0,1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = json.loads(out.read_text())
+    per_seed = [json.loads((tmp_path / f"seeds-seed{s}.json").read_text()) for s in (0, 1)]
+    assert table["vanilla"]["accuracy_per_seed"] == [r["vanilla"]["accuracy"] for r in per_seed]
+    assert per_seed[0]["config"]["seed"] == 0 and per_seed[1]["config"]["seed"] == 1
+    assert {"accuracy_mean", "accuracy_std", "tokens_per_question_mean"} <= table["mpdf-random"].keys()
+    assert "over seeds [0, 1]" in proc.stdout

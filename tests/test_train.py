@@ -173,6 +173,10 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tiny_model_dir, tmp_pa
     steps_logged = [json.loads(line)["step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
                     if "loss" in line]
     assert steps_logged == list(range(1, 2 * steps + 1))
+    # the same command once more: the run is complete, nothing is trained again
+    again = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
+    assert "resuming from" in again.stderr
+    assert max_difference(weights(tmp_path / "whole" / "policy.pt"), weights(tmp_path / "resumed" / "policy.pt")) == 0
 
 
 def test_scripts_reject_bad_input(tmp_path, tiny_model_dir):
