@@ -129,6 +129,7 @@ class Completion:
     completion_tokens: int
     finish: str  # "eos", "stop" (a stop string) or "length"
     cached: bool = False
+    token_ids: list | None = None  # with generate(return_tokens=True): the sampled ids, the EOS included
 
 
 class GenerationCache:
@@ -271,8 +272,10 @@ class Engine:
     def encode(self, prompt):
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
-    def generate(self, prompts, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=()):
-        """One Completion per prompt; `seeds[i]` makes prompt i's sample reproducible."""
+    def generate(self, prompts, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=(),
+                 return_tokens=False):
+        """One Completion per prompt; `seeds[i]` makes prompt i's sample reproducible.
+        return_tokens: also return the sampled token ids (for training on them); bypasses the cache."""
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         params = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
@@ -281,18 +284,20 @@ class Engine:
             raise ValueError(f"prompt {[bool(p) for p in prompts].index(False)} is empty")
         keys = [GenerationCache.key(self.model_id, prompt, params, int(seed))
                 for prompt, seed in zip(prompts, seeds)]
-        hits, batches = self._lookup(keys, prompts)
+        hits, batches = self._lookup(keys, prompts, use_cache=not return_tokens)
         results = [None if hit is None else Completion(**hit, cached=True) for hit in hits]
         bar = tqdm(total=sum(map(len, batches)), desc="generate", unit="seq", leave=False,
                    disable=not self.progress or len(batches) < 2)
         for chunk in batches:
-            outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params)
+            outputs = self.sample([ids for _, _, ids in chunk], [seeds[i] for i, _, _ in chunk], **params,
+                                  keep_eos=return_tokens)
             for (i, key, ids), (tokens, finish, n_generated) in zip(chunk, outputs):
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                 for s in stop:  # the text ends before the stop string
                     text = text.split(s)[0] if s in text else text
-                results[i] = Completion(text, len(ids), n_generated, finish)
-                if self.cache:
+                results[i] = Completion(text, len(ids), n_generated, finish,
+                                        token_ids=tokens if return_tokens else None)
+                if self.cache and not return_tokens:
                     self.cache.put(key, {"text": text, "prompt_tokens": len(ids),
                                          "completion_tokens": n_generated, "finish": finish})
                 self.stats["calls"] += 1
@@ -321,10 +326,10 @@ class Engine:
                     self.stats["prompt_tokens"] += len(prompt_ids)
         return torch.tensor(results)
 
-    def _lookup(self, keys, prompts):
+    def _lookup(self, keys, prompts, use_cache=True):
         """Cached values (None where absent) and the misses as batches of (index, key, token ids),
         sorted by token order so that prompts sharing a prefix land in the same batch."""
-        hits = [self.cache.get(key) if self.cache else None for key in keys]
+        hits = [self.cache.get(key) if self.cache and use_cache else None for key in keys]
         self.stats["cache_hits"] += sum(hit is not None for hit in hits)
         todo = sorted(((i, keys[i], self.encode(prompts[i])) for i, hit in enumerate(hits) if hit is None),
                       key=lambda item: item[2])
@@ -397,8 +402,9 @@ class Engine:
         return torch.cat(logits), cache, attention_mask
 
     @torch.inference_mode()
-    def sample(self, batch_ids, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=()):
-        """The sampling loop. Returns (completion token ids without EOS, finish reason, tokens generated)."""
+    def sample(self, batch_ids, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=(), keep_eos=False):
+        """The sampling loop. Returns (completion token ids, finish reason, tokens generated); the ids end
+        before the EOS token unless keep_eos (training needs the very EOS id that was sampled)."""
         width = max(len(ids) for ids in batch_ids)
         logits, cache, attention_mask = self.prefill(batch_ids, capacity=width + max_new_tokens)
         next_position = torch.tensor([[len(ids)] for ids in batch_ids], device=self.device)
@@ -412,6 +418,8 @@ class Engine:
             for i, (row, token) in enumerate(zip(active, next_tokens.tolist())):
                 if token in self.eos_ids:
                     finish[row] = "eos"
+                    if keep_eos:
+                        tokens_out[row].append(token)
                     continue
                 tokens_out[row].append(token)
                 if stop and any(s in self.tokenizer.decode(tokens_out[row][-16:]) for s in stop):
@@ -431,7 +439,7 @@ class Engine:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=1)
             logits = self._forward(next_tokens[:, None], attention_mask, cache, next_position)[:, -1]
             next_position = next_position + 1
-        return [(tokens_out[r], finish[r] or "length", len(tokens_out[r]) + (finish[r] == "eos"))
+        return [(tokens_out[r], finish[r] or "length", len(tokens_out[r]) + (finish[r] == "eos" and not keep_eos))
                 for r in range(len(batch_ids))]
 
 

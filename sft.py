@@ -396,9 +396,10 @@ def completion_batch(sequences, pad_id, device):
     return ids.to(device), attention.to(device), loss_mask.to(device)
 
 
-def token_logprobs(model, ids, attention):
-    """log p(token_t | tokens_<t) for t >= 1, aligned with ids[:, 1:]."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+def token_logprobs(model, ids, attention, temperature=1.0):
+    """log p(token_t | tokens_<t) for t >= 1, aligned with ids[:, 1:], under `temperature`: a policy
+    gradient must score the tokens with the distribution they were sampled from."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / temperature
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
 
 

@@ -22,23 +22,32 @@
 States whose K rewards are all equal teach the full-action-set losses nothing; their share is logged as
 frac_zero_std. Every rank plays its shard of the questions; the corpus is gathered, so the update is the
 same DDP schedule over the whole corpus on any number of processes (sft.train_steps).
+
+--target agents trains the agents' LLM weights instead (MAGRPO, DESIGN §8):
+    python train_rl.py --target agents --algo magrpo --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
+    python eval.py --model runs/magrpo/model --protocols debate
 """
+import contextlib
 import copy
 import dataclasses
 import json
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
+import data
 import deliberate
 import softrank
 from eval import parse_config
-from sft import (MetricsLog, action_distribution, barrier, batch_schedule, collect_states, crash_if_asked,
-                 evaluate_policy, init_distributed, load_checkpoint, load_or_collect, save_checkpoint,
-                 states_to_tensors, train_steps, training_questions, wrap_ddp)
+from sft import (MetricsLog, action_distribution, all_reduce_sum, barrier, batch_schedule, collect_states,
+                 completion_batch, crash_if_asked, evaluate_policy, init_distributed, load_checkpoint,
+                 load_or_collect, save_checkpoint, states_to_tensors, token_logprobs, train_steps,
+                 training_questions, wrap_ddp)
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
 
@@ -77,6 +86,19 @@ class Config:
     out_dir: str = "runs/rl"
     save_every: int = 50
     crash_at_step: int = 0         # testing resume: SIGKILL this process right after this optimizer step
+    # --target agents (MAGRPO): the agents' LLM weights
+    target: str = "policy"         # "policy": the meta-policy (DESIGN §6); "agents": MAGRPO (DESIGN §8)
+    protocol: str = "debate"       # parallel (independent answers, then the vote) | debate (R refine rounds)
+    group: int = 4                 # G joint rollouts per question
+    questions_per_step: int = 8    # questions per optimizer step, over all ranks (whole groups per rank)
+    steps: int = 20                # optimizer steps
+    rollout_temperature: float = 1.0  # sampling temperature of the rollouts, and of the log-probs
+    loss_agg: str = "token"        # token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss
+    format_reward: float = 0.0     # + this times the fraction of the team's final answers that parse
+    separate_agents: bool = False  # one LLM copy per agent (default: the agents share one set of weights)
+    llm_lr: float = 1e-6
+    micro_batch: int = 8           # sequences per forward/backward; gradients accumulate over the step
+    gradient_checkpointing: bool = False
 
 
 def transform_rewards(rewards, cfg):
@@ -117,7 +139,166 @@ def policy_logits(policy, tensors):
         return policy(tensors["own"], tensors["peers"], tensors["agent"])
 
 
+# ----------------------------------------------------------------------------------------------------
+# --target agents: MAGRPO (arXiv 2508.04652). G joint rollouts of the protocol per question, one joint
+# reward per rollout, its advantage shared by every agent of the rollout; each agent learns from its own
+# sampled tokens only. On-policy: one optimizer step per batch of rollouts, no ratio, no clip.
+# ----------------------------------------------------------------------------------------------------
+AGENT_ALGOS = {"magrpo": softrank.mean_baseline_advantages, "grpo": softrank.grpo_advantages,
+               "softrank": softrank.softrank_advantages}
+
+
+def joint_rollouts(engines, examples, cfg, step):
+    """G rollouts of the protocol for each example. Returns (sequences, rewards): sequences are
+    (example index, rollout, agent, prompt ids, completion ids incl. EOS), rewards a (len(examples), G)
+    tensor: the team vote's correctness (+ format_reward x the fraction of final answers that parse)."""
+    teams = {(q, g): [None] * cfg.agents for q in range(len(examples)) for g in range(cfg.group)}
+    sequences = []
+
+    def run_round(t, prompt_of):
+        """Every agent of every rollout answers prompt_of(q, g, i), built from the teams before the round
+        (simultaneous moves), through its own model's engine."""
+        solutions = {}
+        for e, engine in enumerate(engines):  # one engine per agent with separate weights, else one for all
+            calls = [(q, g, i) for (q, g) in teams for i in range(cfg.agents) if len(engines) == 1 or i == e]
+            prompts = [engine.chat(prompt_of(q, g, i)) for q, g, i in calls]
+            seeds = [deliberate.call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls]
+            completions = engine.generate(prompts, seeds, max_new_tokens=cfg.max_new_tokens,
+                                          temperature=cfg.rollout_temperature, top_p=1.0, return_tokens=True)
+            for (q, g, i), prompt, c in zip(calls, prompts, completions):
+                sequences.append((q, g, i, engine.encode(prompt), c.token_ids))
+                solutions[(q, g, i)] = deliberate.parse_solution(c.text, examples[q].task, c.completion_tokens)
+        for (q, g, i), solution in solutions.items():
+            teams[(q, g)][i] = solution
+
+    run_round(0, lambda q, g, i: deliberate.solve_prompt(examples[q], cfg.trailer))
+    for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
+        run_round(t, lambda q, g, i: deliberate.refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer))
+    rewards = torch.zeros(len(examples), cfg.group)
+    for (q, g), team in teams.items():
+        vote, _ = deliberate.majority_vote(team)
+        rewards[q, g] = (float(data.is_correct(vote, examples[q].answer, examples[q].task))
+                         + cfg.format_reward * sum(s.answer is not None for s in team) / len(team))
+    return sequences, rewards
+
+
+def agents_loss(model, reference, batch, advantages, cfg, normalizer):
+    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
+    by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
+    ids, attention, loss_mask = batch
+    mask = loss_mask[:, 1:]
+    logp = token_logprobs(model, ids, attention, cfg.rollout_temperature)
+    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, cfg.loss_agg, normalizer)
+    kl = torch.zeros(())
+    if cfg.beta:
+        with torch.no_grad():
+            ref_logp = token_logprobs(reference, ids, attention, cfg.rollout_temperature)
+        kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
+        loss = loss + cfg.beta * kl
+    return loss, kl.item()
+
+
+def train_agents(cfg, rank, world, device):
+    if cfg.questions_per_step % world:
+        sys.exit(f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} processes "
+                 "(every rank owns whole questions)")
+    out = Path(cfg.out_dir)
+    torch.manual_seed(cfg.seed)
+    n_models = cfg.agents if cfg.separate_agents else 1
+    # no generation cache: the weights change every step
+    engines = [deliberate.Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
+                                 batch_size=cfg.engine_batch_size, rank=rank) for _ in range(n_models)]
+    models = [e.model for e in engines]
+    references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.beta else [None] * n_models
+    parameters = [p for m in models for p in m.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
+    holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
+    counters = load_checkpoint(out, holder, optimizer) or {"step": 0}
+    if counters["step"] and rank == 0:
+        print(f"resuming from {out / 'checkpoint.pt'} at step {counters['step']}", file=sys.stderr)
+    log = MetricsLog(out, rank, counters["step"])
+    for m in models:
+        if cfg.gradient_checkpointing:
+            m.gradient_checkpointing_enable()
+    wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
+    kw = {"level": cfg.level} if cfg.level else {}
+    pool = data.load_task(cfg.task, path=cfg.path or None, split="train", **kw)
+    random.Random(cfg.seed).shuffle(pool)
+    pool = pool[cfg.val_n:]
+    advantage_fn = AGENT_ALGOS[cfg.algo]
+    pad = engines[0].tokenizer.pad_token_id
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} agents", disable=rank != 0)
+    for step in bar:
+        start = step * cfg.questions_per_step
+        questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)][rank::world]
+        for m in models:
+            m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
+        sequences, rewards = joint_rollouts(engines, questions, cfg, step)
+        advantages = (advantage_fn(rewards, cfg.tau) if cfg.algo == "softrank" else advantage_fn(rewards))
+        for m in models:
+            m.train()
+        # the normalizer over the whole step (all micro-batches, all ranks), computed once; DDP averages
+        # gradients over ranks, hence the division by world
+        counts = all_reduce_sum([len(sequences), sum(len(c) for *_, c in sequences)], device)
+        normalizer = {"token": counts[1], "seq": counts[0], "const": counts[0] * cfg.max_new_tokens}[cfg.loss_agg]
+        normalizer /= world
+        loss_total, kl_total = 0.0, 0.0
+        for e, (model, ddp) in enumerate(zip(models, wrapped)):
+            mine = [s for s in sequences if n_models == 1 or s[2] == e]
+            chunks = range(0, len(mine), cfg.micro_batch)
+            for k in chunks:
+                chunk = mine[k:k + cfg.micro_batch]
+                batch = completion_batch([(p, c) for *_, p, c in chunk], pad, device)
+                last = k == chunks[-1]
+                with (ddp.no_sync() if isinstance(ddp, torch.nn.parallel.DistributedDataParallel) and not last
+                      else contextlib.nullcontext()):
+                    loss, kl = agents_loss(ddp, references[e], batch,
+                                           advantages[[q for q, *_ in chunk], [g for _, g, *_ in chunk]].to(device),
+                                           cfg, normalizer)
+                    loss.backward()
+                loss_total, kl_total = loss_total + loss.item(), kl_total + kl
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        flat = (rewards.amax(-1) == rewards.amin(-1)).float()
+        sums = all_reduce_sum([loss_total, kl_total, float(rewards.sum()), rewards.numel(), float(flat.sum()),
+                               len(flat)], device)
+        stats = {"loss": sums[0] / world, "kl": sums[1] / world, "mean_reward": sums[2] / sums[3],
+                 "frac_zero_std": sums[4] / sums[5], "zero_std_groups": sums[4], "grad_norm": float(grad_norm),
+                 "tokens": counts[1]}
+        bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
+        log.write(step=step + 1, **stats)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            if rank == 0:
+                save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg)
+            barrier()
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        for e, model in enumerate(models):
+            target = out / ("model" if n_models == 1 else f"agent{e}")
+            model.eval().save_pretrained(target)
+            engines[e].tokenizer.save_pretrained(target)
+        print(json.dumps({"steps": cfg.steps, "model": str(out / "model")}))
+    return models
+
+
 def main(cfg):
+    if cfg.target not in ("policy", "agents"):
+        sys.exit(f"unknown --target {cfg.target!r}: choose policy or agents")
+    if cfg.target == "agents":
+        if cfg.algo not in AGENT_ALGOS:
+            sys.exit(f"unknown --algo {cfg.algo!r} for --target agents: choose one of {', '.join(AGENT_ALGOS)}")
+        if cfg.loss_agg not in softrank.PG_KINDS:
+            sys.exit(f"unknown --loss-agg {cfg.loss_agg!r}: choose one of {', '.join(softrank.PG_KINDS)}")
+        if cfg.protocol not in ("parallel", "debate"):
+            sys.exit(f"unknown --protocol {cfg.protocol!r}: choose parallel or debate")
+        rank, world, device = init_distributed()
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            return train_agents(cfg, rank, world, device)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
     if cfg.algo not in ALGOS:
         sys.exit(f"unknown --algo {cfg.algo!r}: choose one of {', '.join(ALGOS)}")
     if cfg.reward_transform not in ("none", "exp"):

@@ -1,5 +1,6 @@
 """sft.py and train_rl.py: the losses in process, then the scripts as users run them (subprocesses on a tiny
 random model): plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
+import copy
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 import deliberate as D
 import sft
+import softrank
 import train_rl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,3 +207,104 @@ def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
     assert changed  # one optimizer step at lr 1e-5 moves the weights
     engine = D.Engine(model_path=str(tmp_path / "llm" / "model"))
     assert engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0].completion_tokens > 0
+
+
+# ---------------------------------------------------------------- --target agents (MAGRPO)
+def rollout_batch(tokenizer):
+    """Two sequences of different prompt and completion lengths (right-padded in the batch)."""
+    sequences = [(tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"], tokenizer(" It is 5.")["input_ids"]),
+                 (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"])]
+    return sft.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
+
+
+def agents_grads(model, batches, advantages, cfg, normalizer):
+    model.zero_grad()
+    for batch, adv in zip(batches, advantages):
+        loss, _ = train_rl.agents_loss(model, None, batch, adv, cfg, normalizer)
+        loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_agents_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
+    model, tokenizer = tiny_model
+    ids, attention, mask = rollout_batch(tokenizer)
+    logp = sft.token_logprobs(model, ids, attention).detach().requires_grad_(True)
+    loss, _ = softrank.policy_gradient_loss(logp, torch.tensor([1.0, -0.5]), mask[:, 1:], "token")
+    loss.backward()
+    completion = mask[:, 1:].bool()
+    assert (logp.grad[~completion] == 0).all() and (logp.grad[completion] != 0).all()
+    # whatever sits in the padding, the parameter gradients are the same, bit for bit
+    cfg = train_rl.Config(target="agents", beta=0.0)
+    other = ids.clone()
+    other[attention == 0] = 17
+    a = agents_grads(model, [(ids, attention, mask)], [torch.tensor([1.0, -0.5])], cfg, 10.0)
+    b = agents_grads(model, [(other, attention, mask)], [torch.tensor([1.0, -0.5])], cfg, 10.0)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("agg", ["token", "seq", "const"])
+def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_model, agg):
+    model, tokenizer = tiny_model
+    model = model.double()
+    try:
+        ids, attention, mask = rollout_batch(tokenizer)
+        cfg = train_rl.Config(target="agents", beta=0.1, loss_agg=agg)
+        advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
+        normalizer = softrank.pg_normalizer(mask[:, 1:], agg, max_len=cfg.max_new_tokens)
+        reference = copy_model(model)
+        whole = agents_grads_ref(model, reference, [(ids, attention, mask)], [advantages], cfg, normalizer)
+        split = agents_grads_ref(model, reference, [(ids[:1], attention[:1], mask[:1]), (ids[1:], attention[1:], mask[1:])],
+                                 [advantages[:1], advantages[1:]], cfg, normalizer)
+        for x, y in zip(whole, split):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    finally:
+        model.float()
+
+
+def copy_model(model):
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # a different reference, so the KL term has a gradient
+    return reference
+
+
+def agents_grads_ref(model, reference, batches, advantages, cfg, normalizer):
+    model.zero_grad()
+    for batch, adv in zip(batches, advantages):
+        # a micro-batch has its own padding width: cut the shared padding off the narrower slice
+        ids, attention, mask = batch
+        width = int(attention.sum(-1).max())
+        loss, _ = train_rl.agents_loss(model, reference, (ids[:, :width], attention[:, :width], mask[:, :width]),
+                                       adv, cfg, normalizer)
+        loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
+    model, tokenizer = tiny_model
+    model = copy.deepcopy(model)
+    batch = rollout_batch(tokenizer)
+    cfg = train_rl.Config(target="agents", beta=0.0)
+    grads = agents_grads(model, [batch], [torch.zeros(2)], cfg, 10.0)  # an all-equal group: advantages 0
+    assert all(g.abs().max() == 0 for g in grads)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    agents_grads(model, [batch], [torch.tensor([1.0, -1.0])], cfg, 10.0)
+    optimizer.step()
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
+    out = tmp_path / "agents"
+    run([str(ROOT / "train_rl.py"), "--target", "agents", "--algo", "magrpo", "--model", tiny_model_dir,
+         "--questions-per-step", "2", "--group", "2", "--agents", "2", "--rounds", "1", "--max-new-tokens", "6",
+         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0.1", "--out-dir", str(out)],
+        tmp_path, torchrun)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2]
+    # random weights never answer right: every group is flat, counted, and teaches nothing
+    assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
+    engine = D.Engine(model_path=str(out / "model"))
+    assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
