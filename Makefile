@@ -26,8 +26,8 @@ model: $(STAMP)
 # protocol side by side on held-out questions. Generations are cached under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
 demo: model
-	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 48 --val-n 16 --out-dir runs/demo/sft
-	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 48 --val-n 16 --init runs/demo/sft/policy.pt \
+	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 32 --val-n 8 --out-dir runs/demo/sft
+	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 32 --val-n 8 --init runs/demo/sft/policy.pt \
 		--out-dir runs/demo/rl
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 24 --seed 0 \
 		--protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-oracle,mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \

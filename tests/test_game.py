@@ -286,10 +286,10 @@ def test_play_is_independent_of_the_batch():
     """A question's game does not depend on which other questions share the batch (rank sharding)."""
     cfg = D.GameConfig(agents=3, rounds=3, seed=1, greedy_policy=False)
     answers = {("t/0", 0): 1, ("t/1", 1): 0, ("t/2", 2): 3}
-    together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), D.MetaPolicy(agents=3),
-                      cfg)
-    alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], D.MetaPolicy(agents=3),
-                   cfg)
+    torch.manual_seed(0)
+    policy = D.MetaPolicy(agents=3)
+    together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), policy, cfg)
+    alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], policy, cfg)
     assert [r.get("actions") for r in alone[0]["rounds"]] == [r.get("actions") for r in together[1]["rounds"]]
 
 
