@@ -13,6 +13,7 @@ ones and fine-tune the backbone on them, with the loss on completion tokens only
 This file also holds what train_rl.py shares with it: the distributed setup, the corpus of game states,
 the DDP training loop over states, checkpoints and automatic resume.
 """
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,6 +32,7 @@ from tqdm import tqdm
 
 import data
 import deliberate
+import softrank
 from eval import parse_config
 
 
@@ -117,12 +119,18 @@ def all_gather_list(items):
 # ----------------------------------------------------------------------------------------------------
 # Questions and the corpus of game states
 # ----------------------------------------------------------------------------------------------------
-def training_questions(cfg, iteration=0):
-    """(training questions of `iteration`, validation questions): disjoint slices of the seeded shuffle of
-    the training split. The validation slice comes first, so it stays the same as n or iterations grow."""
+def training_pool(cfg):
+    """The task's training split in a seeded shuffle: the first `val_n` are the validation questions."""
     kw = {"level": cfg.level} if cfg.level else {}
     pool = data.load_task(cfg.task, path=cfg.path or None, split="train", **kw)
     random.Random(cfg.seed).shuffle(pool)
+    return pool
+
+
+def training_questions(cfg, iteration=0):
+    """(training questions of `iteration`, validation questions): disjoint slices of training_pool. The
+    validation slice comes first, so it stays the same as the questions or iterations grow."""
+    pool = training_pool(cfg)
     start = cfg.val_n + iteration * cfg.questions
     if start + cfg.questions > len(pool):
         raise ValueError(f"task {cfg.task!r} has {len(pool)} training questions: not enough for val_n={cfg.val_n}"
@@ -136,6 +144,12 @@ def game_config(cfg, greedy_policy):
     return deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, trailer=cfg.trailer,
                                  greedy_policy=greedy_policy, critic=True)
+
+
+def make_engine(cfg, rank):
+    """The generation engine of one rank: its own cache file, a progress bar on rank 0."""
+    return deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.engine_batch_size,
+                             cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
 
 
 def collect_states(engine, examples, policy, cfg, counterfactual, rank, world, desc="collect"):
@@ -216,7 +230,7 @@ def set_rng_states(states):
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def load_checkpoint(out_dir, model, optimizer):
+def load_checkpoint(out_dir, model, optimizer, rank):
     """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when starting)."""
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
@@ -225,12 +239,22 @@ def load_checkpoint(out_dir, model, optimizer):
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_states(state["rng"])
+    if rank == 0:
+        print(f"resuming from {path} at {state['counters']}", file=sys.stderr)
     return state["counters"]
 
 
-def save_checkpoint(out_dir, model, optimizer, counters, cfg):
-    atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "counters": dict(counters),
-                 "rng": rng_states(), "config": dataclasses.asdict(cfg)}, Path(out_dir) / "checkpoint.pt")
+def save_checkpoint(out_dir, model, optimizer, counters, cfg, rank):
+    """Rank 0 writes (the weights are the same on every rank); every rank waits for it."""
+    if rank == 0:
+        atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "counters": dict(counters),
+                     "rng": rng_states(), "config": dataclasses.asdict(cfg)}, Path(out_dir) / "checkpoint.pt")
+    barrier()
+
+
+def accumulating(model, last):
+    """Gradient accumulation under DDP: no all-reduce until the optimizer step's last micro-batch."""
+    return model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
 
 
 class MetricsLog:
@@ -339,12 +363,9 @@ def train_policy(cfg, rank, world, device):
     torch.manual_seed(cfg.seed)
     policy = deliberate.MetaPolicy(agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, policy, optimizer) or {"step": 0}
-    if counters["step"] and rank == 0:
-        print(f"resuming from {out / 'checkpoint.pt'} at step {counters['step']}", file=sys.stderr)
+    counters = load_checkpoint(out, policy, optimizer, rank) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.engine_batch_size,
-                               cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
+    engine = make_engine(cfg, rank)
     questions, _ = training_questions(cfg)
     behaviour = deliberate.make_policy(cfg.behaviour)
     rows = load_or_collect(out / "corpus.pt", lambda: collect_states(
@@ -360,9 +381,7 @@ def train_policy(cfg, rank, world, device):
     def on_step(step, stats):
         log.write(step=step, **stats)
         if step % cfg.save_every == 0 or step == len(batches):
-            if rank == 0:
-                save_checkpoint(out, policy, optimizer, {"step": step}, cfg)
-            barrier()
+            save_checkpoint(out, policy, optimizer, {"step": step}, cfg, rank)
         crash_if_asked(cfg, step)
 
     train_steps(model, optimizer, tensors, cross_entropy_loss, batches, counters["step"], on_step, rank, world,
@@ -405,8 +424,7 @@ def token_logprobs(model, ids, attention, temperature=1.0):
 
 def train_llm(cfg, rank, world, device):
     out = Path(cfg.out_dir)
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.engine_batch_size,
-                               cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
+    engine = make_engine(cfg, rank)
     questions, _ = training_questions(cfg)
     shard = questions[rank::world]
     prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex in shard for _ in range(cfg.samples)]
@@ -430,7 +448,7 @@ def train_llm(cfg, rank, world, device):
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, model, optimizer) or {"step": 0}
+    counters = load_checkpoint(out, model, optimizer, rank) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
     ddp = wrap_ddp(model, device, find_unused=False)
@@ -445,9 +463,11 @@ def train_llm(cfg, rank, world, device):
         for m in range(0, len(mine), cfg.micro_batch):
             ids, attention, loss_mask = completion_batch(mine[m:m + cfg.micro_batch], pad, device)
             last = m + cfg.micro_batch >= len(mine)
-            with (ddp.no_sync() if isinstance(ddp, DDP) and not last else torch.enable_grad()):
+            with accumulating(ddp, last):
                 logp = token_logprobs(ddp, ids, attention)
-                loss = -torch.where(loss_mask[:, 1:].bool(), logp, 0).sum() / n_tokens
+                # cross-entropy on the completion tokens = the token-level policy gradient with advantage 1
+                loss, _ = softrank.policy_gradient_loss(logp, logp.new_ones(len(ids)), loss_mask[:, 1:], "token",
+                                                        n_tokens)
                 loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -457,9 +477,7 @@ def train_llm(cfg, rank, world, device):
         bar.set_postfix(loss=f"{loss_mean:.4f}")
         log.write(step=step + 1, loss=loss_mean)
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
-            if rank == 0:
-                save_checkpoint(out, model, optimizer, {"step": step + 1}, cfg)
-            barrier()
+            save_checkpoint(out, model, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
         model.eval().save_pretrained(out / "model")

@@ -27,11 +27,9 @@ same DDP schedule over the whole corpus on any number of processes (sft.train_st
     python train_rl.py --target agents --algo magrpo --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
     python eval.py --model runs/magrpo/model --protocols debate
 """
-import contextlib
 import copy
 import dataclasses
 import json
-import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +42,10 @@ import data
 import deliberate
 import softrank
 from eval import parse_config
-from sft import (MetricsLog, action_distribution, all_reduce_sum, barrier, batch_schedule, collect_states,
+from sft import (MetricsLog, accumulating, action_distribution, all_reduce_sum, batch_schedule, collect_states,
                  completion_batch, crash_if_asked, evaluate_policy, init_distributed, load_checkpoint,
-                 load_or_collect, save_checkpoint, states_to_tensors, token_logprobs, train_steps,
-                 training_questions, wrap_ddp)
+                 load_or_collect, make_engine, save_checkpoint, states_to_tensors, token_logprobs, train_steps,
+                 training_pool, training_questions, wrap_ddp)
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
 
@@ -213,18 +211,13 @@ def train_agents(cfg, rank, world, device):
     parameters = [p for m in models for p in m.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
     holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
-    counters = load_checkpoint(out, holder, optimizer) or {"step": 0}
-    if counters["step"] and rank == 0:
-        print(f"resuming from {out / 'checkpoint.pt'} at step {counters['step']}", file=sys.stderr)
+    counters = load_checkpoint(out, holder, optimizer, rank) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
             m.gradient_checkpointing_enable()
     wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
-    kw = {"level": cfg.level} if cfg.level else {}
-    pool = data.load_task(cfg.task, path=cfg.path or None, split="train", **kw)
-    random.Random(cfg.seed).shuffle(pool)
-    pool = pool[cfg.val_n:]
+    pool = training_pool(cfg)[cfg.val_n:]
     advantage_fn = AGENT_ALGOS[cfg.algo]
     pad = engines[0].tokenizer.pad_token_id
     bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} agents", disable=rank != 0)
@@ -250,8 +243,7 @@ def train_agents(cfg, rank, world, device):
                 chunk = mine[k:k + cfg.micro_batch]
                 batch = completion_batch([(p, c) for *_, p, c in chunk], pad, device)
                 last = k == chunks[-1]
-                with (ddp.no_sync() if isinstance(ddp, torch.nn.parallel.DistributedDataParallel) and not last
-                      else contextlib.nullcontext()):
+                with accumulating(ddp, last):
                     loss, kl = agents_loss(ddp, references[e], batch,
                                            advantages[[q for q, *_ in chunk], [g for _, g, *_ in chunk]].to(device),
                                            cfg, normalizer)
@@ -269,9 +261,7 @@ def train_agents(cfg, rank, world, device):
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            if rank == 0:
-                save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg)
-            barrier()
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
         for e, model in enumerate(models):
@@ -312,13 +302,9 @@ def main(cfg):
     policy = deliberate.load_policy(cfg.init).train()
     reference = deliberate.load_policy(cfg.init)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, policy, optimizer) or {"iteration": 0, "step": 0, "global_step": 0}
-    if counters["global_step"] and rank == 0:
-        print(f"resuming from {out / 'checkpoint.pt'}: iteration {counters['iteration']}, "
-              f"step {counters['step']}", file=sys.stderr)
+    counters = load_checkpoint(out, policy, optimizer, rank) or {"iteration": 0, "step": 0, "global_step": 0}
     log = MetricsLog(out, rank, counters["global_step"])
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.engine_batch_size,
-                               cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
+    engine = make_engine(cfg, rank)
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
     n_actions = 1 + cfg.agents
     summary = {}
@@ -373,19 +359,16 @@ def main(cfg):
             if cfg.eval_every and global_step % cfg.eval_every == 0:
                 validate(global_step)
             if step % cfg.save_every == 0 or step == len(batches):
-                if rank == 0:
-                    save_checkpoint(out, policy, optimizer, {"iteration": iteration, "step": step,
-                                                             "global_step": global_step}, cfg)
-                barrier()
+                save_checkpoint(out, policy, optimizer, {"iteration": iteration, "step": step,
+                                                         "global_step": global_step}, cfg, rank)
             crash_if_asked(cfg, global_step)
 
         train_steps(model, optimizer, tensors, make_loss(cfg), batches, first, on_step, rank, world, device,
                     desc=f"{cfg.algo} {iteration}")
         base += len(batches)
-        if rank == 0:  # the next iteration starts from here
-            save_checkpoint(out, policy, optimizer, {"iteration": iteration + 1, "step": 0, "global_step": base},
-                            cfg)
-        barrier()
+        # the next iteration starts from here
+        save_checkpoint(out, policy, optimizer, {"iteration": iteration + 1, "step": 0, "global_step": base}, cfg,
+                        rank)
         greedy = policy_logits(snapshot(), tensors).argmax(-1)
         summary = {"iteration": iteration, "corpus": corpus_stats,
                    "policy_actions_on_corpus": action_distribution(greedy, n_actions),
