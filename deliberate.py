@@ -251,6 +251,9 @@ class Engine:
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size, self.prefill_tokens, self.share_prefix = batch_size, prefill_tokens, share_prefix
         self.progress = progress  # a tqdm bar over the sequences of long generate() calls
+        # what another engine on the same machine and cache needs (eval's leader=PATH)
+        self.settings = {"dtype": dtype, "device": device, "batch_size": batch_size, "cache_dir": cache_dir,
+                         "rank": rank, "progress": progress}
         # the cache key names the weights and the dtype: both change the text
         self.model_id = f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:" \
                         f"{weights_fingerprint(model)}"
@@ -537,6 +540,14 @@ def refine_prompt(example, solutions, agent, trailer=False):
     return (f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
             f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
             f"{answer_request(example, trailer)}")
+
+
+def leader_prompt(example, solutions, trailer=False):
+    """MLPO's leader (DESIGN §8) reads every peer's solution (its last 300 characters, as in refine_prompt)
+    and answers."""
+    shown = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()[-300:]}" for j, s in enumerate(solutions))
+    return (f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
+            f"Check these solutions and solve the problem. {answer_request(example, trailer)}")
 
 
 def critic_prompt(example, solution):
@@ -884,8 +895,8 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
                 "confidence": [s.confidence for s in solutions], "vote": vote,
                 "correct": data.is_correct(vote, examples[q].answer, examples[q].task)}
 
-    requests = [(q, i, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
-                for q, ex in enumerate(examples) for i in range(n_agents)]
+    requests = [(k // n_agents, k % n_agents, prompt, seed)
+                for k, (_, prompt, seed) in enumerate(solve_calls(examples, cfg))]
     flat = llm(requests)
     solutions = [flat[q * n_agents:(q + 1) * n_agents] for q in range(len(examples))]
     transcripts = [{"id": ex.id, "question": ex.question, "gold": ex.answer, "rounds": [
@@ -958,7 +969,48 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
     return transcripts
 
 
-PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle", "mpdf=PATH")
+def solve_calls(examples, cfg):
+    """Round 0 of the game, the same calls (prompt and seed) as play's: every agent solves every example."""
+    return [(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
+            for ex in examples for i in range(cfg.agents)]
+
+
+def lead(engine, leader, examples, cfg):
+    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader` engine reads
+    their solutions and answers (greedy). Each of cfg.rounds further rounds lets every peer revise after
+    reading the leader's answer (REFINE with the leader as one more peer), and the leader answers again.
+    The prediction is the leader's last answer; `peer_vote_correct` is the peers' round-0 majority vote."""
+    n = cfg.agents
+    outputs = run_llm(engine, solve_calls(examples, cfg), cfg)
+    peers = [[s for s, _ in outputs[q * n:(q + 1) * n]] for q in range(len(examples))]
+    results = [{"id": ex.id, "gold": ex.answer, "tokens": sum(k for _, k in outputs[q * n:(q + 1) * n]),
+                "calls": n, "peer_vote_correct": data.is_correct(majority_vote(peers[q])[0], ex.answer, ex.task),
+                "leader_correct": [], "texts": []} for q, ex in enumerate(examples)]
+    for t in range(cfg.rounds + 1):
+        if t:
+            calls = [(q, i) for q in range(len(examples)) for i in range(n)]
+            revised = run_llm(engine, [(examples[q], refine_prompt(examples[q], peers[q] + [answers[q]], i,
+                                                                   cfg.trailer),
+                                        call_seed(cfg.seed, examples[q].id, i, t, "revise")) for q, i in calls], cfg)
+            for (q, i), (s, k) in zip(calls, revised):
+                peers[q][i] = s
+                results[q]["tokens"] += k
+                results[q]["calls"] += 1
+        led = run_llm(leader, [(ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"))
+                               for q, ex in enumerate(examples)], cfg, temperature=0.0)
+        answers = [s for s, _ in led]
+        for q, (s, k) in enumerate(led):
+            results[q]["tokens"] += k
+            results[q]["calls"] += 1
+            results[q]["texts"].append(s.text)
+            results[q]["leader_correct"].append(data.is_correct(s.answer, examples[q].answer, examples[q].task))
+    for r, s in zip(results, answers):
+        r.update(pred=s.answer, correct=r["leader_correct"][-1])
+    return results
+
+
+PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle", "mpdf=PATH",
+             "leader=PATH")
 
 
 def run_protocol(engine, examples, protocol, cfg):
@@ -985,4 +1037,9 @@ def run_protocol(engine, examples, protocol, cfg):
         return play(engine, examples, make_policy(protocol[len("mpdf-"):]), cfg)
     if protocol.startswith("mpdf="):
         return play(engine, examples, make_policy(protocol[len("mpdf="):]), cfg)
+    if protocol.startswith("leader="):
+        path = protocol[len("leader="):]
+        if not Path(path, "config.json").is_file():
+            raise ValueError(f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target leader)")
+        return lead(engine, Engine(model_path=path, **engine.settings), examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

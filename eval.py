@@ -4,7 +4,9 @@
         --protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle --out results.json
 
 `--path` for file tasks (gsm8k, mawps, svamp, mc, math), `--model` for any HF causal-LM directory,
-`mpdf=PATH` for a trained policy checkpoint. Generations are cached on disk (`--cache-dir`), so a second
+`mpdf=PATH` for a trained policy checkpoint, `leader=PATH` for MLPO (the agents answer, the leader model at
+PATH reads them and answers; `--rounds` more rounds let the agents revise after reading the leader's answer).
+Generations are cached on disk (`--cache-dir`), so a second
 identical evaluation makes no LLM call.
 """
 import argparse
@@ -69,6 +71,10 @@ def summarize(results, wall_s):
                "calls_per_question": sum(r["calls"] for r in results) / n,
                "unparseable": sum(r["pred"] is None for r in results) / n, "wall_s": wall_s,
                "wall_s_per_question": wall_s / n}
+    if "leader_correct" in results[0]:  # MLPO: the peers' own vote, then the leader after each round
+        summary["peer_vote_accuracy"] = sum(r["peer_vote_correct"] for r in results) / n
+        summary["accuracy_per_round"] = [sum(r["leader_correct"][t] for r in results) / n
+                                         for t in range(len(results[0]["leader_correct"]))]
     if "rounds" in results[0]:  # a game: action statistics, accuracy per round, trailer and critic quality
         counts = {kind: 0 for kind in deliberate.ACTION_KINDS}
         for r in results:

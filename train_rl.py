@@ -26,6 +26,13 @@ same DDP schedule over the whole corpus on any number of processes (sft.train_st
 --target agents trains the agents' LLM weights instead (MAGRPO, DESIGN §8):
     python train_rl.py --target agents --algo magrpo --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
     python eval.py --model runs/magrpo/model --protocols debate
+
+--target leader trains one leader LLM over frozen peers (MLPO, DESIGN §8): the peers' solutions to the
+training questions are generated once (engine + cache); questions the peers already get right
+(>= --filter-easy of them) are dropped; the leader reads a question and its peers' solutions and answers,
+G samples per prompt, reward = correctness, group advantages, Dr.GRPO's constant normalizer by default:
+    python train_rl.py --target leader --algo magrpo --agents 3 --out-dir runs/mlpo
+    python eval.py --protocols leader=runs/mlpo/model          # peers answer, the trained leader decides
 """
 import copy
 import dataclasses
@@ -42,8 +49,9 @@ import data
 import deliberate
 import softrank
 from eval import parse_config
-from sft import (MetricsLog, accumulating, action_distribution, all_reduce_sum, batch_schedule, collect_states,
-                 completion_batch, crash_if_asked, evaluate_policy, init_distributed, load_checkpoint,
+from sft import (MetricsLog, accumulating, action_distribution, all_gather_list, all_reduce_sum, batch_schedule,
+                 collect_states, completion_batch, crash_if_asked, evaluate_policy, game_config, init_distributed,
+                 load_checkpoint,
                  load_or_collect, make_engine, save_checkpoint, states_to_tensors, token_logprobs, train_steps,
                  training_pool, training_questions, wrap_ddp)
 
@@ -85,18 +93,22 @@ class Config:
     save_every: int = 50
     crash_at_step: int = 0         # testing resume: SIGKILL this process right after this optimizer step
     # --target agents (MAGRPO): the agents' LLM weights
-    target: str = "policy"         # "policy": the meta-policy (DESIGN §6); "agents": MAGRPO (DESIGN §8)
+    target: str = "policy"         # policy: the meta-policy (DESIGN §6); agents: MAGRPO; leader: MLPO (§8)
     protocol: str = "debate"       # parallel (independent answers, then the vote) | debate (R refine rounds)
     group: int = 4                 # G joint rollouts per question
     questions_per_step: int = 8    # questions per optimizer step, over all ranks (whole groups per rank)
     steps: int = 20                # optimizer steps
     rollout_temperature: float = 1.0  # sampling temperature of the rollouts, and of the log-probs
-    loss_agg: str = "token"        # token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss
+    loss_agg: str = ""             # token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss;
+    #                                "": the paper's, token for agents (MAGRPO), const for leader (MLPO)
     format_reward: float = 0.0     # + this times the fraction of the team's final answers that parse
     separate_agents: bool = False  # one LLM copy per agent (default: the agents share one set of weights)
     llm_lr: float = 1e-6
     micro_batch: int = 8           # sequences per forward/backward; gradients accumulate over the step
     gradient_checkpointing: bool = False
+    # --target leader (MLPO): --agents frozen peers, --questions candidate training questions
+    peers_model: str = ""          # the peers' HF directory; empty: the same as --model
+    filter_easy: float = 0.75      # drop questions where at least this fraction of the peers is right (0: keep all)
 
 
 def transform_rewards(rewards, cfg):
@@ -180,13 +192,64 @@ def joint_rollouts(engines, examples, cfg, step):
     return sequences, rewards
 
 
+def leader_rollouts(engine, items, cfg, step):
+    """G samples of the leader per (example, peer solutions) item, in joint_rollouts' format (agent 0): the
+    leader's sequences and a (len(items), G) tensor of rewards, its correctness (+ format_reward if it
+    parses)."""
+    calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
+    prompts = [engine.chat(deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer)) for q, _ in calls]
+    seeds = [deliberate.call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
+    completions = engine.generate(prompts, seeds, max_new_tokens=cfg.max_new_tokens,
+                                  temperature=cfg.rollout_temperature, top_p=1.0, return_tokens=True)
+    sequences, rewards = [], torch.zeros(len(items), cfg.group)
+    for (q, g), prompt, c in zip(calls, prompts, completions):
+        example = items[q][0]
+        sequences.append((q, g, 0, engine.encode(prompt), c.token_ids))
+        answer = deliberate.parse_solution(c.text, example.task).answer
+        rewards[q, g] = float(data.is_correct(answer, example.answer, example.task)) + cfg.format_reward * (
+            answer is not None)
+    return sequences, rewards
+
+
+def peer_pool(cfg, rank, world):
+    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions, generated once
+    through the engine and its cache (each rank its shard, gathered in question order). Questions where at
+    least cfg.filter_easy of the peers are right are dropped: the leader has nothing to learn there."""
+    candidates = training_pool(cfg)[cfg.val_n:cfg.val_n + cfg.questions]
+    engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank)
+    game = game_config(cfg, greedy_policy=True)
+    mine = list(range(rank, len(candidates), world))
+    outputs = deliberate.run_llm(engine, deliberate.solve_calls([candidates[k] for k in mine], game), game)
+    n = cfg.agents
+    gathered = sorted(all_gather_list([(k, [s for s, _ in outputs[j * n:(j + 1) * n]]) for j, k in enumerate(mine)]),
+                      key=lambda item: item[0])
+    pool, peer_right = [], []
+    for k, solutions in gathered:
+        example = candidates[k]
+        right = sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions) / n
+        peer_right.append(right)
+        if not cfg.filter_easy or right < cfg.filter_easy:
+            pool.append((example, solutions))
+    stats = {"candidates": len(candidates), "kept": len(pool), "peer_accuracy": sum(peer_right) / len(peer_right)}
+    if rank == 0:
+        print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
+    if not pool:
+        sys.exit(f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers right: "
+                 "lower --filter-easy or add --questions")
+    return pool, stats
+
+
+def loss_aggregation(cfg):
+    return cfg.loss_agg or ("const" if cfg.target == "leader" else "token")
+
+
 def agents_loss(model, reference, batch, advantages, cfg, normalizer):
     """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
     by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
     ids, attention, loss_mask = batch
     mask = loss_mask[:, 1:]
     logp = token_logprobs(model, ids, attention, cfg.rollout_temperature)
-    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, cfg.loss_agg, normalizer)
+    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, loss_aggregation(cfg), normalizer)
     kl = torch.zeros(())
     if cfg.beta:
         with torch.no_grad():
@@ -196,13 +259,21 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer):
     return loss, kl.item()
 
 
-def train_agents(cfg, rank, world, device):
+def train_llm(cfg, rank, world, device):
+    """--target agents (MAGRPO) and --target leader (MLPO): the same on-policy token-level loop; only the
+    rollouts differ."""
     if cfg.questions_per_step % world:
         sys.exit(f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} processes "
                  "(every rank owns whole questions)")
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    n_models = cfg.agents if cfg.separate_agents else 1
+    n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
+    if cfg.target == "leader":
+        pool, pool_stats = peer_pool(cfg, rank, world)
+        if rank == 0:
+            (out / "pool.json").write_text(json.dumps(pool_stats))
+    else:
+        pool = training_pool(cfg)[cfg.val_n:]
     # no generation cache: the weights change every step
     engines = [deliberate.Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
                                  batch_size=cfg.engine_batch_size, rank=rank) for _ in range(n_models)]
@@ -217,23 +288,24 @@ def train_agents(cfg, rank, world, device):
         if cfg.gradient_checkpointing:
             m.gradient_checkpointing_enable()
     wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
-    pool = training_pool(cfg)[cfg.val_n:]
     advantage_fn = AGENT_ALGOS[cfg.algo]
     pad = engines[0].tokenizer.pad_token_id
-    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} agents", disable=rank != 0)
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0)
     for step in bar:
         start = step * cfg.questions_per_step
         questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)][rank::world]
         for m in models:
             m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
-        sequences, rewards = joint_rollouts(engines, questions, cfg, step)
+        sequences, rewards = (leader_rollouts(engines[0], questions, cfg, step) if cfg.target == "leader"
+                              else joint_rollouts(engines, questions, cfg, step))
         advantages = (advantage_fn(rewards, cfg.tau) if cfg.algo == "softrank" else advantage_fn(rewards))
         for m in models:
             m.train()
         # the normalizer over the whole step (all micro-batches, all ranks), computed once; DDP averages
         # gradients over ranks, hence the division by world
         counts = all_reduce_sum([len(sequences), sum(len(c) for *_, c in sequences)], device)
-        normalizer = {"token": counts[1], "seq": counts[0], "const": counts[0] * cfg.max_new_tokens}[cfg.loss_agg]
+        normalizer = {"token": counts[1], "seq": counts[0],
+                      "const": counts[0] * cfg.max_new_tokens}[loss_aggregation(cfg)]
         normalizer /= world
         loss_total, kl_total = 0.0, 0.0
         for e, (model, ddp) in enumerate(zip(models, wrapped)):
@@ -273,19 +345,19 @@ def train_agents(cfg, rank, world, device):
 
 
 def main(cfg):
-    if cfg.target not in ("policy", "agents"):
-        sys.exit(f"unknown --target {cfg.target!r}: choose policy or agents")
-    if cfg.target == "agents":
+    if cfg.target not in ("policy", "agents", "leader"):
+        sys.exit(f"unknown --target {cfg.target!r}: choose policy, agents or leader")
+    if cfg.target in ("agents", "leader"):
         if cfg.algo not in AGENT_ALGOS:
-            sys.exit(f"unknown --algo {cfg.algo!r} for --target agents: choose one of {', '.join(AGENT_ALGOS)}")
-        if cfg.loss_agg not in softrank.PG_KINDS:
+            sys.exit(f"unknown --algo {cfg.algo!r} for --target {cfg.target}: choose one of {', '.join(AGENT_ALGOS)}")
+        if cfg.loss_agg and cfg.loss_agg not in softrank.PG_KINDS:
             sys.exit(f"unknown --loss-agg {cfg.loss_agg!r}: choose one of {', '.join(softrank.PG_KINDS)}")
         if cfg.protocol not in ("parallel", "debate"):
             sys.exit(f"unknown --protocol {cfg.protocol!r}: choose parallel or debate")
         rank, world, device = init_distributed()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         try:
-            return train_agents(cfg, rank, world, device)
+            return train_llm(cfg, rank, world, device)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -63,3 +63,18 @@ def test_eval_over_seeds(tmp_path, tiny_model_dir):
     assert per_seed[0]["config"]["seed"] == 0 and per_seed[1]["config"]["seed"] == 1
     assert {"accuracy_mean", "accuracy_std", "tokens_per_question_mean"} <= table["mpdf-random"].keys()
     assert "over seeds [0, 1]" in proc.stdout
+
+
+def test_eval_leader_protocol(tmp_path, tiny_model_dir):
+    """leader=PATH loads a second model as the leader; the peers' vote and the per-round leader accuracy
+    are reported; a path that is not a checkpoint is a clear error."""
+    _, results = run_eval(tmp_path, tiny_model_dir, "--protocols", f"debate,leader={tiny_model_dir}")
+    s = results[f"leader={tiny_model_dir}"]
+    assert {"peer_vote_accuracy", "accuracy_per_round"} <= s.keys() and len(s["accuracy_per_round"]) == 2
+    assert s["calls_per_question"] == 2 + 1 + 2 + 1  # peers, leader, peers revise, leader again
+    # the peers' round 0 is debate's round 0: the same calls, so the same vote
+    assert s["peer_vote_accuracy"] == results["debate"]["accuracy_per_round"][0]
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "1", "--protocols",
+           f"leader={tmp_path / 'nowhere'}", "--cache-dir", ""]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode != 0 and "not an HF checkpoint directory" in proc.stderr

@@ -312,3 +312,28 @@ def test_protocols_on_tiny_model(tiny_model, tmp_path):
     assert D.run_protocol(engine, examples, "sc", cfg)[0]["calls"] == 2 * (1 + 1)
     with pytest.raises(ValueError, match="unknown protocol"):
         D.run_protocol(engine, examples, "magic", cfg)
+
+
+def test_lead_peers_vote_then_leader_decides_and_peers_revise():
+    """MLPO's protocol: round-0 peers (play's calls), the leader reads them; with rounds=1 the peers revise
+    after reading the leader's answer and the leader answers again; its last answer is the prediction."""
+    cfg = D.GameConfig(agents=3, rounds=1)
+    examples = make_examples(2)
+    peers = ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/0", 1): 1, ("t/0", 2): 5,
+                                              ("t/1", 0): 6, ("t/1", 1): 6, ("t/1", 2): 2}))
+    seen = []
+
+    def leader_script(prompt, seed):  # answers agent 3's round-0 answer, then what most peers say
+        seen.append(prompt)
+        answers = [line.split("Answer: ")[1] for line in prompt.splitlines() if line.startswith("Answer: ")]
+        return f"Answer: {answers[2] if len(seen) <= 2 else max(set(answers), key=answers.count)}"
+    leader = ScriptedEngine(leader_script)
+    out = D.lead(peers, leader, examples, cfg)
+    assert [r["peer_vote_correct"] for r in out] == [False, True]  # 1,1,5 votes 1 (gold 5); 6,6,2 votes 6
+    assert [r["leader_correct"][0] for r in out] == [True, False]  # the leader picked agent 3 both times
+    # round 1: the peers refine (the script answers gold), the leader follows them
+    assert [r["leader_correct"] for r in out] == [[True, True], [False, True]]
+    assert [r["pred"] for r in out] == ["5", "6"] and all(r["correct"] for r in out)
+    assert "Solutions from 3 agents" in seen[0] and "Agent 3:" in seen[0]
+    assert peers.calls == 6 + 6 and leader.calls == 4 and all(r["calls"] == 3 + 1 + 3 + 1 for r in out)
+    assert all(r["tokens"] > 0 for r in out)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import data
 import deliberate as D
 import sft
 import softrank
@@ -308,3 +309,64 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
     engine = D.Engine(model_path=str(out / "model"))
     assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
+    out = tmp_path / "leader"
+    run([str(ROOT / "train_rl.py"), "--target", "leader", "--algo", "magrpo", "--model", tiny_model_dir,
+         "--questions", "6", "--questions-per-step", "2", "--group", "2", "--agents", "3", "--max-new-tokens", "6",
+         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--out-dir", str(out),
+         "--cache-dir", str(tmp_path / "cache")], tmp_path, torchrun)
+    # random peers are never right: no question is filtered out
+    assert json.loads((out / "pool.json").read_text()) == {"candidates": 6, "kept": 6, "peer_accuracy": 0.0}
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2]
+    assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert checkpoint["config"]["target"] == "leader"
+    assert D.Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
+
+
+def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
+    """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
+    examples = [data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)]
+    right = {"t/0": 3, "t/1": 2, "t/2": 0}
+
+    def run_llm(engine, calls, game):
+        seen = {}
+        outputs = []
+        for ex, _, _ in calls:
+            k = seen[ex.id] = seen.get(ex.id, 0) + 1
+            outputs.append((D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1))
+        return outputs
+    monkeypatch.setattr(train_rl, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(train_rl, "make_engine", lambda cfg, rank: None)
+    monkeypatch.setattr(train_rl.deliberate, "run_llm", run_llm)
+    cfg = train_rl.Config(target="leader", agents=3, questions=3, val_n=0)
+    pool, stats = train_rl.peer_pool(cfg, 0, 1)
+    assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
+    assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
+    pool, _ = train_rl.peer_pool(train_rl.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1)
+    assert len(pool) == 3
+
+
+@pytest.mark.slow
+def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
+    """--target agents on the default backbone (rewards vary: the format term), killed after step 2 of 3 and
+    resumed: the same weights as an uninterrupted run, no metric step logged twice."""
+    args = [str(ROOT / "train_rl.py"), "--target", "agents", "--algo", "magrpo", "--protocol", "parallel",
+            "--agents", "1", "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "24",
+            "--format-reward", "0.5", "--steps", "3", "--save-every", "1", "--llm-lr", "1e-4", "--val-n", "4"]
+    run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
+    killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", "2"], tmp_path, check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
+    assert "resuming from" in resumed.stderr
+    whole = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    again = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in again] == [1, 2, 3]
+    assert any(r["grad_norm"] > 0 for r in whole)  # the run learned something
+    assert [r["mean_reward"] for r in again] == [r["mean_reward"] for r in whole]
+    a, b = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["model"] for d in ("whole", "resumed"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) == 0
