@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,9 @@ import deliberate
 import softrank
 from eval import parse_config
 from sft import (MetricsLog, accumulating, action_distribution, all_gather_list, all_reduce_sum, batch_schedule,
-                 collect_states, completion_batch, crash_if_asked, evaluate_policy, game_config, init_distributed,
-                 load_checkpoint,
-                 load_or_collect, make_engine, save_checkpoint, states_to_tensors, token_logprobs, train_steps,
-                 training_pool, training_questions, wrap_ddp)
+                 collect_states, completion_batch, completion_logprobs, crash_if_asked, evaluate_policy, game_config,
+                 init_distributed, load_checkpoint, load_or_collect, make_engine, save_checkpoint, states_to_tensors,
+                 train_steps, training_pool, training_questions, wrap_ddp)
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
 
@@ -86,7 +86,7 @@ class Config:
     max_new_tokens: int = 192
     trailer: bool = False
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
-    dtype: str = "float32"
+    dtype: str = "float32"        # the frozen backbone's; --target agents/leader: bfloat16 = autocast (fp32 weights)
     engine_batch_size: int = 64
     cache_dir: str = "cache/generations"
     out_dir: str = "runs/rl"
@@ -246,20 +246,18 @@ def loss_aggregation(cfg):
 def agents_loss(model, reference, batch, advantages, cfg, normalizer):
     """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
     by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
-    ids, attention, loss_mask = batch
-    mask = loss_mask[:, 1:]
-    logp = token_logprobs(model, ids, attention, cfg.rollout_temperature)
+    logp, mask = completion_logprobs(model, batch, cfg.rollout_temperature)
     loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, loss_aggregation(cfg), normalizer)
     kl = torch.zeros(())
     if cfg.beta:
         with torch.no_grad():
-            ref_logp = token_logprobs(reference, ids, attention, cfg.rollout_temperature)
+            ref_logp, _ = completion_logprobs(reference, batch, cfg.rollout_temperature)
         kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
         loss = loss + cfg.beta * kl
     return loss, kl.item()
 
 
-def train_llm(cfg, rank, world, device):
+def train_weights(cfg, rank, world, device):
     """--target agents (MAGRPO) and --target leader (MLPO): the same on-policy token-level loop; only the
     rollouts differ."""
     if cfg.questions_per_step % world:
@@ -278,6 +276,12 @@ def train_llm(cfg, rank, world, device):
     engines = [deliberate.Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
                                  batch_size=cfg.engine_batch_size, rank=rank) for _ in range(n_models)]
     models = [e.model for e in engines]
+    if cfg.dtype == "bfloat16":
+        # rollouts from a bf16 copy refreshed every step (autocast on fp32 weights would cast every weight at
+        # every decoded token); the loss runs under autocast: bf16 matmuls on the same rounded weights
+        engines = [deliberate.Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
+                                     device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
+                   for m, e in zip(models, engines)]
     references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.beta else [None] * n_models
     parameters = [p for m in models for p in m.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
@@ -288,16 +292,25 @@ def train_llm(cfg, rank, world, device):
         if cfg.gradient_checkpointing:
             m.gradient_checkpointing_enable()
     wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
+
+    def precision():  # bf16 matmuls, fp32 master weights and optimizer state (what Trainer's --bf16 does)
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
     advantage_fn = AGENT_ALGOS[cfg.algo]
     pad = engines[0].tokenizer.pad_token_id
     bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0)
     for step in bar:
+        began = time.time()
         start = step * cfg.questions_per_step
         questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)][rank::world]
-        for m in models:
+        for m, engine in zip(models, engines):
             m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
+            if engine.model is not m:
+                with torch.no_grad():
+                    for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
+                        rollout_weight.copy_(weight)
         sequences, rewards = (leader_rollouts(engines[0], questions, cfg, step) if cfg.target == "leader"
                               else joint_rollouts(engines, questions, cfg, step))
+        rollout_s = time.time() - began
         advantages = (advantage_fn(rewards, cfg.tau) if cfg.algo == "softrank" else advantage_fn(rewards))
         for m in models:
             m.train()
@@ -307,18 +320,24 @@ def train_llm(cfg, rank, world, device):
         normalizer = {"token": counts[1], "seq": counts[0],
                       "const": counts[0] * cfg.max_new_tokens}[loss_aggregation(cfg)]
         normalizer /= world
-        loss_total, kl_total = 0.0, 0.0
+        loss_total, kl_total, trained = 0.0, 0.0, 0
         for e, (model, ddp) in enumerate(zip(models, wrapped)):
             mine = [s for s in sequences if n_models == 1 or s[2] == e]
+            if not cfg.beta:
+                # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skip its forward and
+                # backward. A rank left with nothing still runs one, for DDP's all-reduce.
+                mine = [s for s in mine if advantages[s[0], s[1]] != 0] or mine[:1]
+            trained += len(mine)
             chunks = range(0, len(mine), cfg.micro_batch)
             for k in chunks:
                 chunk = mine[k:k + cfg.micro_batch]
                 batch = completion_batch([(p, c) for *_, p, c in chunk], pad, device)
                 last = k == chunks[-1]
                 with accumulating(ddp, last):
-                    loss, kl = agents_loss(ddp, references[e], batch,
-                                           advantages[[q for q, *_ in chunk], [g for _, g, *_ in chunk]].to(device),
-                                           cfg, normalizer)
+                    with precision():  # the forward only: backward runs in the forward's dtypes anyway
+                        loss, kl = agents_loss(ddp, references[e], batch,
+                                               advantages[[q for q, *_ in chunk], [g for _, g, *_ in chunk]].to(device),
+                                               cfg, normalizer)
                     loss.backward()
                 loss_total, kl_total = loss_total + loss.item(), kl_total + kl
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, 1.0)
@@ -326,10 +345,10 @@ def train_llm(cfg, rank, world, device):
         optimizer.zero_grad(set_to_none=True)
         flat = (rewards.amax(-1) == rewards.amin(-1)).float()
         sums = all_reduce_sum([loss_total, kl_total, float(rewards.sum()), rewards.numel(), float(flat.sum()),
-                               len(flat)], device)
+                               len(flat), trained], device)
         stats = {"loss": sums[0] / world, "kl": sums[1] / world, "mean_reward": sums[2] / sums[3],
                  "frac_zero_std": sums[4] / sums[5], "zero_std_groups": sums[4], "grad_norm": float(grad_norm),
-                 "tokens": counts[1]}
+                 "tokens": counts[1], "trained_sequences": sums[6], "rollout_s": rollout_s, "step_s": time.time() - began}
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
@@ -350,6 +369,8 @@ def main(cfg):
     if cfg.target in ("agents", "leader"):
         if cfg.algo not in AGENT_ALGOS:
             sys.exit(f"unknown --algo {cfg.algo!r} for --target {cfg.target}: choose one of {', '.join(AGENT_ALGOS)}")
+        if cfg.dtype not in ("float32", "bfloat16"):
+            sys.exit(f"--dtype {cfg.dtype!r} for --target {cfg.target}: choose float32 or bfloat16 (autocast)")
         if cfg.loss_agg and cfg.loss_agg not in softrank.PG_KINDS:
             sys.exit(f"unknown --loss-agg {cfg.loss_agg!r}: choose one of {', '.join(softrank.PG_KINDS)}")
         if cfg.protocol not in ("parallel", "debate"):
@@ -357,7 +378,7 @@ def main(cfg):
         rank, world, device = init_distributed()
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         try:
-            return train_llm(cfg, rank, world, device)
+            return train_weights(cfg, rank, world, device)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -82,16 +82,33 @@ def test_completion_batch_masks_prompt_and_padding(tiny_model):
     model, _ = tiny_model
     sequences = [([5, 6, 7], [8, 9]), ([5], [10, 11, 12, 13])]
     ids, attention, loss_mask = sft.completion_batch(sequences, pad_id=0, device="cpu")
-    assert loss_mask.tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]]
-    assert attention.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]] and ids[0].tolist() == [5, 6, 7, 8, 9]
-    ids, attention, loss_mask = sft.completion_batch([([5, 6], [8]), ([5], [10, 11, 12])], 0, "cpu")
-    assert loss_mask.tolist() == [[0, 0, 1, 0], [0, 1, 1, 1]] and attention[0].tolist() == [1, 1, 1, 0]
-    # padding is never a target and, after the sequence, never context: other pad ids, same loss
+    # prompts left-padded, completions right-padded: every completion starts at column 3
+    assert ids.tolist() == [[5, 6, 7, 8, 9, 0, 0], [0, 0, 5, 10, 11, 12, 13]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]]
+    assert loss_mask.tolist() == [[0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1]]
+    logp, mask = sft.completion_logprobs(model, (ids, attention, loss_mask))
+    assert logp.shape == (2, 4) and mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+    # padding is never a target and never context: other pad ids, same loss
     def loss(pad):
-        ids, attention, mask = sft.completion_batch([([5, 6], [8]), ([5], [10, 11, 12])], pad, "cpu")
-        return -torch.where(mask[:, 1:].bool(), sft.token_logprobs(model, ids, attention), 0).sum()
+        logp, mask = sft.completion_logprobs(model, sft.completion_batch(sequences, pad, "cpu"))
+        return -torch.where(mask.bool(), logp, 0).sum()
     with torch.no_grad():
         assert loss(0).item() == loss(1234).item()
+
+
+def test_completion_logprobs_match_each_sequence_alone(tiny_model):
+    """Batched and padded on both sides, each completion scores as it does alone: the position ids skip
+    the left padding, as in generation."""
+    model, _ = tiny_model
+    sequences = [([5, 6, 7, 30], [8, 9]), ([5], [10, 11, 12, 13]), ([40, 41], [42])]
+    with torch.no_grad():
+        logp, mask = sft.completion_logprobs(model, sft.completion_batch(sequences, 0, "cpu"), temperature=0.7)
+        for b, (p, c) in enumerate(sequences):
+            alone = sft.token_logprobs(model, torch.tensor([p + c]), torch.ones(1, len(p) + len(c), dtype=torch.long),
+                                       temperature=0.7)[0, -len(c):]
+            torch.testing.assert_close(logp[b, :len(c)], alone, rtol=1e-5, atol=1e-5)
+            assert mask[b].sum() == len(c)
 
 
 # ---------------------------------------------------------------- the scripts, as subprocesses
@@ -211,17 +228,20 @@ def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
 
 
 # ---------------------------------------------------------------- --target agents (MAGRPO)
+def rollout_sequences(tokenizer):
+    """Two (prompt, completion) pairs of different prompt and completion lengths."""
+    return [(tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"], tokenizer(" It is 5.")["input_ids"]),
+            (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"])]
+
+
 def rollout_batch(tokenizer):
-    """Two sequences of different prompt and completion lengths (right-padded in the batch)."""
-    sequences = [(tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"], tokenizer(" It is 5.")["input_ids"]),
-                 (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"])]
-    return sft.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
+    return sft.completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
 
 
-def agents_grads(model, batches, advantages, cfg, normalizer):
+def agents_grads(model, batches, advantages, cfg, normalizer, reference=None):
     model.zero_grad()
     for batch, adv in zip(batches, advantages):
-        loss, _ = train_rl.agents_loss(model, None, batch, adv, cfg, normalizer)
+        loss, _ = train_rl.agents_loss(model, reference, batch, adv, cfg, normalizer)
         loss.backward()
     return [p.grad.clone() for p in model.parameters()]
 
@@ -229,10 +249,11 @@ def agents_grads(model, batches, advantages, cfg, normalizer):
 def test_agents_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
     model, tokenizer = tiny_model
     ids, attention, mask = rollout_batch(tokenizer)
-    logp = sft.token_logprobs(model, ids, attention).detach().requires_grad_(True)
-    loss, _ = softrank.policy_gradient_loss(logp, torch.tensor([1.0, -0.5]), mask[:, 1:], "token")
+    logp, completion = sft.completion_logprobs(model, (ids, attention, mask))
+    logp = logp.detach().requires_grad_(True)
+    loss, _ = softrank.policy_gradient_loss(logp, torch.tensor([1.0, -0.5]), completion, "token")
     loss.backward()
-    completion = mask[:, 1:].bool()
+    completion = completion.bool()
     assert (logp.grad[~completion] == 0).all() and (logp.grad[completion] != 0).all()
     # whatever sits in the padding, the parameter gradients are the same, bit for bit
     cfg = train_rl.Config(target="agents", beta=0.0)
@@ -248,14 +269,16 @@ def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
     model, tokenizer = tiny_model
     model = model.double()
     try:
-        ids, attention, mask = rollout_batch(tokenizer)
+        sequences = rollout_sequences(tokenizer)
         cfg = train_rl.Config(target="agents", beta=0.1, loss_agg=agg)
         advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
-        normalizer = softrank.pg_normalizer(mask[:, 1:], agg, max_len=cfg.max_new_tokens)
+        whole = sft.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
+        normalizer = softrank.pg_normalizer(whole[2], agg, max_len=cfg.max_new_tokens)
         reference = copy_model(model)
-        whole = agents_grads_ref(model, reference, [(ids, attention, mask)], [advantages], cfg, normalizer)
-        split = agents_grads_ref(model, reference, [(ids[:1], attention[:1], mask[:1]), (ids[1:], attention[1:], mask[1:])],
-                                 [advantages[:1], advantages[1:]], cfg, normalizer)
+        # each micro-batch is built from its own sequences (its own padding widths), as in training
+        halves = [sft.completion_batch(sequences[k:k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)]
+        whole = agents_grads(model, [whole], [advantages], cfg, normalizer, reference)
+        split = agents_grads(model, halves, [advantages[:1], advantages[1:]], cfg, normalizer, reference)
         for x, y in zip(whole, split):
             torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
     finally:
@@ -268,18 +291,6 @@ def copy_model(model):
         for p in reference.parameters():
             p.add_(0.01 * torch.randn_like(p))  # a different reference, so the KL term has a gradient
     return reference
-
-
-def agents_grads_ref(model, reference, batches, advantages, cfg, normalizer):
-    model.zero_grad()
-    for batch, adv in zip(batches, advantages):
-        # a micro-batch has its own padding width: cut the shared padding off the narrower slice
-        ids, attention, mask = batch
-        width = int(attention.sum(-1).max())
-        loss, _ = train_rl.agents_loss(model, reference, (ids[:, :width], attention[:, :width], mask[:, :width]),
-                                       adv, cfg, normalizer)
-        loss.backward()
-    return [p.grad.clone() for p in model.parameters()]
 
 
 def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
@@ -301,8 +312,9 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     out = tmp_path / "agents"
     run([str(ROOT / "train_rl.py"), "--target", "agents", "--algo", "magrpo", "--model", tiny_model_dir,
          "--questions-per-step", "2", "--group", "2", "--agents", "2", "--rounds", "1", "--max-new-tokens", "6",
-         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0.1", "--out-dir", str(out)],
-        tmp_path, torchrun)
+         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0.1", "--out-dir", str(out),
+         # the bf16 path (rollouts from a bf16 copy, autocast loss) in one of the two runs
+         "--dtype", "float32" if torchrun else "bfloat16"], tmp_path, torchrun)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
@@ -316,13 +328,15 @@ def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_d
     out = tmp_path / "leader"
     run([str(ROOT / "train_rl.py"), "--target", "leader", "--algo", "magrpo", "--model", tiny_model_dir,
          "--questions", "6", "--questions-per-step", "2", "--group", "2", "--agents", "3", "--max-new-tokens", "6",
-         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--out-dir", str(out),
+         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0", "--out-dir", str(out),
          "--cache-dir", str(tmp_path / "cache")], tmp_path, torchrun)
     # random peers are never right: no question is filtered out
     assert json.loads((out / "pool.json").read_text()) == {"candidates": 6, "kept": 6, "peer_accuracy": 0.0}
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]
     assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
+    # beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
+    assert all(r["trained_sequences"] == (2 if torchrun else 1) for r in lines)
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["target"] == "leader"
     assert D.Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
