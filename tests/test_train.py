@@ -126,6 +126,10 @@ def weights(path):
     return torch.load(path, weights_only=False)["state_dict"]
 
 
+def metrics(out_dir):
+    return [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
 def max_difference(a, b):
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
@@ -149,7 +153,7 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     assert [r["label"] for r in corpus[0]] == [r["label"] for r in corpus[1]]
     # same global batches, gradients summed in another order: equal up to float rounding (through Adam)
     assert max_difference(weights(single / "policy.pt"), weights(multi / "policy.pt")) < 1e-4
-    lines = [json.loads(line) for line in (single / "metrics.jsonl").read_text().splitlines()]
+    lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
     summary = json.loads((single / "summary.json").read_text())
     assert summary["states"] == len(corpus[0]) and set(summary["label_distribution"]) == {"persist", "refine", "concede"}
@@ -190,8 +194,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tiny_model_dir, tmp_pa
     assert "resuming from" in resumed.stderr
     assert max_difference(weights(tmp_path / "whole" / "policy.pt"), weights(tmp_path / "resumed" / "policy.pt")) == 0
     # the log is the uninterrupted run's: no step twice
-    steps_logged = [json.loads(line)["step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
-                    if "loss" in line]
+    steps_logged = [r["step"] for r in metrics(tmp_path / "resumed") if "loss" in r]
     assert steps_logged == list(range(1, 2 * steps + 1))
     # the same command once more: the run is complete, nothing is trained again
     again = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
@@ -216,7 +219,7 @@ def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
     run([str(ROOT / "sft.py"), "--target", "llm", "--questions", "12", "--val-n", "4", "--samples", "4",
          "--max-new-tokens", "128", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1",
          "--out-dir", str(tmp_path / "llm"), "--cache-dir", str(tmp_path / "cache")], tmp_path)
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "llm" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in metrics(tmp_path / "llm")]
     assert losses and all(0 < x < 10 for x in losses)
     tuned, _ = D.load_model(str(tmp_path / "llm" / "model"))
     original, _ = D.load_model(default_model_dir)
@@ -307,15 +310,22 @@ def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
 
 
+def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
+    """train_rl.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into tmp_path/target;
+    returns its metric lines."""
+    run([str(ROOT / "train_rl.py"), "--target", target, "--algo", "magrpo", "--model", model_dir,
+         "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2", "--val-n", "4",
+         "--micro-batch", "3", "--out-dir", str(tmp_path / target), *extra], tmp_path, torchrun)
+    return metrics(tmp_path / target)
+
+
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "agents"
-    run([str(ROOT / "train_rl.py"), "--target", "agents", "--algo", "magrpo", "--model", tiny_model_dir,
-         "--questions-per-step", "2", "--group", "2", "--agents", "2", "--rounds", "1", "--max-new-tokens", "6",
-         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0.1", "--out-dir", str(out),
-         # the bf16 path (rollouts from a bf16 copy, autocast loss) in one of the two runs
-         "--dtype", "float32" if torchrun else "bfloat16"], tmp_path, torchrun)
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2", "--rounds", "1",
+                             "--beta", "0.1",
+                             # the bf16 path (rollouts from a bf16 copy, autocast loss) in one of the two runs
+                             "--dtype", "float32" if torchrun else "bfloat16")
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
     assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
@@ -326,13 +336,10 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "leader"
-    run([str(ROOT / "train_rl.py"), "--target", "leader", "--algo", "magrpo", "--model", tiny_model_dir,
-         "--questions", "6", "--questions-per-step", "2", "--group", "2", "--agents", "3", "--max-new-tokens", "6",
-         "--steps", "2", "--val-n", "4", "--micro-batch", "3", "--beta", "0", "--out-dir", str(out),
-         "--cache-dir", str(tmp_path / "cache")], tmp_path, torchrun)
+    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6", "--agents", "3",
+                             "--beta", "0", "--cache-dir", str(tmp_path / "cache"))
     # random peers are never right: no question is filtered out
     assert json.loads((out / "pool.json").read_text()) == {"candidates": 6, "kept": 6, "peer_accuracy": 0.0}
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]
     assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
     # beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
@@ -377,8 +384,8 @@ def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir)
     assert killed.returncode == -9, killed.stderr[-2000:]
     resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
     assert "resuming from" in resumed.stderr
-    whole = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
-    again = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    whole = metrics(tmp_path / "whole")
+    again = metrics(tmp_path / "resumed")
     assert [r["step"] for r in again] == [1, 2, 3]
     assert any(r["grad_norm"] > 0 for r in whole)  # the run learned something
     assert [r["mean_reward"] for r in again] == [r["mean_reward"] for r in whole]
