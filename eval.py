@@ -28,7 +28,7 @@ import deliberate
 class Config:
     task: str = "arith"
     path: str = ""                 # data file for file-based tasks
-    split: str = "test"
+    split: str = ""                # "" = test for arith, all for a file; train/test of a file: see data.split_of
     level: int = 0                 # arith difficulty 1..4 (0: the task's default, easy)
     n: int = 200                   # questions (a seeded random subset)
     seed: int = 0                  # question subset, every LLM call's seed and the random policy
@@ -122,6 +122,8 @@ def print_table(summaries):
 
 def main(cfg):
     protocols = [p.strip() for p in cfg.protocols.split(",") if p.strip()]
+    # a file may be a test set in itself, so it is taken whole unless a split is asked for
+    cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all"))
     kw = {"level": cfg.level} if cfg.level else {}
     examples = data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
     engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,

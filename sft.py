@@ -120,7 +120,8 @@ def all_gather_list(items):
 # Questions and the corpus of game states
 # ----------------------------------------------------------------------------------------------------
 def training_pool(cfg):
-    """The task's training split in a seeded shuffle: the first `val_n` are the validation questions."""
+    """The task's training split (of a file: the ~5/6 that data.split_of puts in train) in a seeded shuffle;
+    the first `val_n` are the validation questions."""
     kw = {"level": cfg.level} if cfg.level else {}
     pool = data.load_task(cfg.task, path=cfg.path or None, split="train", **kw)
     random.Random(cfg.seed).shuffle(pool)

@@ -13,22 +13,24 @@ import random
 
 from . import arith
 from .answers import ANSWER_TASKS, answer_kind, extract_answer, is_correct, last_boxed, normalize_number
-from .example import DataError, Example
+from .example import DataError, Example, split_of
 from .files import FILE_TASKS, load_stats, read_records
 
 TASKS = ("arith", "arith1", "arith2", "arith3", "arith4") + tuple(FILE_TASKS)
 
 __all__ = ["Example", "DataError", "TASKS", "ANSWER_TASKS", "load_task", "extract_answer", "is_correct",
-           "normalize_number", "answer_kind", "last_boxed", "load_stats", "read_records"]
+           "normalize_number", "answer_kind", "last_boxed", "load_stats", "read_records", "split_of"]
 
 
-def load_task(name: str, path=None, split: str = "train", n: int | None = None, seed: int = 0,
+def load_task(name: str, path=None, split: str | None = None, n: int | None = None, seed: int = 0,
               **kw) -> list[Example]:
     """The examples of a task, all of them (n=None) or a seeded random subset of n.
 
     name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed level),
            or a file task: "gsm8k", "mawps", "svamp", "mc", "math", which need path.
-    split: "train" or "test" for arith. A file task's file is its split; split is recorded in meta only.
+    split: "train" (the default) or "test" for arith. For a file task: "all" (the default) is the whole file;
+           "train" / "test" divide it by a hash of each question's text (about 1 in 6 to test, data.split_of),
+           so a policy trained on a file's train split is evaluated on questions it never saw.
     n, seed: random.Random(seed).sample(all_examples, n); n larger than the task is an error.
     """
     if name not in TASKS:
@@ -45,13 +47,16 @@ def load_task(name: str, path=None, split: str = "train", n: int | None = None, 
             level = 1   # the embedded default task: easy
         if kw:
             raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))} (known: level)")
-        examples = arith.load(split, level)
+        examples = arith.load(split or "train", level)
     else:
         if path is None:
             raise ValueError(f"task {name!r} reads a file: pass path=... (e.g. a .jsonl/.json/.csv file)")
         if kw:
             raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))}")
-        examples = FILE_TASKS[name](path)
+        split = split or "all"
+        if split not in ("all", "train", "test"):
+            raise ValueError(f"a file task has splits all, train and test, not {split!r}")
+        examples = [ex for ex in FILE_TASKS[name](path) if split == "all" or split_of(ex.question) == split]
         for ex in examples:
             ex.meta["split"] = split
 

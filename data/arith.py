@@ -13,10 +13,9 @@ split when the sha256 of its text says so (about 1 in 6), else to train, until t
 pool is never in any train pool, whatever the level. load_task's n/seed then subsample a pool.
 """
 import functools
-import hashlib
 import random
 
-from .example import Example
+from .example import Example, split_of
 
 LEVELS = (1, 2, 3, 4)
 POOL_SIZE = {"train": 10000, "test": 2000}
@@ -320,12 +319,6 @@ TEMPLATES = {f.__name__: f for f in (buy_more, shopping, share, spending, rate_t
 _TEMPLATE_LIST = tuple(TEMPLATES.items())   # fixed order: the stream picks templates by index
 
 
-def _split_of(question: str) -> str:
-    """"test" for about 1 question in 6, decided by the text alone (stable across machines and levels)."""
-    digest = hashlib.sha256(question.encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % 6 == 0 else "train"
-
-
 @functools.lru_cache(maxsize=None)
 def _pools(level: int) -> dict:
     """Both pools of one level as tuples of (question, answer, template, expr). Cached: ~0.1 s per level."""
@@ -340,7 +333,7 @@ def _pools(level: int) -> dict:
         if question in seen:
             continue
         seen.add(question)
-        split = _split_of(question)
+        split = split_of(question)
         if len(pools[split]) < POOL_SIZE[split]:
             pools[split].append((question, answer, tname, expr))
     raise RuntimeError(f"arith level {level}: templates too narrow to fill the pools")

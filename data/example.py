@@ -1,5 +1,13 @@
-"""The record every task loader returns, and the error every loader raises on bad input."""
+"""The record every task loader returns, the error every loader raises on bad input, and the split rule."""
+import hashlib
 from dataclasses import dataclass, field
+
+
+def split_of(question: str) -> str:
+    """"test" for about 1 question in 6, decided by the text alone: stable across machines, files and
+    arith levels, so a question in any test split is never in a train split."""
+    digest = hashlib.sha256(question.encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") % 6 == 0 else "train"
 
 
 class DataError(ValueError):

@@ -390,6 +390,20 @@ def test_subsets(tmp_path):
         load_task("gsm8k", path=p, n=-1)
 
 
+def test_file_splits_by_question_hash(tmp_path):
+    p = _jsonl(tmp_path / "g.jsonl", [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(600)])
+    whole = load_task("gsm8k", path=p)
+    assert [e.id for e in load_task("gsm8k", path=p, split="all")] == [e.id for e in whole]
+    train, test = load_task("gsm8k", path=p, split="train"), load_task("gsm8k", path=p, split="test")
+    # a partition of the file, in file order, decided by the text alone (the rule arith's pools use)
+    assert sorted(e.id for e in train + test) == sorted(e.id for e in whole)
+    assert all(data.split_of(e.question) == "test" for e in test) and 60 < len(test) < 140
+    assert {e.meta["split"] for e in test} == {"test"} and {e.meta["split"] for e in whole} == {"all"}
+    assert all(data.split_of(e.question) == "test" for e in load_task("arith", split="test", level=1)[:200])
+    with pytest.raises(ValueError, match="all, train and test"):
+        load_task("gsm8k", path=p, split="validation")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the real data sets (skipped where /work/shared/data is absent)
 
@@ -415,6 +429,8 @@ def test_mawps_real_file():
         assert not re.search(r"number\d", e.question) and normalize_number(e.answer) is not None
         assert is_correct(extract_answer(f"Answer: {e.answer}", "mawps"), e.answer, "mawps")
     assert ex[0].question.startswith("Bryan took a look at his books as well. If Bryan has 56 books")
+    test = load_task("mawps", path=path, split="test")
+    assert len(test) == 507 and len(load_task("mawps", path=path, split="train")) == 3120 - 507
 
 
 # ---------------------------------------------------------------------------------------------------------
