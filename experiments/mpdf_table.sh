@@ -7,6 +7,8 @@
 #   N=100 SEEDS=0 Q=64 OUT=runs/small bash experiments/mpdf_table.sh   # smaller budgets
 #   TASK=mawps DATA=../shared/data/mawps_asdiv/train.csv EVAL_ONLY=runs/exp bash experiments/mpdf_table.sh
 #       (EVAL_ONLY: evaluate the policies trained under that folder on TASK, e.g. the arith-trained ones)
+#   TASK=mawps DATA=../shared/data/mawps_asdiv/train.csv OUT=runs/exp-mawps bash experiments/mpdf_table.sh
+#       (trained on the file's train part, evaluated on its test part: data.split_of keeps them disjoint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
