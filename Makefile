@@ -20,7 +20,7 @@ setup: $(STAMP)
 
 # Converts the GGUF backbone to an HF checkpoint once (cached under ~/.cache/mpdf, or $$MPDF_CACHE).
 model: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -c "import deliberate; print('default model:', deliberate.default_model_path())"
+	HF_HUB_OFFLINE=1 $(PY) -c "import backbone; print('default model:', backbone.default_model_path())"
 
 # The whole pipeline on small budgets (about 20 minutes on 2 CPU cores): stage 1, stage 2, then every
 # protocol side by side on held-out questions. Generations are cached under cache/, so a rerun is quick.

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import backbone
 import data
 import deliberate
 
@@ -164,7 +165,7 @@ def matmul_peak_flops(dtype):
             layer = torch.ao.quantization.quantize_dynamic(layer, {torch.nn.Linear}, dtype=torch.qint8)
         run = lambda: layer(x)  # noqa: E731
     else:
-        w = torch.randn(2048, 2048, dtype=deliberate.DTYPES[dtype])
+        w = torch.randn(2048, 2048, dtype=backbone.DTYPES[dtype])
         x = x.to(w.dtype)
         run = lambda: x @ w  # noqa: E731
     run()

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import backbone  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
 import train_rl  # noqa: E402
@@ -57,7 +58,7 @@ def trl(steps, dtype, root):
         def on_step_end(self, *_, **__):
             self.times.append(time.time() - self.began)
 
-    model, tokenizer = deliberate.load_model(deliberate.default_model_path())
+    model, tokenizer = backbone.load_model()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     args = GRPOConfig(output_dir=str(Path(root) / f"trl-{dtype}"), per_device_train_batch_size=PROMPTS * GROUP,

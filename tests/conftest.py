@@ -1,7 +1,7 @@
 """Shared pytest fixtures: the repo root on sys.path, a tiny random model, and the default backbone.
 
 Fixtures (all generic, for any test file):
-  default_model_dir   the converted default backbone (deliberate.default_model_path(); converts once if absent)
+  default_model_dir   the converted default backbone (backbone.default_model_path(); converts once if absent)
   tiny_model_dir      a 2-layer random Llama with the default tokenizer, saved with save_pretrained, so that
                       `Engine(model_path=dir)` and `load_model(dir)` work on it (loads in well under a second)
   tiny_model          (model, tokenizer) loaded once from tiny_model_dir; build per-test engines with
@@ -51,8 +51,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def default_model_dir():
-    import deliberate
-    return deliberate.default_model_path()
+    import backbone
+    return backbone.default_model_path()
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +75,8 @@ def tiny_model_dir(tmp_path_factory, default_model_dir):
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    import deliberate
-    return deliberate.load_model(tiny_model_dir)
+    import backbone
+    return backbone.load_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")

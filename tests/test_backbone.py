@@ -1,4 +1,4 @@
-"""Tests of deliberate.py section 1 (Backbone): the embedded GGUF file, its conversion, and model loading.
+"""Tests of backbone.py: the embedded GGUF file, its conversion, and model loading.
 
 The converted checkpoint must be the GGUF model itself (same weights, same tokenizer, same greedy text);
 the default backbone must load with the hub offline; paths and dtypes behave as documented.
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import backbone
 import deliberate
-from deliberate import default_gguf_path, default_model_path, load_model
+from backbone import default_gguf_path, default_model_path, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_default_gguf_path_finds_the_file():
     path = default_gguf_path()
     assert isinstance(path, Path) and path.is_file()
-    assert path.name == deliberate.GGUF_FILE and path.suffix == ".gguf"
+    assert path.name == backbone.GGUF_FILE and path.suffix == ".gguf"
     with open(path, "rb") as f:
         assert f.read(4) == b"GGUF"   # the format's magic number
     assert path.stat().st_size > 50_000_000   # a real 135M-parameter Q4_1 file, not an LFS pointer
 
 
 def test_default_gguf_path_explains_a_missing_package(monkeypatch):
-    monkeypatch.setattr(deliberate, "GGUF_PACKAGE", "no_such_package_mpdf_test")
+    monkeypatch.setattr(backbone, "GGUF_PACKAGE", "no_such_package_mpdf_test")
     with pytest.raises(FileNotFoundError, match="make setup"):
         default_gguf_path()
 
@@ -44,7 +45,7 @@ def test_default_gguf_path_explains_a_missing_package(monkeypatch):
 # default_model_path
 
 def test_default_model_path_is_the_converted_cache(monkeypatch, default_model_dir):
-    expected = deliberate.CACHE_ROOT / "smollm2-135m-instruct"
+    expected = backbone.CACHE_ROOT / "smollm2-135m-instruct"
     if not (expected / "config.json").exists():
         pytest.skip("MPDF_MODEL_DIR points elsewhere; not converting a second copy")
     monkeypatch.delenv("MPDF_MODEL_DIR", raising=False)
@@ -98,7 +99,7 @@ def test_load_model_dtypes(tiny_model_dir, dtype, expected):
 
 
 def test_load_model_int8_runs(tiny_model_dir):
-    if "int8" not in deliberate.DTYPES:
+    if "int8" not in backbone.DTYPES:
         pytest.skip("no int8 option in this version")
     engine = deliberate.Engine(model_path=tiny_model_dir, dtype="int8")
     out = engine.generate(["Once upon a time"], [0], max_new_tokens=6, temperature=0)[0]
@@ -130,8 +131,8 @@ def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir
 
 OFFLINE_SCRIPT = """
 import torch
-import deliberate
-model, tokenizer = deliberate.load_model()
+import backbone
+model, tokenizer = backbone.load_model()
 messages = [{"role": "user", "content": "What is the capital of France?"}]
 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
@@ -145,8 +146,8 @@ print("ANSWER:", text)
 # the GGUF side of test_converted_checkpoint_is_the_gguf_model: the prompt string comes in argv[1]
 GGUF_SCRIPT = """
 import hashlib, json, sys, torch
-import deliberate
-model, tokenizer = deliberate.load_gguf(deliberate.default_gguf_path())
+import backbone
+model, tokenizer = backbone.load_gguf(backbone.default_gguf_path())
 ids = tokenizer(sys.argv[1], add_special_tokens=False)["input_ids"]
 with torch.inference_mode():
     out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
@@ -197,7 +198,7 @@ def collect(proc, tag):
 
 @pytest.mark.slow
 def test_default_backbone_loads_offline_in_a_fresh_process(background):
-    """HF_HUB_OFFLINE=1, a fresh interpreter: deliberate.load_model() loads the default and answers."""
+    """HF_HUB_OFFLINE=1, a fresh interpreter: backbone.load_model() loads the default and answers."""
     assert collect(background["test_default_backbone_loads_offline_in_a_fresh_process"], "ANSWER:").strip()
 
 

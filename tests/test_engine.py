@@ -1,4 +1,4 @@
-"""Tests of deliberate.py section 2 (Engine): the sampling loop against HF `generate`, seeds, stop strings,
+"""Tests of deliberate.py section 1 (Engine): the sampling loop against HF `generate`, seeds, stop strings,
 token counts, the on-disk GenerationCache and pick_next_tokens. Public behaviour only.
 
 Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy comparison

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import data
+import backbone
 import deliberate as D
 import sft
 import softrank
@@ -221,8 +222,8 @@ def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
          "--out-dir", str(tmp_path / "llm"), "--cache-dir", str(tmp_path / "cache")], tmp_path)
     losses = [r["loss"] for r in metrics(tmp_path / "llm")]
     assert losses and all(0 < x < 10 for x in losses)
-    tuned, _ = D.load_model(str(tmp_path / "llm" / "model"))
-    original, _ = D.load_model(default_model_dir)
+    tuned, _ = backbone.load_model(str(tmp_path / "llm" / "model"))
+    original, _ = backbone.load_model(default_model_dir)
     changed = [name for name, p in tuned.named_parameters()
                if not torch.equal(p, dict(original.named_parameters())[name])]
     assert changed  # one optimizer step at lr 1e-5 moves the weights
