@@ -20,6 +20,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 import backbone
 import data
 import deliberate
@@ -249,17 +251,19 @@ def bench_debate(cfg):
     import torch
     n = cfg.bench_n or 32
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size)
+    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
+                               progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     start = time.time()
     deliberate.run_protocol(engine, examples, "debate", game)
     engine_s = time.time() - start
+    print(f"engine: {engine_s:.0f} s; now the usual way", file=sys.stderr)
     model, tokenizer = engine.model, engine.tokenizer
     start = time.time()
     torch.manual_seed(cfg.seed)
     with torch.inference_mode():
-        for ex in examples:
+        for ex in tqdm(examples, desc="usual way", unit="q"):
             def solve(prompt):
                 batch = tokenizer(engine.chat(prompt), return_tensors="pt", add_special_tokens=False)
                 out = model.generate(**batch, max_new_tokens=game.max_new_tokens, do_sample=True,

@@ -78,3 +78,30 @@ def test_eval_leader_protocol(tmp_path, tiny_model_dir):
            f"leader={tmp_path / 'nowhere'}", "--cache-dir", ""]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0 and "not an HF checkpoint directory" in proc.stderr
+
+
+def run_bench(tmp_path, *flags):
+    """eval.py --bench ... on the tiny model; its last stdout line is the JSON result."""
+    proc = subprocess.run([sys.executable, str(ROOT / "eval.py"), *flags], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
+    result = run_bench(tmp_path, "--bench", "generate", "--bench-n", "6", "--model", tiny_model_dir)
+    assert result["prompts"] == 6
+    # the engine in fp32 is HF generate token for token, greedy, on every row
+    assert result["outputs_match"] is True and result["rows_matching"] == 6
+    assert result["fastest"] in ("float32", "int8")
+    assert result["engine_tok_s"] == result[f"engine_{result['fastest']}_tok_s"]
+    assert result["ratio"] == pytest.approx(result["engine_tok_s"] / result["hf_tok_s"])
+    assert result["ratio"] >= result["ratio_fp32"] > 0 and 0 < result["roofline_frac"]
+
+
+def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
+    result = run_bench(tmp_path, "--bench", "debate", "--bench-n", "2", "--agents", "2", "--rounds", "1",
+                       "--max-new-tokens", "6", "--model", tiny_model_dir)
+    assert (result["questions"], result["agents"], result["rounds"]) == (2, 2, 1)
+    assert result["engine_s"] > 0 and result["usual_s"] > 0
+    assert result["ratio"] == pytest.approx(result["usual_s"] / result["engine_s"])
