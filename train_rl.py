@@ -396,6 +396,13 @@ def main(cfg):
     reference = deliberate.load_policy(cfg.init)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank) or {"iteration": 0, "step": 0, "global_step": 0}
+    if counters["iteration"] >= cfg.iterations and (out / "summary.json").is_file():
+        # a finished run, started again (by hand or by a study script): nothing to train, validate or overwrite
+        if rank == 0:
+            print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return json.loads((out / "summary.json").read_text())
     log = MetricsLog(out, rank, counters["global_step"])
     engine = make_engine(cfg, rank)
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])

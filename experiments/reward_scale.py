@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import deliberate  # noqa: E402
 import train_rl  # noqa: E402
 from eval import parse_config  # noqa: E402
 
@@ -25,6 +26,20 @@ def curves(out_dir):
         lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         curves[run_dir.name] = [(r["step"], r["val_accuracy"]) for r in lines if "val_accuracy" in r]
     return curves
+
+
+def weight_gaps(runs_dir):
+    """Max |w - w_x1| of each run's final policy against its algorithm's unscaled run: 0 means the reward
+    variant did not change training at all (what a rank-based advantage promises for increasing maps)."""
+    def weights(name):
+        return deliberate.load_policy(runs_dir / name / "policy.pt").state_dict()
+    gaps = {}
+    for algo in ("softrank", "grpo"):
+        reference = weights(f"{algo}-x1")
+        for name in VARIANTS:
+            other = weights(f"{algo}-{name}")
+            gaps[f"{algo}-{name}"] = max((other[k] - reference[k]).abs().max().item() for k in reference)
+    return gaps
 
 
 def plot(curves, path):
@@ -56,8 +71,9 @@ if __name__ == "__main__":
         for name, (scale, transform) in VARIANTS.items():
             train_rl.main(dataclasses.replace(base, algo=algo, reward_scale=scale, reward_transform=transform,
                                               out_dir=str(root / "runs" / f"{algo}-{name}")))
-    result = curves(root / "runs")
-    (root / "curves.json").write_text(json.dumps(result, indent=1))
+    result, gaps = curves(root / "runs"), weight_gaps(root / "runs")
+    (root / "curves.json").write_text(json.dumps({"val_accuracy": result, "max_abs_dw_vs_x1": gaps}, indent=1))
     for name, points in result.items():
-        print(f"{name:<16}" + " ".join(f"{step}:{acc:.3f}" for step, acc in points))
+        print(f"{name:<16}" + " ".join(f"{step}:{acc:.3f}" for step, acc in points)
+              + f"   max|dw| vs x1: {gaps[name]:.1e}")
     plot(result, root / "reward_scale.png")
