@@ -363,34 +363,9 @@ def train_weights(cfg, rank, world, device):
     return models
 
 
-def main(cfg):
-    if cfg.target not in ("policy", "agents", "leader"):
-        sys.exit(f"unknown --target {cfg.target!r}: choose policy, agents or leader")
-    if cfg.target in ("agents", "leader"):
-        if cfg.algo not in AGENT_ALGOS:
-            sys.exit(f"unknown --algo {cfg.algo!r} for --target {cfg.target}: choose one of {', '.join(AGENT_ALGOS)}")
-        if cfg.dtype not in ("float32", "bfloat16"):
-            sys.exit(f"--dtype {cfg.dtype!r} for --target {cfg.target}: choose float32 or bfloat16 (autocast)")
-        if cfg.loss_agg and cfg.loss_agg not in softrank.PG_KINDS:
-            sys.exit(f"unknown --loss-agg {cfg.loss_agg!r}: choose one of {', '.join(softrank.PG_KINDS)}")
-        if cfg.protocol not in ("parallel", "debate"):
-            sys.exit(f"unknown --protocol {cfg.protocol!r}: choose parallel or debate")
-        rank, world, device = init_distributed()
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        try:
-            return train_weights(cfg, rank, world, device)
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-    if cfg.algo not in ALGOS:
-        sys.exit(f"unknown --algo {cfg.algo!r}: choose one of {', '.join(ALGOS)}")
-    if cfg.reward_transform not in ("none", "exp"):
-        sys.exit(f"unknown --reward-transform {cfg.reward_transform!r}: choose none or exp")
-    if not Path(cfg.init).is_file():
-        sys.exit(f"--init {cfg.init!r} is not a policy checkpoint: run sft.py first")
-    rank, world, device = init_distributed()
+def train_policy(cfg, rank, world, device):
+    """Stage 2 proper: SoftRankPO (or a baseline) on the counterfactual corpus, re-collected per iteration."""
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     policy = deliberate.load_policy(cfg.init).train()
     reference = deliberate.load_policy(cfg.init)
@@ -400,8 +375,6 @@ def main(cfg):
         # a finished run, started again (by hand or by a study script): nothing to train, validate or overwrite
         if rank == 0:
             print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
-        if dist.is_initialized():
-            dist.destroy_process_group()
         return json.loads((out / "summary.json").read_text())
     log = MetricsLog(out, rank, counters["global_step"])
     engine = make_engine(cfg, rank)
@@ -478,9 +451,35 @@ def main(cfg):
         deliberate.save_policy(snapshot(), out / "policy.pt", train_config=dataclasses.asdict(cfg), summary=summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))
-    if dist.is_initialized():
-        dist.destroy_process_group()
     return summary
+
+
+def main(cfg):
+    if cfg.target not in ("policy", "agents", "leader"):
+        sys.exit(f"unknown --target {cfg.target!r}: choose policy, agents or leader")
+    if cfg.target in ("agents", "leader"):
+        if cfg.algo not in AGENT_ALGOS:
+            sys.exit(f"unknown --algo {cfg.algo!r} for --target {cfg.target}: choose one of {', '.join(AGENT_ALGOS)}")
+        if cfg.dtype not in ("float32", "bfloat16"):
+            sys.exit(f"--dtype {cfg.dtype!r} for --target {cfg.target}: choose float32 or bfloat16 (autocast)")
+        if cfg.loss_agg and cfg.loss_agg not in softrank.PG_KINDS:
+            sys.exit(f"unknown --loss-agg {cfg.loss_agg!r}: choose one of {', '.join(softrank.PG_KINDS)}")
+        if cfg.protocol not in ("parallel", "debate"):
+            sys.exit(f"unknown --protocol {cfg.protocol!r}: choose parallel or debate")
+    else:
+        if cfg.algo not in ALGOS:
+            sys.exit(f"unknown --algo {cfg.algo!r}: choose one of {', '.join(ALGOS)}")
+        if cfg.reward_transform not in ("none", "exp"):
+            sys.exit(f"unknown --reward-transform {cfg.reward_transform!r}: choose none or exp")
+        if not Path(cfg.init).is_file():
+            sys.exit(f"--init {cfg.init!r} is not a policy checkpoint: run sft.py first")
+    rank, world, device = init_distributed()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        return (train_policy if cfg.target == "policy" else train_weights)(cfg, rank, world, device)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
