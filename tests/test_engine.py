@@ -1,4 +1,4 @@
-"""Tests of deliberate.py section 1 (Engine): the sampling loop against HF `generate`, seeds, stop strings,
+"""Tests of engine.py: the sampling loop against HF `generate`, seeds, stop strings,
 token counts, the on-disk GenerationCache and pick_next_tokens. Public behaviour only.
 
 Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy comparison
@@ -12,8 +12,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-import deliberate
-from deliberate import Completion, Engine, GenerationCache, pick_next_tokens
+from engine import Completion, Engine, GenerationCache, common_prefix_length, pick_next_tokens, prefix_groups
 
 
 def tiny_prompts(engine):
@@ -472,7 +471,7 @@ def test_shared_prefix_matches_hf_generate(tiny_engine, prefill_tokens):
     prompts = [tiny_engine.chat(head + tail) for tail in ("Problem: 2 + 2?", "Problem: What is 17 * 3 - 5?",
                                                           "Hi", "Problem: " + "one two " * 12)]
     ids = [tiny_engine.encode(p) for p in prompts]
-    assert deliberate.common_prefix_length(ids) > 40
+    assert common_prefix_length(ids) > 40
     check_against_hf(tiny_engine, prompts, 24)
     tiny_engine.share_prefix = False
     try:
@@ -483,19 +482,19 @@ def test_shared_prefix_matches_hf_generate(tiny_engine, prefill_tokens):
 
 
 def test_common_prefix_length():
-    assert deliberate.common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
-    assert deliberate.common_prefix_length([[5], [6]]) == 0
-    assert deliberate.common_prefix_length([[1, 2], [1, 2]]) == 2
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix_length([[5], [6]]) == 0
+    assert common_prefix_length([[1, 2], [1, 2]]) == 2
 
 
 def test_prefix_groups():
     template = list(range(100, 140))
     team_a = [template + [1] * 50 + [k] for k in range(3)]   # share 90 tokens
     team_b = [template + [2] * 50 + [k] for k in range(3)]
-    groups = deliberate.prefix_groups(team_a + team_b + [[7, 8]])
+    groups = prefix_groups(team_a + team_b + [[7, 8]])
     assert groups == [(0, 3, 90), (3, 6, 90), (6, 7, 0)]
-    assert deliberate.prefix_groups([template + [1], template + [2]]) == [(0, 2, 40)]
-    assert deliberate.prefix_groups([[1] * 5 + [2], [1] * 5 + [3]]) == [(0, 2, 0)]  # too short to share
+    assert prefix_groups([template + [1], template + [2]]) == [(0, 2, 40)]
+    assert prefix_groups([[1] * 5 + [2], [1] * 5 + [3]]) == [(0, 2, 0)]  # too short to share
 
 
 def test_grouped_prefixes_match_hf_generate(tiny_engine):
@@ -504,5 +503,5 @@ def test_grouped_prefixes_match_hf_generate(tiny_engine):
     prompts = [tiny_engine.chat(head.replace("{}", q) + f"You are Agent {i}.") for q in ("apples", "pears")
                for i in (1, 2, 3)]
     ids = sorted(tiny_engine.encode(p) for p in prompts)
-    assert len([g for g in deliberate.prefix_groups(ids) if g[2]]) == 2
+    assert len([g for g in prefix_groups(ids) if g[2]]) == 2
     check_against_hf(tiny_engine, [tiny_engine.tokenizer.decode(x) for x in ids], 16)

@@ -6,6 +6,7 @@ import torch
 
 import data
 import deliberate as D
+from engine import Completion
 from deliberate import PERSIST, REFINE
 
 
@@ -186,7 +187,7 @@ class ScriptedEngine:
 
     def generate(self, prompts, seeds, **kw):
         self.calls += len(prompts)
-        return [D.Completion(self.script(p, s), len(p.split()), 5, "eos") for p, s in zip(prompts, seeds)]
+        return [Completion(self.script(p, s), len(p.split()), 5, "eos") for p, s in zip(prompts, seeds)]
 
     def next_token_logprobs(self, prompts, ids):
         self.critic_calls += len(prompts)
