@@ -1,22 +1,23 @@
-"""The deliberation method shared by every script: prompts, state, policies and the game.
+"""The deliberation game (DESIGN §1, §4, §7): prompts, the round loop, the shaped reward, the protocols.
 
-Read top to bottom (engine.py generates text, backbone.py loads the model):
-  1. Prompts    - the solve / refine / critic prompts and the answer trailer (DESIGN §2).
-  2. State      - the meta-cognitive state vector of an agent (every feature documented).
-  3. Policy     - the meta-policy network and the fixed policies (DESIGN §3).
-  4. Game       - simultaneous rounds of PERSIST / REFINE / CONCEDE(j), the vote and the reward (DESIGN §1, §4).
+Read top to bottom (state.py holds the solutions, actions, vote and state; policy.py the policies;
+engine.py generates text):
+  1. Prompts    - the solve / refine / leader / critic prompts and the answer trailer (DESIGN §2).
+  2. LLM calls  - one engine call for many prompts, parsed into Solutions; the critic pass.
+  3. Reward     - the shaped reward (DESIGN §4) and the counterfactual reward vectors (DESIGN §6).
+  4. The game   - play(): observe -> decide -> execute the simultaneous moves -> reward, round by round.
+  5. Protocols  - MLPO's leader (lead) and every protocol of the evaluation (run_protocol).
 """
-import hashlib
-import json
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 
 import data
-from engine import Engine  # the scripts build theirs as deliberate.Engine: one import for the whole method
+from engine import Engine, call_seed
+from policy import FixedPolicy, make_policy
+from state import (ACTION_KINDS, PERSIST, REFINE, action_kind, adopted_agent, majority_vote, n_actions, observe,
+                   parse_solution, peers_of)
 
 # ----------------------------------------------------------------------------------------------------
 # 1. Prompts. Short: the 135M default backbone loses accuracy on every extra instruction. Measured (48
@@ -97,254 +98,7 @@ def verdict_token_ids(tokenizer):
 
 
 # ----------------------------------------------------------------------------------------------------
-# 2. Meta-cognitive state
-# ----------------------------------------------------------------------------------------------------
-PERSIST, REFINE = 0, 1  # CONCEDE to the k-th peer (peers in agent order, without oneself) is action 2 + k
-ACTION_KINDS = ("persist", "refine", "concede")
-
-
-def action_kind(action):
-    return ACTION_KINDS[min(action, 2)]
-
-
-@dataclass
-class Solution:
-    text: str
-    answer: str | None          # canonical answer string from data.extract_answer; None = unparseable
-    steps: int | None           # self-reported `Steps:`
-    self_confidence: float | None  # self-reported `Confidence: c/10`, as c/10
-    trailer_ok: bool            # all three trailer lines were found
-    completion_tokens: int
-    n_operations: int           # arithmetic operations written out (`3 * 4`)
-    consistent: bool            # the answer equals the last computed result shown (`... = 10`)
-    critic: float | None = None  # introspective confidence p(Correct) from the critic pass
-
-    @property
-    def confidence(self):
-        """Introspective confidence when measured, else the self-report, else 0.5."""
-        if self.critic is not None:
-            return self.critic
-        return self.self_confidence if self.self_confidence is not None else 0.5
-
-
-_STEPS_RE = re.compile(r"steps?\s*:\s*\**\s*(\d{1,3})", re.IGNORECASE)
-_CONFIDENCE_RE = re.compile(r"confidence\s*:\s*\**\s*(\d{1,2}(?:\.\d)?)\s*(/\s*10)?", re.IGNORECASE)
-_ANSWER_LINE_RE = re.compile(r"answer\s*:\s*\S", re.IGNORECASE)
-_OPERATION_RE = re.compile(r"\d\s*[-+*/×x÷]\s*\(?\$?\d")
-_RESULT_RE = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
-
-
-def parse_solution(text, task, completion_tokens=0):
-    """A Solution from a completion. A garbled or missing trailer gives defaults and trailer_ok=False."""
-    answer = data.extract_answer(text, task)
-    steps = [int(m) for m in _STEPS_RE.findall(text)]
-    confidences = [float(c) for c, _ in _CONFIDENCE_RE.findall(text)]
-    confidence = min(confidences[-1], 10.0) / 10 if confidences else None
-    results = _RESULT_RE.findall(text)
-    consistent = bool(results) and answer is not None and data.is_correct(answer, results[-1], task)
-    return Solution(text=text, answer=answer, steps=steps[-1] if steps else None, self_confidence=confidence,
-                    trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
-                    completion_tokens=completion_tokens,
-                    n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),  # not `9/10`
-                    consistent=consistent)
-
-
-# What the policy sees of one solution (never the raw answer value, only relations to the others).
-PROFILE_FEATURES = (
-    "parse_ok",         # the answer could be extracted
-    "trailer_ok",       # the Steps / Confidence / Answer trailer was complete
-    "steps",            # self-reported steps / 10, clipped to 1 (0 when missing)
-    "self_confidence",  # self-reported confidence in [0, 1] (0.5 when missing)
-    "critic",           # p(Correct) from the critic pass (0.5 when not measured)
-    "length",           # completion tokens / 256, clipped to 1
-    "operations",       # arithmetic operations shown / 10, clipped to 1
-    "consistent",       # the answer equals the last computed result shown
-)
-OWN_FEATURES = PROFILE_FEATURES + (
-    "peer_agreement",   # fraction of peers with the same (parsed) answer
-    "is_majority",      # own answer is the current team vote
-    "round",            # t / R
-    "changed_last",     # own answer changed in the previous round
-    "last_none", "last_persist", "last_refine", "last_concede",  # previous action, one-hot
-)
-PEER_FEATURES = PROFILE_FEATURES + (
-    "same_as_me",       # this peer's answer equals mine
-    "peer_is_majority", # this peer's answer is the current team vote
-    "peer_changed_last",
-)
-
-
-def profile(solution):
-    s = solution
-    return [float(s.answer is not None), float(s.trailer_ok), min((s.steps or 0) / 10, 1.0),
-            s.self_confidence if s.self_confidence is not None else 0.5,
-            s.critic if s.critic is not None else 0.5, min(s.completion_tokens / 256, 1.0),
-            min(s.n_operations / 10, 1.0), float(s.consistent)]
-
-
-def same_answer(a, b):
-    return a.answer is not None and a.answer == b.answer
-
-
-def observe(solutions, agent, round_index, rounds, changed, last_actions, task):
-    """Agent `agent`'s observation o_t^i = (own features, one feature row per peer)."""
-    vote, _ = majority_vote(solutions)
-    own = solutions[agent]
-    peers = [j for j in range(len(solutions)) if j != agent]
-    last = last_actions[agent]
-    last_onehot = [float(last is None)] + [float(last is not None and action_kind(last) == k)
-                                           for k in ACTION_KINDS]
-    own_features = profile(own) + [
-        sum(same_answer(own, solutions[j]) for j in peers) / len(peers),
-        float(own.answer is not None and own.answer == vote), round_index / rounds,
-        float(changed[agent])] + last_onehot
-    peer_features = [profile(solutions[j]) + [float(same_answer(own, solutions[j])),
-                                              float(solutions[j].answer is not None and solutions[j].answer == vote),
-                                              float(changed[j])] for j in peers]
-    return own_features, peer_features
-
-
-def majority_vote(solutions, exclude=None):
-    """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
-    confidence, then to the lower agent index. (None, None) when no answer parses."""
-    groups = {}
-    for i, s in enumerate(solutions):
-        if i != exclude and s.answer is not None:
-            groups.setdefault(s.answer, []).append(i)
-    if not groups:
-        return None, None
-    answer = max(groups, key=lambda a: (len(groups[a]), max(solutions[i].confidence for i in groups[a]),
-                                        -min(groups[a])))
-    return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
-
-
-def shaped_reward(before, after, agent, gold, task):
-    """DESIGN §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
-    correct]), all on the same round's post-action answers."""
-    def correct(answer):
-        return float(data.is_correct(answer, gold, task))
-    own = correct(after[agent].answer) - correct(before[agent].answer)
-    return own + correct(majority_vote(after)[0]) - correct(majority_vote(after, exclude=agent)[0])
-
-
-# ----------------------------------------------------------------------------------------------------
-# 3. Policies. Every policy maps a batch of observations to actions; `needs_state` says whether it reads
-#    the state vector (only then does the game pay for the critic pass).
-# ----------------------------------------------------------------------------------------------------
-class PolicyNet(nn.Module):
-    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers, then
-    PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that peer's
-    embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
-
-    def __init__(self, hidden=64, heads=4):
-        super().__init__()
-        self.embed_own = nn.Sequential(nn.Linear(len(OWN_FEATURES), hidden), nn.GELU(), nn.Linear(hidden, hidden))
-        self.embed_peer = nn.Sequential(nn.Linear(len(PEER_FEATURES), hidden), nn.GELU(),
-                                        nn.Linear(hidden, hidden))
-        self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
-        self.self_head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
-        self.concede_head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
-
-    def forward(self, own, peers):
-        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, 2 + P)."""
-        me = self.embed_own(own)
-        them = self.embed_peer(peers)
-        context, _ = self.attend(me[:, None], them, them, need_weights=False)
-        context = context[:, 0]
-        self_logits = self.self_head(torch.cat([me, context], -1))
-        pair = torch.cat([them, me[:, None].expand_as(them), context[:, None].expand_as(them)], -1)
-        return torch.cat([self_logits, self.concede_head(pair)[..., 0]], -1)
-
-
-class MetaPolicy(nn.Module):
-    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`)."""
-    needs_state = True
-
-    def __init__(self, agents=3, hidden=64, heads=4, separate=False):
-        super().__init__()
-        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate}
-        self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
-
-    def forward(self, own, peers, agent_index):
-        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
-        if len(self.nets) == 1:
-            return self.nets[0](own, peers)
-        logits = own.new_zeros(own.shape[0], 2 + peers.shape[1])
-        for a, net in enumerate(self.nets):
-            rows = agent_index == a
-            if rows.any():
-                logits[rows] = net(own[rows], peers[rows])
-        return logits
-
-    @torch.no_grad()
-    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
-        logits = self(own, peers, agent_index)
-        if greedy:
-            return logits.argmax(-1).tolist()
-        return sample_actions(torch.softmax(logits, -1), uniforms)
-
-
-def sample_actions(probs, uniforms):
-    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest of the
-    batch, so sharding questions over ranks, or batching them differently, samples the same actions."""
-    cdf = probs.cumsum(-1)
-    return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
-
-
-def save_policy(policy, path, **extra):
-    torch.save({"config": policy.config, "state_dict": policy.state_dict(), **extra}, path)
-
-
-def load_policy(path):
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    config = dict(checkpoint["config"])
-    policy = MetaPolicy(**config)
-    policy.load_state_dict(checkpoint["state_dict"])
-    return policy.eval()
-
-
-class FixedPolicy:
-    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
-    oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
-    confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
-    needs_state = False
-
-    def __init__(self, name):
-        if name not in ("persist", "random", "refine", "oracle"):
-            raise ValueError(f"unknown fixed policy {name!r}")
-        self.name = name
-
-    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
-        if self.name == "persist":
-            return [PERSIST] * len(info)
-        if self.name == "refine":
-            return [REFINE] * len(info)
-        if self.name == "random":
-            return sample_actions(torch.full((len(info), 2 + peers.shape[1]), 1 / (2 + peers.shape[1])), uniforms)
-        return [oracle_action(x["own_correct"], x["peer_correct"], x["peer_confidence"]) for x in info]
-
-
-def oracle_action(own_correct, peer_correct, peer_confidence):
-    if own_correct:
-        return PERSIST
-    correct_peers = [k for k, ok in enumerate(peer_correct) if ok]
-    if correct_peers:
-        return 2 + max(correct_peers, key=lambda k: (peer_confidence[k], -k))
-    return REFINE
-
-
-def make_policy(spec):
-    """'persist' | 'random' | 'refine' | 'oracle' | a path to a policy checkpoint."""
-    if spec in ("persist", "random", "refine", "oracle"):
-        return FixedPolicy(spec)
-    if not Path(spec).is_file():
-        raise FileNotFoundError(f"policy {spec!r} is neither a fixed policy "
-                                "(persist, random, refine, oracle) nor a checkpoint file")
-    return load_policy(spec)
-
-
-# ----------------------------------------------------------------------------------------------------
-# 4. The game (DESIGN §1, §4) and the protocols of the evaluation (DESIGN §7)
+# 2. LLM calls
 # ----------------------------------------------------------------------------------------------------
 @dataclass
 class GameConfig:
@@ -354,14 +108,9 @@ class GameConfig:
     top_p: float = 1.0
     max_new_tokens: int = 192
     seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy
-    trailer: bool = False        # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §3)
+    trailer: bool = False        # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
     greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
     critic: bool = False         # run the critic pass even for policies that do not read the state
-
-
-def call_seed(*parts):
-    """A reproducible 63-bit seed for one LLM call, from anything JSON-serializable."""
-    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
 
 
 def run_llm(engine, requests, cfg, temperature=None):
@@ -388,134 +137,192 @@ def run_critic(engine, items):
     return [len(engine.encode(p)) for p in prompts]
 
 
+def solve_calls(examples, cfg):
+    """Round 0 of the game, (example, prompt, seed) per call: every agent solves every example."""
+    return [(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
+            for ex in examples for i in range(cfg.agents)]
+
+
+def per_question(flat, n):
+    """A flat list of n items per question (question-major, as solve_calls makes them) -> one list per question."""
+    return [flat[k:k + n] for k in range(0, len(flat), n)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. Reward
+# ----------------------------------------------------------------------------------------------------
+def shaped_reward(before, after, agent, gold, task):
+    """DESIGN §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
+    correct]), all on the same round's post-action answers."""
+    def correct(answer):
+        return float(data.is_correct(answer, gold, task))
+    own = correct(after[agent].answer) - correct(before[agent].answer)
+    return own + correct(majority_vote(after)[0]) - correct(majority_vote(after, exclude=agent)[0])
+
+
+def outcome(before, agent, action, refined):
+    """Agent `agent`'s solution after `action`. Every action reads the round's solutions `before`
+    (simultaneous moves); refined[agent] is the agent's REFINE sample."""
+    if action == PERSIST:
+        return before[agent]
+    if action == REFINE:
+        return refined[agent]
+    # CONCEDE: adopt the peer's text, answer, profile and confidence
+    return replace(before[adopted_agent(agent, action, len(before))])
+
+
+def counterfactual_rewards(before, after, refined, gold, task):
+    """DESIGN §6: every agent's shaped reward for each of its K actions, the peers held at what they actually
+    did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would have
+    drawn (refined[i]: same prompt, same seed)."""
+    vectors = []
+    for i in range(len(before)):
+        def team_if(action):
+            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1:]
+        vectors.append([shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))])
+    return vectors
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. The game
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Game:
+    """One question's game in progress: the team's current solutions, its history and its LLM cost."""
+    example: data.Example
+    solutions: list = field(default_factory=list)
+    changed: list = field(default_factory=list)       # each agent's answer changed in the previous round
+    last_actions: list = field(default_factory=list)  # each agent's previous action (None before round 1)
+    rounds: list = field(default_factory=list)        # the transcript: one record per round
+    tokens: int = 0                                   # prompt + completion tokens of every LLM call
+    calls: int = 0
+
+    def snapshot(self, solutions):
+        ex = self.example
+        vote, _ = majority_vote(solutions)
+        return {"answers": [s.answer for s in solutions],
+                "agent_correct": [data.is_correct(s.answer, ex.answer, ex.task) for s in solutions],
+                "confidence": [s.confidence for s in solutions], "vote": vote,
+                "correct": data.is_correct(vote, ex.answer, ex.task)}
+
+    @property
+    def stopped(self):
+        return self.rounds[-1].get("stopped", False)
+
+    def transcript(self):
+        ex, final = self.example, self.rounds[-1]
+        return {"id": ex.id, "question": ex.question, "gold": ex.answer, "rounds": self.rounds,
+                "pred": final["vote"], "correct": final["correct"], "tokens": self.tokens, "calls": self.calls}
+
+
+def ask(engine, requests, cfg, critic):
+    """requests: (game, prompt, seed) -> Solutions, in one engine call. Each call's tokens, and those of its
+    critic pass (part of the state, and of the cost), go to its game."""
+    outputs = run_llm(engine, [(g.example, prompt, seed) for g, prompt, seed in requests], cfg)
+    solutions = [s for s, _ in outputs]
+    critic_tokens = (run_critic(engine, [(g.example, s) for (g, _, _), s in zip(requests, solutions)]) if critic
+                     else [None] * len(requests))
+    for (game, _, _), (_, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
+        game.tokens += n_tokens + (n_critic or 0)
+        game.calls += 1 + (n_critic is not None)
+    return solutions
+
+
+def decide(policy, games, t, cfg):
+    """Every agent of every game observes the round-t state and picks its action; all decide before any
+    action executes. Returns (observations, actions), one list per game."""
+    rows = [(g, i) for g in games for i in range(cfg.agents)]
+    observations = [observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows]
+    own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
+    peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
+
+    def correct(g, s):
+        return data.is_correct(s.answer, g.example.answer, g.example.task)
+    info = [{"own_correct": correct(g, g.solutions[i]),  # only the oracle reads the gold answer
+             "peer_correct": [correct(g, g.solutions[j]) for j in peers_of(i, cfg.agents)],
+             "peer_confidence": [g.solutions[j].confidence for j in peers_of(i, cfg.agents)]} for g, i in rows]
+    # one uniform per (question, agent, round): a question's actions do not depend on its batch-mates
+    uniforms = torch.tensor([call_seed(cfg.seed, g.example.id, i, t, "act") / 2 ** 60 for g, i in rows],
+                            dtype=torch.float64)
+    actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, uniforms, greedy=cfg.greedy_policy)
+    return per_question(observations, cfg.agents), per_question(actions, cfg.agents)
+
+
 def play(engine, examples, policy, cfg, record_states=False, counterfactual=False, progress=None):
     """Plays the deliberation game on every example at once; returns one transcript dict per example.
 
     All LLM calls of a round, for every question and agent, go through the engine together.
     record_states: each round record keeps every agent's observation (`own`, `peers`).
     counterfactual (DESIGN §6, the training corpus): each round record also gets `reward_vectors`, every
-    agent's shaped reward for each of its K actions, the peers' actions held at what they did. PERSIST and
-    CONCEDE cost nothing; REFINE needs a sample from every agent that did not REFINE (it is the sample it
-    would have drawn: same prompt, same seed), and these samples count in `tokens` and `calls`."""
-    n_agents, task_rounds = cfg.agents, cfg.rounds
-    if n_agents < 2:
+    agent's shaped reward for each of its K actions (counterfactual_rewards). REFINE needs a sample from
+    every agent that did not REFINE; these samples count in `tokens` and `calls`."""
+    if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
-    usage = [{"tokens": 0, "calls": 0} for _ in examples]
-
-    def llm(requests):  # requests: (question index, agent, prompt, seed) -> Solutions, usage counted
-        outputs = run_llm(engine, [(examples[q], prompt, seed) for q, _, prompt, seed in requests], cfg)
-        if policy.needs_state or cfg.critic:  # the critic pass is part of the state and of the cost
-            critic_items = [(examples[q], s) for (q, _, _, _), (s, _) in zip(requests, outputs)]
-            for (q, _, _, _), n_tokens in zip(requests, run_critic(engine, critic_items)):
-                usage[q]["tokens"] += n_tokens
-                usage[q]["calls"] += 1
-        for (q, _, _, _), (_, n_tokens) in zip(requests, outputs):
-            usage[q]["tokens"] += n_tokens
-            usage[q]["calls"] += 1
-        return [s for s, _ in outputs]
-
-    def correct(q, solution):
-        return data.is_correct(solution.answer, examples[q].answer, examples[q].task)
-
-    def snapshot(q, solutions):
-        vote, _ = majority_vote(solutions)
-        return {"answers": [s.answer for s in solutions], "agent_correct": [correct(q, s) for s in solutions],
-                "confidence": [s.confidence for s in solutions], "vote": vote,
-                "correct": data.is_correct(vote, examples[q].answer, examples[q].task)}
-
-    requests = [(k // n_agents, k % n_agents, prompt, seed)
-                for k, (_, prompt, seed) in enumerate(solve_calls(examples, cfg))]
-    flat = llm(requests)
-    solutions = [flat[q * n_agents:(q + 1) * n_agents] for q in range(len(examples))]
-    transcripts = [{"id": ex.id, "question": ex.question, "gold": ex.answer, "rounds": [
-        {"round": 0, "texts": [s.text for s in solutions[q]],
-         "trailer_ok": [s.trailer_ok for s in solutions[q]],
-         "critic": [s.critic for s in solutions[q]], **snapshot(q, solutions[q])}]}
-        for q, ex in enumerate(examples)]
-    changed = [[False] * n_agents for _ in examples]
-    last_actions = [[None] * n_agents for _ in examples]
-    active = list(range(len(examples)))
-    for t in range(1, task_rounds + 1):
+    critic = policy.needs_state or cfg.critic
+    games = [Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples]
+    # round 0: every agent solves the question on its own
+    requests = [(g, prompt, seed) for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
+                for _, prompt, seed in calls]
+    for g, team in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
+        g.solutions = team
+        g.rounds.append({"round": 0, "texts": [s.text for s in team], "trailer_ok": [s.trailer_ok for s in team],
+                         "critic": [s.critic for s in team], **g.snapshot(team)})
+    for t in range(1, cfg.rounds + 1):
+        active = [g for g in games if not g.stopped]  # early stop: a round of all PERSIST ends a game
         if not active:
             break
-        rows = [(q, i) for q in active for i in range(n_agents)]
-        observations = [observe(solutions[q], i, t - 1, task_rounds, changed[q], last_actions[q],
-                                examples[q].task) for q, i in rows]
-        own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
-        peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
-        info = []
-        for q, i in rows:
-            others = [j for j in range(n_agents) if j != i]
-            info.append({"own_correct": correct(q, solutions[q][i]),
-                         "peer_correct": [correct(q, solutions[q][j]) for j in others],
-                         "peer_confidence": [solutions[q][j].confidence for j in others]})
-        uniforms = torch.tensor([call_seed(cfg.seed, examples[q].id, i, t, "act") / 2 ** 60 for q, i in rows],
-                                dtype=torch.float64)
-        flat_actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, uniforms,
-                                  greedy=cfg.greedy_policy)
-        actions = {q: flat_actions[k * n_agents:(k + 1) * n_agents] for k, q in enumerate(active)}
-        # simultaneous moves: every action reads the round-t solutions, then all execute
-        refine = [(q, i, refine_prompt(examples[q], solutions[q], i, cfg.trailer),
-                   call_seed(cfg.seed, examples[q].id, i, t, "refine"))
-                  for q in active for i in range(n_agents) if actions[q][i] == REFINE or counterfactual]
-        refined = dict(zip([(q, i) for q, i, _, _ in refine], llm(refine)))
-        for k, q in enumerate(active):
-            before = solutions[q]
-
-            def outcome(i, a):
-                if a == PERSIST:
-                    return before[i]
-                if a == REFINE:
-                    return refined[(q, i)]
-                # CONCEDE: adopt the peer's text, answer, profile and confidence
-                return replace(before[[j for j in range(n_agents) if j != i][a - 2]])
-
-            after = [outcome(i, a) for i, a in enumerate(actions[q])]
-            rewards = [shaped_reward(before, after, i, examples[q].answer, examples[q].task)
-                       for i in range(n_agents)]
-            record = {"round": t, "actions": actions[q], "rewards": rewards, "texts": [s.text for s in after],
-                      **snapshot(q, after),
-                      "stopped": all(a == PERSIST for a in actions[q])}
+        observations, actions = decide(policy, active, t, cfg)
+        # execute: the REFINE calls first (of every agent, for the counterfactual rewards), then the moves
+        refine = [(k, i) for k, acts in enumerate(actions) for i, a in enumerate(acts) if a == REFINE or counterfactual]
+        samples = ask(engine, [(active[k], refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
+                                call_seed(cfg.seed, active[k].example.id, i, t, "refine")) for k, i in refine],
+                      cfg, critic)
+        refined = [{} for _ in active]  # per game: agent -> its REFINE sample
+        for (k, i), sample in zip(refine, samples):
+            refined[k][i] = sample
+        for g, acts, seen, mine in zip(active, actions, observations, refined):
+            before = g.solutions
+            after = [outcome(before, i, a, mine) for i, a in enumerate(acts)]
+            ex = g.example
+            record = {"round": t, "actions": acts,
+                      "rewards": [shaped_reward(before, after, i, ex.answer, ex.task) for i in range(cfg.agents)],
+                      "texts": [s.text for s in after], **g.snapshot(after),
+                      "stopped": all(a == PERSIST for a in acts)}
             if counterfactual:
-                record["reward_vectors"] = [
-                    [shaped_reward(before, after[:i] + [outcome(i, a)] + after[i + 1:], i, examples[q].answer,
-                                   examples[q].task) for a in range(1 + n_agents)] for i in range(n_agents)]
+                record["reward_vectors"] = counterfactual_rewards(before, after, mine, ex.answer, ex.task)
             if record_states:
-                record["own"] = [observations[k * n_agents + i][0] for i in range(n_agents)]
-                record["peers"] = [observations[k * n_agents + i][1] for i in range(n_agents)]
-            transcripts[q]["rounds"].append(record)
-            changed[q] = [a.answer != b.answer for a, b in zip(after, before)]
-            last_actions[q] = list(actions[q])
-            solutions[q] = after
-        # early stop: a round in which every agent PERSISTs ends that question's game
-        active = [q for q in active if not transcripts[q]["rounds"][-1]["stopped"]]
+                record["own"], record["peers"] = [o for o, _ in seen], [p for _, p in seen]
+            g.rounds.append(record)
+            g.changed = [a.answer != b.answer for a, b in zip(after, before)]
+            g.last_actions, g.solutions = list(acts), after
         if progress is not None:
             progress.update(1)
-    for q, transcript in enumerate(transcripts):
-        final = transcript["rounds"][-1]
-        transcript.update(pred=final["vote"], correct=final["correct"], **usage[q])
-    return transcripts
+    return [g.transcript() for g in games]
 
 
-def solve_calls(examples, cfg):
-    """Round 0 of the game, the same calls (prompt and seed) as play's: every agent solves every example."""
-    return [(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
-            for ex in examples for i in range(cfg.agents)]
+def action_counts(transcripts):
+    """How often each kind of action was taken over every round of the transcripts."""
+    kinds = [action_kind(a) for r in transcripts for record in r["rounds"][1:] for a in record["actions"]]
+    return {kind: kinds.count(kind) for kind in ACTION_KINDS}
 
 
+# ----------------------------------------------------------------------------------------------------
+# 5. Protocols
+# ----------------------------------------------------------------------------------------------------
 def lead(engine, leader, examples, cfg):
     """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader` engine reads
     their solutions and answers (greedy). Each of cfg.rounds further rounds lets every peer revise after
     reading the leader's answer (REFINE with the leader as one more peer), and the leader answers again.
     The prediction is the leader's last answer; `peer_vote_correct` is the peers' round-0 majority vote."""
     n = cfg.agents
-    outputs = run_llm(engine, solve_calls(examples, cfg), cfg)
-    peers = [[s for s, _ in outputs[q * n:(q + 1) * n]] for q in range(len(examples))]
-    results = [{"id": ex.id, "gold": ex.answer, "tokens": sum(k for _, k in outputs[q * n:(q + 1) * n]),
-                "calls": n, "peer_vote_correct": data.is_correct(majority_vote(peers[q])[0], ex.answer, ex.task),
-                "leader_correct": [], "texts": []} for q, ex in enumerate(examples)]
+    outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
+    peers = [[s for s, _ in team] for team in outputs]
+    results = [{"id": ex.id, "gold": ex.answer, "tokens": sum(k for _, k in team), "calls": n,
+                "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
+                "leader_correct": [], "texts": []} for ex, team, solutions in zip(examples, outputs, peers)]
+    led = []  # the leader's (solution, tokens) of the previous round
     for t in range(cfg.rounds + 1):
-        if t:  # `led`: the leader's solutions of round t - 1
+        if t:
             calls = [(q, i) for q in range(len(examples)) for i in range(n)]
             revised = run_llm(engine, [(examples[q], refine_prompt(examples[q], peers[q] + [led[q][0]], i,
                                                                    cfg.trailer),
@@ -550,8 +357,7 @@ def run_protocol(engine, examples, protocol, cfg):
                     for ex in examples for k in range(samples)]
         outputs = run_llm(engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0)
         results = []
-        for q, ex in enumerate(examples):
-            mine = outputs[q * samples:(q + 1) * samples]
+        for ex, mine in zip(examples, per_question(outputs, samples)):
             pred, _ = majority_vote([s for s, _ in mine])
             results.append({"id": ex.id, "gold": ex.answer, "pred": pred,
                             "correct": data.is_correct(pred, ex.answer, ex.task),

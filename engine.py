@@ -90,6 +90,11 @@ def pick_next_tokens(logits, generators, temperature, top_p):
     return order.gather(-1, index).squeeze(-1)
 
 
+def call_seed(*parts):
+    """A reproducible 63-bit seed for one LLM call (or any other draw), from anything JSON-serializable."""
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
+
+
 def weights_fingerprint(model):
     """A short hash of the weights (every parameter's name, shape, dtype and sum): a model changed in
     memory (fine-tuned, re-initialised) gets new cache keys. Call again after changing the weights."""

@@ -9,22 +9,22 @@ PATH reads them and answers; `--rounds` more rounds let the agents revise after 
 Generations are cached on disk (`--cache-dir`), so a second
 identical evaluation makes no LLM call.
 """
-import argparse
 import dataclasses
 import json
 import math
 import statistics
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
 
-import backbone
+import benchmarks
 import data
 import deliberate
+from engine import Engine
+from state import ACTION_KINDS
+from training import parse_config
 
 
 @dataclass
@@ -53,18 +53,6 @@ class Config:
     bench_n: int = 0               # questions for a benchmark (0: 64 for generate, 32 for debate)
 
 
-def parse_config(config_class, argv=None):
-    """argparse flags built from a dataclass: --field-name, typed by the field's default."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(config_class):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return config_class(**vars(parser.parse_args(argv)))
-
-
 def summarize(results, wall_s):
     """The metrics of one protocol from its per-question results."""
     n = len(results)
@@ -79,11 +67,7 @@ def summarize(results, wall_s):
         summary["accuracy_per_round"] = [sum(r["leader_correct"][t] for r in results) / n
                                          for t in range(len(results[0]["leader_correct"]))]
     if "rounds" in results[0]:  # a game: action statistics, accuracy per round, trailer and critic quality
-        counts = {kind: 0 for kind in deliberate.ACTION_KINDS}
-        for r in results:
-            for record in r["rounds"][1:]:
-                for a in record["actions"]:
-                    counts[deliberate.action_kind(a)] += 1
+        counts = deliberate.action_counts(results)
         total = sum(counts.values()) or 1
         summary["actions"] = {kind: c / total for kind, c in counts.items()}
         max_rounds = max(len(r["rounds"]) for r in results)
@@ -118,7 +102,7 @@ def print_table(summaries):
     print("-" * len(header))
     for name, s in summaries.items():
         actions = s.get("actions")
-        actions = "/".join(f"{actions[k]:.2f}" for k in deliberate.ACTION_KINDS) if actions else "-"
+        actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
         print(f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
               f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions}")
 
@@ -129,7 +113,7 @@ def main(cfg):
     cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all"))
     kw = {"level": cfg.level} if cfg.level else {}
     examples = data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
+    engine = Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
                                cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
@@ -151,133 +135,6 @@ def main(cfg):
             json.dump({"config": dataclasses.asdict(cfg), "engine": engine.stats, **summaries,
                        "details": details}, f, indent=1)
     return summaries
-
-
-# ----------------------------------------------------------------------------------------------------
-# Benchmarks. Timing claims are ratios measured in one process: this machine is shared and noisy.
-# ----------------------------------------------------------------------------------------------------
-def matmul_peak_flops(dtype):
-    """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear)."""
-    import torch
-    x = torch.randn(2048, 2048)
-    if dtype == "int8":
-        layer = torch.nn.Linear(2048, 2048, bias=False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            layer = torch.ao.quantization.quantize_dynamic(layer, {torch.nn.Linear}, dtype=torch.qint8)
-        run = lambda: layer(x)  # noqa: E731
-    else:
-        w = torch.randn(2048, 2048, dtype=backbone.DTYPES[dtype])
-        x = x.to(w.dtype)
-        run = lambda: x @ w  # noqa: E731
-    run()
-    start, repeats = time.time(), 5
-    for _ in range(repeats):
-        run()
-    return 2 * 2048 ** 3 * repeats / (time.time() - start)
-
-
-def deliberation_prompts(engine, examples):
-    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the refine
-    prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no generation needed."""
-    half = len(examples) // 2
-    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
-    for k in range(len(examples) - half):
-        ex = examples[half + k // 3]
-        team = [deliberate.parse_solution(f"Let me compute step by step. The result is {int(ex.answer) + d}."
-                                          f"\nSteps: 2\nConfidence: {7 + d}/10\nAnswer: {int(ex.answer) + d}",
-                                          ex.task) for d in (0, 1, 2)]
-        prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
-    return prompts
-
-
-def bench_generate(cfg):
-    """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy."""
-    import torch
-    n = cfg.bench_n or 64
-    examples = data.load_task("arith", split="test", n=n, seed=0)
-    engines = {dtype: deliberate.Engine(model_path=cfg.model or None, dtype=dtype, batch_size=n)
-               for dtype in ("float32", "int8")}
-    reference = engines["float32"]
-    model, tokenizer = reference.model, reference.tokenizer
-    body_params = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
-    prompts = deliberation_prompts(reference, examples)
-    ids = [reference.encode(p) for p in prompts]
-    prompt_tokens = sum(map(len, ids))
-    tokenizer.padding_side = "left"
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.inference_mode():  # warm up every path once (first-call allocations, kernel selection)
-        model.generate(**tokenizer(prompts[:2], return_tensors="pt", padding=True, add_special_tokens=False),
-                       max_new_tokens=4, do_sample=False)
-        for engine in engines.values():
-            engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)
-        start = time.time()
-        hf_out = model.generate(**batch, max_new_tokens=128, do_sample=False)
-        hf_s = time.time() - start
-    hf_rows = []
-    for row in hf_out[:, batch["input_ids"].shape[1]:].tolist():
-        cut = next((k for k, t in enumerate(row) if t in reference.eos_ids), None)
-        hf_rows.append((row[:cut], cut is not None))
-    hf_tokens = sum(len(r) + eos for r, eos in hf_rows)  # useful tokens: up to and including EOS
-    result = {"prompts": n, "prompt_tokens": prompt_tokens, "hf_tok_s": hf_tokens / hf_s}
-    for dtype, engine in engines.items():
-        start, prefilled = time.time(), engine.stats["prefill_tokens"]
-        out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0)
-        seconds = time.time() - start
-        generated = sum(k for _, _, k in out)
-        executed = engine.stats["prefill_tokens"] - prefilled  # prompt tokens run (shared prefixes once)
-        result[f"engine_{dtype}_tok_s"] = generated / seconds
-        result[f"engine_{dtype}_prompt_tokens_run"] = executed
-        # achieved FLOP/s counts the work actually done, not the work prefix sharing saved
-        result[f"engine_{dtype}_flops"] = (2 * body_params * (executed + generated)
-                                           + 2 * model.config.vocab_size * model.config.hidden_size
-                                           * (generated + n)) / seconds
-        if dtype == "float32":
-            result["outputs_match"] = all(tokens == hf[0] for (tokens, _, _), hf in zip(out, hf_rows))
-            result["rows_matching"] = sum(tokens == hf[0] for (tokens, _, _), hf in zip(out, hf_rows))
-    fastest = max(engines, key=lambda d: result[f"engine_{d}_tok_s"])
-    result.update(fastest=fastest, engine_tok_s=result[f"engine_{fastest}_tok_s"],
-                  ratio=result[f"engine_{fastest}_tok_s"] / result["hf_tok_s"],
-                  ratio_fp32=result["engine_float32_tok_s"] / result["hf_tok_s"],  # int8 is lossy here
-                  peak_flops=matmul_peak_flops(fastest))
-    result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
-    print(json.dumps(result))
-    return result
-
-
-def bench_debate(cfg):
-    """One LLM-Debate run through the engine vs the usual way: one `generate` call per agent per question
-    per round. Both sample at the same temperature; the usual way is not cached either."""
-    import torch
-    n = cfg.bench_n or 32
-    examples = data.load_task("arith", split="test", n=n, seed=0)
-    engine = deliberate.Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                               progress=True)
-    game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    start = time.time()
-    deliberate.run_protocol(engine, examples, "debate", game)
-    engine_s = time.time() - start
-    print(f"engine: {engine_s:.0f} s; now the usual way", file=sys.stderr)
-    model, tokenizer = engine.model, engine.tokenizer
-    start = time.time()
-    torch.manual_seed(cfg.seed)
-    with torch.inference_mode():
-        for ex in tqdm(examples, desc="usual way", unit="q"):
-            def solve(prompt):
-                batch = tokenizer(engine.chat(prompt), return_tensors="pt", add_special_tokens=False)
-                out = model.generate(**batch, max_new_tokens=game.max_new_tokens, do_sample=True,
-                                     temperature=game.temperature, top_p=game.top_p, top_k=0)
-                text = tokenizer.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-                return deliberate.parse_solution(text, ex.task)
-            team = [solve(deliberate.solve_prompt(ex)) for _ in range(game.agents)]
-            for _ in range(game.rounds):
-                team = [solve(deliberate.refine_prompt(ex, team, i)) for i in range(game.agents)]
-    usual_s = time.time() - start
-    result = {"questions": n, "agents": game.agents, "rounds": game.rounds, "engine_s": engine_s,
-              "usual_s": usual_s, "ratio": usual_s / engine_s}
-    print(json.dumps(result))
-    return result
 
 
 def over_seeds(cfg):
@@ -311,14 +168,12 @@ def pstdev(values):
 
 
 if __name__ == "__main__":
-    config = parse_config(Config)
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
     if config.seeds:
         over_seeds(config)
-    elif config.bench == "generate":
-        bench_generate(config)
-    elif config.bench == "debate":
-        bench_debate(config)
+    elif config.bench in benchmarks.BENCHMARKS:
+        benchmarks.BENCHMARKS[config.bench](config)
     elif config.bench:
-        sys.exit(f"unknown --bench {config.bench!r}: choose generate or debate")
+        sys.exit(f"unknown --bench {config.bench!r}: choose {' or '.join(benchmarks.BENCHMARKS)}")
     else:
         main(config)

@@ -21,7 +21,7 @@
 --reward-scale and --reward-transform (none, exp) change R before the advantages: the robustness study.
 States whose K rewards are all equal teach the full-action-set losses nothing; their share is logged as
 frac_zero_std. Every rank plays its shard of the questions; the corpus is gathered, so the update is the
-same DDP schedule over the whole corpus on any number of processes (sft.train_steps).
+same DDP schedule over the whole corpus on any number of processes (training.train_steps).
 
 --target agents trains the agents' LLM weights instead (MAGRPO, DESIGN §8):
     python train_rl.py --target agents --algo magrpo --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
@@ -43,17 +43,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
-import data
-import deliberate
+import rollouts
 import softrank
-from eval import parse_config
-from sft import (MetricsLog, accumulating, action_distribution, all_gather_list, all_reduce_sum, batch_schedule,
-                 collect_states, completion_batch, completion_logprobs, crash_if_asked, evaluate_policy, game_config,
-                 init_distributed, load_checkpoint, load_or_collect, make_engine, save_checkpoint, states_to_tensors,
-                 train_steps, training_pool, training_questions, wrap_ddp)
+from corpus import (action_distribution, collect_states, corpus_statistics, evaluate_policy, load_or_collect,
+                    make_engine, states_to_tensors, training_pool, training_questions)
+from engine import Engine
+from policy import load_policy, save_policy
+from state import n_actions
+from training import (MetricsLog, accumulating, all_reduce_sum, batch_schedule, completion_batch,
+                      completion_logprobs, crash_if_asked, load_checkpoint, parse_config, run_distributed,
+                      save_checkpoint, train_steps, wrap_ddp)
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
 
@@ -111,6 +112,9 @@ class Config:
     filter_easy: float = 0.75      # drop questions where at least this fraction of the peers is right (0: keep all)
 
 
+# ----------------------------------------------------------------------------------------------------
+# --target policy: SoftRankPO (and its ablations) on the counterfactual corpus (DESIGN §6)
+# ----------------------------------------------------------------------------------------------------
 def transform_rewards(rewards, cfg):
     rewards = rewards * cfg.reward_scale
     return rewards.exp() if cfg.reward_transform == "exp" else rewards
@@ -149,226 +153,12 @@ def policy_logits(policy, tensors):
         return policy(tensors["own"], tensors["peers"], tensors["agent"])
 
 
-# ----------------------------------------------------------------------------------------------------
-# --target agents: MAGRPO (arXiv 2508.04652). G joint rollouts of the protocol per question, one joint
-# reward per rollout, its advantage shared by every agent of the rollout; each agent learns from its own
-# sampled tokens only. On-policy: one optimizer step per batch of rollouts, no ratio, no clip.
-# ----------------------------------------------------------------------------------------------------
-AGENT_ALGOS = {"magrpo": softrank.mean_baseline_advantages, "grpo": softrank.grpo_advantages,
-               "softrank": softrank.softrank_advantages}
-
-
-def joint_rollouts(engines, examples, cfg, step):
-    """G rollouts of the protocol for each example. Returns (sequences, rewards): sequences are
-    (example index, rollout, agent, prompt ids, completion ids incl. EOS), rewards a (len(examples), G)
-    tensor: the team vote's correctness (+ format_reward x the fraction of final answers that parse)."""
-    teams = {(q, g): [None] * cfg.agents for q in range(len(examples)) for g in range(cfg.group)}
-    sequences = []
-
-    def run_round(t, prompt_of):
-        """Every agent of every rollout answers prompt_of(q, g, i), built from the teams before the round
-        (simultaneous moves), through its own model's engine."""
-        solutions = {}
-        for e, engine in enumerate(engines):  # one engine per agent with separate weights, else one for all
-            calls = [(q, g, i) for (q, g) in teams for i in range(cfg.agents) if len(engines) == 1 or i == e]
-            prompts = [engine.chat(prompt_of(q, g, i)) for q, g, i in calls]
-            seeds = [deliberate.call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls]
-            completions = engine.generate(prompts, seeds, max_new_tokens=cfg.max_new_tokens,
-                                          temperature=cfg.rollout_temperature, top_p=1.0, return_tokens=True)
-            for (q, g, i), prompt, c in zip(calls, prompts, completions):
-                sequences.append((q, g, i, engine.encode(prompt), c.token_ids))
-                solutions[(q, g, i)] = deliberate.parse_solution(c.text, examples[q].task, c.completion_tokens)
-        for (q, g, i), solution in solutions.items():
-            teams[(q, g)][i] = solution
-
-    run_round(0, lambda q, g, i: deliberate.solve_prompt(examples[q], cfg.trailer))
-    for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
-        run_round(t, lambda q, g, i: deliberate.refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer))
-    rewards = torch.zeros(len(examples), cfg.group)
-    for (q, g), team in teams.items():
-        vote, _ = deliberate.majority_vote(team)
-        rewards[q, g] = (float(data.is_correct(vote, examples[q].answer, examples[q].task))
-                         + cfg.format_reward * sum(s.answer is not None for s in team) / len(team))
-    return sequences, rewards
-
-
-def leader_rollouts(engine, items, cfg, step):
-    """G samples of the leader per (example, peer solutions) item, in joint_rollouts' format (agent 0): the
-    leader's sequences and a (len(items), G) tensor of rewards, its correctness (+ format_reward if it
-    parses)."""
-    calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
-    prompts = [engine.chat(deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer)) for q, _ in calls]
-    seeds = [deliberate.call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
-    completions = engine.generate(prompts, seeds, max_new_tokens=cfg.max_new_tokens,
-                                  temperature=cfg.rollout_temperature, top_p=1.0, return_tokens=True)
-    sequences, rewards = [], torch.zeros(len(items), cfg.group)
-    for (q, g), prompt, c in zip(calls, prompts, completions):
-        example = items[q][0]
-        sequences.append((q, g, 0, engine.encode(prompt), c.token_ids))
-        answer = deliberate.parse_solution(c.text, example.task).answer
-        rewards[q, g] = float(data.is_correct(answer, example.answer, example.task)) + cfg.format_reward * (
-            answer is not None)
-    return sequences, rewards
-
-
-def peer_pool(cfg, rank, world):
-    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions, generated once
-    through the engine and its cache (each rank its shard, gathered in question order). Questions where at
-    least cfg.filter_easy of the peers are right are dropped: the leader has nothing to learn there."""
-    candidates = training_pool(cfg)[cfg.val_n:cfg.val_n + cfg.questions]
-    engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank)
-    game = game_config(cfg, greedy_policy=True)
-    mine = list(range(rank, len(candidates), world))
-    outputs = deliberate.run_llm(engine, deliberate.solve_calls([candidates[k] for k in mine], game), game)
-    n = cfg.agents
-    gathered = sorted(all_gather_list([(k, [s for s, _ in outputs[j * n:(j + 1) * n]]) for j, k in enumerate(mine)]),
-                      key=lambda item: item[0])
-    pool, peer_right = [], []
-    for k, solutions in gathered:
-        example = candidates[k]
-        right = sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions) / n
-        peer_right.append(right)
-        if not cfg.filter_easy or right < cfg.filter_easy:
-            pool.append((example, solutions))
-    stats = {"candidates": len(candidates), "kept": len(pool), "peer_accuracy": sum(peer_right) / len(peer_right)}
-    if rank == 0:
-        print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
-    if not pool:
-        sys.exit(f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers right: "
-                 "lower --filter-easy or add --questions")
-    return pool, stats
-
-
-def loss_aggregation(cfg):
-    return cfg.loss_agg or ("const" if cfg.target == "leader" else "token")
-
-
-def agents_loss(model, reference, batch, advantages, cfg, normalizer):
-    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
-    by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
-    logp, mask = completion_logprobs(model, batch, cfg.rollout_temperature)
-    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, loss_aggregation(cfg), normalizer)
-    kl = torch.zeros(())
-    if cfg.beta:
-        with torch.no_grad():
-            ref_logp, _ = completion_logprobs(reference, batch, cfg.rollout_temperature)
-        kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
-        loss = loss + cfg.beta * kl
-    return loss, kl.item()
-
-
-def train_weights(cfg, rank, world, device):
-    """--target agents (MAGRPO) and --target leader (MLPO): the same on-policy token-level loop; only the
-    rollouts differ."""
-    if cfg.questions_per_step % world:
-        sys.exit(f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} processes "
-                 "(every rank owns whole questions)")
-    out = Path(cfg.out_dir)
-    torch.manual_seed(cfg.seed)
-    n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
-    if cfg.target == "leader":
-        pool, pool_stats = peer_pool(cfg, rank, world)
-        if rank == 0:
-            (out / "pool.json").write_text(json.dumps(pool_stats))
-    else:
-        pool = training_pool(cfg)[cfg.val_n:]
-    # no generation cache: the weights change every step
-    engines = [deliberate.Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
-                                 batch_size=cfg.engine_batch_size, rank=rank) for _ in range(n_models)]
-    models = [e.model for e in engines]
-    if cfg.dtype == "bfloat16":
-        # rollouts from a bf16 copy refreshed every step (autocast on fp32 weights would cast every weight at
-        # every decoded token); the loss runs under autocast: bf16 matmuls on the same rounded weights
-        engines = [deliberate.Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
-                                     device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
-                   for m, e in zip(models, engines)]
-    references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.beta else [None] * n_models
-    parameters = [p for m in models for p in m.parameters()]
-    optimizer = torch.optim.AdamW(parameters, lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
-    holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
-    counters = load_checkpoint(out, holder, optimizer, rank) or {"step": 0}
-    log = MetricsLog(out, rank, counters["step"])
-    for m in models:
-        if cfg.gradient_checkpointing:
-            m.gradient_checkpointing_enable()
-    wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
-
-    def precision():  # bf16 matmuls, fp32 master weights and optimizer state (what Trainer's --bf16 does)
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
-    advantage_fn = AGENT_ALGOS[cfg.algo]
-    pad = engines[0].tokenizer.pad_token_id
-    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0)
-    for step in bar:
-        began = time.time()
-        start = step * cfg.questions_per_step
-        questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)][rank::world]
-        for m, engine in zip(models, engines):
-            m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
-            if engine.model is not m:
-                with torch.no_grad():
-                    for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
-                        rollout_weight.copy_(weight)
-        sequences, rewards = (leader_rollouts(engines[0], questions, cfg, step) if cfg.target == "leader"
-                              else joint_rollouts(engines, questions, cfg, step))
-        rollout_s = time.time() - began
-        advantages = (advantage_fn(rewards, cfg.tau) if cfg.algo == "softrank" else advantage_fn(rewards))
-        for m in models:
-            m.train()
-        # the normalizer over the whole step (all micro-batches, all ranks), computed once; DDP averages
-        # gradients over ranks, hence the division by world
-        counts = all_reduce_sum([len(sequences), sum(len(c) for *_, c in sequences)], device)
-        normalizer = {"token": counts[1], "seq": counts[0],
-                      "const": counts[0] * cfg.max_new_tokens}[loss_aggregation(cfg)]
-        normalizer /= world
-        loss_total, kl_total, trained = 0.0, 0.0, 0
-        for e, (model, ddp) in enumerate(zip(models, wrapped)):
-            mine = [s for s in sequences if n_models == 1 or s[2] == e]
-            if not cfg.beta:
-                # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skip its forward and
-                # backward. A rank left with nothing still runs one, for DDP's all-reduce.
-                mine = [s for s in mine if advantages[s[0], s[1]] != 0] or mine[:1]
-            trained += len(mine)
-            chunks = range(0, len(mine), cfg.micro_batch)
-            for k in chunks:
-                chunk = mine[k:k + cfg.micro_batch]
-                batch = completion_batch([(p, c) for *_, p, c in chunk], pad, device)
-                last = k == chunks[-1]
-                with accumulating(ddp, last):
-                    with precision():  # the forward only: backward runs in the forward's dtypes anyway
-                        loss, kl = agents_loss(ddp, references[e], batch,
-                                               advantages[[q for q, *_ in chunk], [g for _, g, *_ in chunk]].to(device),
-                                               cfg, normalizer)
-                    loss.backward()
-                loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        flat = (rewards.amax(-1) == rewards.amin(-1)).float()
-        sums = all_reduce_sum([loss_total, kl_total, float(rewards.sum()), rewards.numel(), float(flat.sum()),
-                               len(flat), trained], device)
-        stats = {"loss": sums[0] / world, "kl": sums[1] / world, "mean_reward": sums[2] / sums[3],
-                 "frac_zero_std": sums[4] / sums[5], "zero_std_groups": sums[4], "grad_norm": float(grad_norm),
-                 "tokens": counts[1], "trained_sequences": sums[6], "rollout_s": rollout_s, "step_s": time.time() - began}
-        bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
-        log.write(step=step + 1, **stats)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
-        crash_if_asked(cfg, step + 1)
-    if rank == 0:
-        for e, model in enumerate(models):
-            target = out / ("model" if n_models == 1 else f"agent{e}")
-            model.eval().save_pretrained(target)
-            engines[e].tokenizer.save_pretrained(target)
-        print(json.dumps({"steps": cfg.steps, "model": str(out / "model")}))
-    return models
-
-
 def train_policy(cfg, rank, world, device):
     """Stage 2 proper: SoftRankPO (or a baseline) on the counterfactual corpus, re-collected per iteration."""
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    policy = deliberate.load_policy(cfg.init).train()
-    reference = deliberate.load_policy(cfg.init)
+    policy = load_policy(cfg.init).train()
+    reference = load_policy(cfg.init)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank) or {"iteration": 0, "step": 0, "global_step": 0}
     if counters["iteration"] >= cfg.iterations and (out / "summary.json").is_file():
@@ -379,7 +169,7 @@ def train_policy(cfg, rank, world, device):
     log = MetricsLog(out, rank, counters["global_step"])
     engine = make_engine(cfg, rank)
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
-    n_actions = 1 + cfg.agents
+    k = n_actions(cfg.agents)
     summary = {}
     _, val_questions = training_questions(cfg)
 
@@ -414,11 +204,7 @@ def train_policy(cfg, rank, world, device):
         tensors = states_to_tensors(rows)
         tensors["old_logits"] = torch.tensor([r["old_logits"] for r in rows])
         tensors["ref_logits"] = policy_logits(reference, tensors)
-        rewards = tensors["rewards"]
-        corpus_stats = {"states": len(rows), "frac_zero_std": float((rewards.amax(-1) == rewards.amin(-1)).float().mean()),
-                        "behaviour_actions": action_distribution(tensors["action"], n_actions),
-                        "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
-                        "mean_reward_best": float(rewards.amax(-1).mean())}
+        corpus_stats = corpus_statistics(tensors, k)
         if rank == 0:
             print(f"iteration {iteration}: corpus {json.dumps(corpus_stats)}", file=sys.stderr)
         batches = batch_schedule(len(rows), cfg.batch_size, cfg.epochs, cfg.seed, f"rl-{iteration}")
@@ -444,14 +230,166 @@ def train_policy(cfg, rank, world, device):
                         rank)
         greedy = policy_logits(snapshot(), tensors).argmax(-1)
         summary = {"iteration": iteration, "corpus": corpus_stats,
-                   "policy_actions_on_corpus": action_distribution(greedy, n_actions),
-                   "reward_of_greedy_action": float(rewards.gather(-1, greedy[:, None]).mean())}
+                   "policy_actions_on_corpus": action_distribution(greedy, k),
+                   "reward_of_greedy_action": float(tensors["rewards"].gather(-1, greedy[:, None]).mean())}
     summary.update(validate(base))  # the final policy
     if rank == 0:
-        deliberate.save_policy(snapshot(), out / "policy.pt", train_config=dataclasses.asdict(cfg), summary=summary)
+        save_policy(snapshot(), out / "policy.pt", train_config=dataclasses.asdict(cfg), summary=summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))
     return summary
+
+
+# ----------------------------------------------------------------------------------------------------
+# --target agents: MAGRPO (arXiv 2508.04652). G joint rollouts of the protocol per question, one joint
+# reward per rollout, its advantage shared by every agent of the rollout; each agent learns from its own
+# sampled tokens only. --target leader: MLPO (arXiv 2507.08960), G samples of the leader per question.
+# On-policy: one optimizer step per batch of rollouts, no ratio, no clip. One step reads: rollouts
+# (rollouts.py) -> group_advantages -> llm_update (the loss of the optimizer step).
+# ----------------------------------------------------------------------------------------------------
+AGENT_ALGOS = {"magrpo": softrank.mean_baseline_advantages, "grpo": softrank.grpo_advantages,
+               "softrank": softrank.softrank_advantages}
+
+
+def group_advantages(rewards, cfg):
+    """(questions, G) rewards -> the advantage every sequence of a rollout shares."""
+    advantage_fn = AGENT_ALGOS[cfg.algo]
+    return advantage_fn(rewards, cfg.tau) if cfg.algo == "softrank" else advantage_fn(rewards)
+
+
+def loss_aggregation(cfg):
+    return cfg.loss_agg or ("const" if cfg.target == "leader" else "token")
+
+
+def agents_loss(model, reference, batch, advantages, cfg, normalizer):
+    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
+    by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
+    logp, mask = completion_logprobs(model, batch, cfg.rollout_temperature)
+    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, loss_aggregation(cfg), normalizer)
+    kl = torch.zeros(())
+    if cfg.beta:
+        with torch.no_grad():
+            ref_logp, _ = completion_logprobs(reference, batch, cfg.rollout_temperature)
+        kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
+        loss = loss + cfg.beta * kl
+    return loss, kl.item()
+
+
+def llm_update(models, wrapped, references, optimizer, sequences, advantages, cfg, pad, device, world):
+    """The loss of one optimizer step over this rank's sequences, in micro-batches, then the step.
+
+    The normalizer covers the whole step (every micro-batch of every rank) and is computed once; DDP
+    averages gradients over ranks, hence the division by world. Returns the step's loss statistics."""
+    counts = all_reduce_sum([len(sequences), sum(len(s.completion_ids) for s in sequences)], device)
+    normalizer = {"token": counts[1], "seq": counts[0],
+                  "const": counts[0] * cfg.max_new_tokens}[loss_aggregation(cfg)] / world
+    loss_total, kl_total, trained = 0.0, 0.0, 0
+    for e, (model, ddp) in enumerate(zip(models, wrapped)):
+        mine = [s for s in sequences if len(models) == 1 or s.agent == e]
+        if not cfg.beta:
+            # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skip its forward and
+            # backward. A rank left with nothing still runs one, for DDP's all-reduce.
+            mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
+        trained += len(mine)
+        chunks = range(0, len(mine), cfg.micro_batch)
+        for k in chunks:
+            chunk = mine[k:k + cfg.micro_batch]
+            batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in chunk], pad, device)
+            chunk_advantages = advantages[[s.question for s in chunk], [s.sample for s in chunk]].to(device)
+            with accumulating(ddp, last=k == chunks[-1]):
+                # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward only: backward
+                # runs in the forward's dtypes anyway
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16"):
+                    loss, kl = agents_loss(ddp, references[e], batch, chunk_advantages, cfg, normalizer)
+                loss.backward()
+            loss_total, kl_total = loss_total + loss.item(), kl_total + kl
+    grad_norm = torch.nn.utils.clip_grad_norm_([p for m in models for p in m.parameters()], 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss_total, "kl": kl_total, "trained": trained, "tokens": counts[1], "grad_norm": float(grad_norm)}
+
+
+def llm_engines(cfg, device, rank, n_models):
+    """(trained models, rollout engines). No generation cache: the weights change every step. With
+    --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast on fp32 weights would
+    cast every weight at every decoded token)."""
+    engines = [Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
+                      batch_size=cfg.engine_batch_size, rank=rank) for _ in range(n_models)]
+    models = [e.model for e in engines]
+    if cfg.dtype == "bfloat16":
+        engines = [Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer, device=str(device),
+                          batch_size=cfg.engine_batch_size, rank=rank) for m, e in zip(models, engines)]
+    return models, engines
+
+
+def refresh_rollout_weights(models, engines):
+    for m, engine in zip(models, engines):
+        m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
+        if engine.model is not m:
+            with torch.no_grad():
+                for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
+                    rollout_weight.copy_(weight)
+
+
+def train_weights(cfg, rank, world, device):
+    """--target agents (MAGRPO) and --target leader (MLPO): the same on-policy token-level loop; only the
+    rollouts differ."""
+    if cfg.questions_per_step % world:
+        sys.exit(f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} processes "
+                 "(every rank owns whole questions)")
+    out = Path(cfg.out_dir)
+    torch.manual_seed(cfg.seed)
+    n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
+    if cfg.target == "leader":
+        pool, pool_stats = rollouts.peer_pool(cfg, rank, world)
+        if rank == 0:
+            (out / "pool.json").write_text(json.dumps(pool_stats))
+    else:
+        pool = training_pool(cfg)[cfg.val_n:]
+    models, engines = llm_engines(cfg, device, rank, n_models)
+    references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.beta else [None] * n_models
+    optimizer = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=cfg.llm_lr,
+                                  weight_decay=cfg.weight_decay)
+    holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
+    counters = load_checkpoint(out, holder, optimizer, rank) or {"step": 0}
+    log = MetricsLog(out, rank, counters["step"])
+    for m in models:
+        if cfg.gradient_checkpointing:
+            m.gradient_checkpointing_enable()
+    wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
+    pad = engines[0].tokenizer.pad_token_id
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0)
+    for step in bar:
+        began = time.time()
+        start = step * cfg.questions_per_step
+        questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)][rank::world]
+        refresh_rollout_weights(models, engines)
+        sequences, rewards = (rollouts.leader_rollouts(engines[0], questions, cfg, step) if cfg.target == "leader"
+                              else rollouts.joint_rollouts(engines, questions, cfg, step))
+        rollout_s = time.time() - began
+        advantages = group_advantages(rewards, cfg)
+        for m in models:
+            m.train()
+        update = llm_update(models, wrapped, references, optimizer, sequences, advantages, cfg, pad, device, world)
+        flat = (rewards.amax(-1) == rewards.amin(-1)).float()
+        sums = all_reduce_sum([update["loss"], update["kl"], float(rewards.sum()), rewards.numel(),
+                               float(flat.sum()), len(flat), update["trained"]], device)
+        stats = {"loss": sums[0] / world, "kl": sums[1] / world, "mean_reward": sums[2] / sums[3],
+                 "frac_zero_std": sums[4] / sums[5], "zero_std_groups": sums[4], "grad_norm": update["grad_norm"],
+                 "tokens": update["tokens"], "trained_sequences": sums[6], "rollout_s": rollout_s,
+                 "step_s": time.time() - began}
+        bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
+        log.write(step=step + 1, **stats)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        for e, model in enumerate(models):
+            target = out / ("model" if n_models == 1 else f"agent{e}")
+            model.eval().save_pretrained(target)
+            engines[e].tokenizer.save_pretrained(target)
+        print(json.dumps({"steps": cfg.steps, "model": str(out / "model")}))
+    return models
 
 
 def main(cfg):
@@ -473,14 +411,8 @@ def main(cfg):
             sys.exit(f"unknown --reward-transform {cfg.reward_transform!r}: choose none or exp")
         if not Path(cfg.init).is_file():
             sys.exit(f"--init {cfg.init!r} is not a policy checkpoint: run sft.py first")
-    rank, world, device = init_distributed()
-    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-    try:
-        return (train_policy if cfg.target == "policy" else train_weights)(cfg, rank, world, device)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return run_distributed(train_policy if cfg.target == "policy" else train_weights, cfg)
 
 
 if __name__ == "__main__":
-    main(parse_config(Config))
+    main(parse_config(Config, description=__doc__.split("\n\n")[0]))

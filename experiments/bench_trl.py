@@ -19,8 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import backbone  # noqa: E402
+import corpus  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
+import state  # noqa: E402
 import train_rl  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
@@ -41,12 +43,12 @@ def trl(steps, dtype, root):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    examples = train_rl.training_pool(train_rl.Config())[:PROMPTS * steps]  # our run's questions, in order
+    examples = corpus.training_pool(train_rl.Config())[:PROMPTS * steps]  # our run's questions, in order
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": deliberate.solve_prompt(ex)}],
                                   "answer": ex.answer} for ex in examples])
 
     def correctness(completions, answer, **_):
-        return [float(data.is_correct(deliberate.parse_solution(c[0]["content"], "arith").answer, a, "arith"))
+        return [float(data.is_correct(state.parse_solution(c[0]["content"], "arith").answer, a, "arith"))
                 for c, a in zip(completions, answer)]
 
     class StepTimer(TrainerCallback):

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import deliberate  # noqa: E402
+import policy  # noqa: E402
 import train_rl  # noqa: E402
-from eval import parse_config  # noqa: E402
+from training import parse_config  # noqa: E402
 
 VARIANTS = {"x0.1": (0.1, "none"), "x1": (1.0, "none"), "x10": (10.0, "none"), "exp": (1.0, "exp")}
 
@@ -32,7 +32,7 @@ def weight_gaps(runs_dir):
     """Max |w - w_x1| of each run's final policy against its algorithm's unscaled run: 0 means the reward
     variant did not change training at all (what a rank-based advantage promises for increasing maps)."""
     def weights(name):
-        return deliberate.load_policy(runs_dir / name / "policy.pt").state_dict()
+        return policy.load_policy(runs_dir / name / "policy.pt").state_dict()
     gaps = {}
     for algo in ("softrank", "grpo"):
         reference = weights(f"{algo}-x1")

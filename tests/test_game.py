@@ -6,21 +6,23 @@ import torch
 
 import data
 import deliberate as D
-from engine import Completion
-from deliberate import PERSIST, REFINE
+import policy as P
+import state as S
+from engine import Completion, Engine, call_seed
+from state import PERSIST, REFINE
 
 
 def sol(answer, confidence=None, critic=None, text=None):
     """A hand-built Solution for vote / reward tests."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    s = D.parse_solution(text, "arith", completion_tokens=10)
+    s = S.parse_solution(text, "arith", completion_tokens=10)
     s.self_confidence, s.critic = confidence, critic
     return s
 
 
 # ---------------------------------------------------------------- parsing and state features
 def test_parse_full_trailer():
-    s = D.parse_solution("3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30)
+    s = S.parse_solution("3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30)
     assert (s.answer, s.steps, s.self_confidence, s.trailer_ok) == ("10", 2, 0.9, True)
     assert s.n_operations == 2 and s.consistent and s.completion_tokens == 30
 
@@ -30,67 +32,67 @@ def test_parse_full_trailer():
     "Steps: 3\nConfidence: 8/10\nAnswer: 7" * 2000, "\x00\x01 garbage Steps Confidence Answer ::::",
     "Steps: 99999999999999999999\nConfidence: 7/10\nAnswer: 5"])
 def test_parse_garbled_never_crashes(text):
-    s = D.parse_solution(text, "arith")
-    features = D.profile(s)
-    assert len(features) == len(D.PROFILE_FEATURES) and all(0.0 <= f <= 1.0 for f in features)
+    s = S.parse_solution(text, "arith")
+    features = S.profile(s)
+    assert len(features) == len(S.PROFILE_FEATURES) and all(0.0 <= f <= 1.0 for f in features)
 
 
 def test_parse_garbled_defaults():
-    s = D.parse_solution("I think it is 12 apples", "arith")
+    s = S.parse_solution("I think it is 12 apples", "arith")
     assert s.answer == "12" and not s.trailer_ok and s.steps is None and s.self_confidence is None
     assert s.confidence == 0.5  # no critic, no self-report
-    missing = D.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
+    missing = S.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
     assert missing.answer is None and not missing.trailer_ok  # a trailer without a value is no answer
 
 
 def test_inconsistent_answer_flag():
-    assert not D.parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
-    assert D.parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
+    assert not S.parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
+    assert S.parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
 
 
 def test_observe_relations_not_values():
     team = [sol("4"), sol("4"), sol("7")]
-    own, peers = D.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None], "arith")
-    f = dict(zip(D.OWN_FEATURES, own))
-    assert len(own) == len(D.OWN_FEATURES) and all(len(p) == len(D.PEER_FEATURES) for p in peers)
+    own, peers = S.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None])
+    f = dict(zip(S.OWN_FEATURES, own))
+    assert len(own) == len(S.OWN_FEATURES) and all(len(p) == len(S.PEER_FEATURES) for p in peers)
     assert f["peer_agreement"] == 0.5 and f["is_majority"] == 1.0 and f["round"] == pytest.approx(1 / 3)
     assert f["last_refine"] == 1.0 and f["last_none"] == 0.0
-    p1, p2 = (dict(zip(D.PEER_FEATURES, p)) for p in peers)
+    p1, p2 = (dict(zip(S.PEER_FEATURES, p)) for p in peers)
     assert (p1["same_as_me"], p1["peer_changed_last"], p2["same_as_me"], p2["peer_is_majority"]) == (1, 1, 0, 0)
     # the answer values themselves never appear: relabelling every answer gives the same observation
     relabelled = [sol("40"), sol("40"), sol("70")]
-    assert D.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None], "arith") == (own, peers)
+    assert S.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (own, peers)
 
 
 def test_unparseable_peers_never_agree():
     team = [sol(None), sol(None)]
-    own, peers = D.observe(team, 0, 0, 3, [False, False], [None, None], "arith")
-    assert dict(zip(D.OWN_FEATURES, own))["peer_agreement"] == 0.0
-    assert dict(zip(D.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
+    own, peers = S.observe(team, 0, 0, 3, [False, False], [None, None])
+    assert dict(zip(S.OWN_FEATURES, own))["peer_agreement"] == 0.0
+    assert dict(zip(S.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
 
 
 # ---------------------------------------------------------------- the vote
 def test_vote_majority():
-    assert D.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
+    assert S.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
 
 
 def test_vote_unparseable_never_wins():
-    assert D.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
-    assert D.majority_vote([sol(None), sol(None)]) == (None, None)
+    assert S.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
+    assert S.majority_vote([sol(None), sol(None)]) == (None, None)
 
 
 def test_vote_tie_goes_to_confidence_then_index():
-    assert D.majority_vote([sol("1", critic=0.2), sol("2", critic=0.9), sol(None)])[0] == "2"
-    assert D.majority_vote([sol("1", critic=0.5), sol("2", critic=0.5)])[0] == "1"
+    assert S.majority_vote([sol("1", critic=0.2), sol("2", critic=0.9), sol(None)])[0] == "2"
+    assert S.majority_vote([sol("1", critic=0.5), sol("2", critic=0.5)])[0] == "1"
     # two-vs-two tie: the group with the single most confident member wins
     team = [sol("1", 0.6), sol("1", 0.6), sol("2", 0.1), sol("2", 0.95)]
-    assert D.majority_vote(team) == ("2", 3)
+    assert S.majority_vote(team) == ("2", 3)
 
 
 def test_vote_without_agent():
     team = [sol("1"), sol("2"), sol("2")]
-    assert D.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
-    assert D.majority_vote(team, exclude=0)[0] == "2"
+    assert S.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
+    assert S.majority_vote(team, exclude=0)[0] == "2"
 
 
 # ---------------------------------------------------------------- the shaped reward
@@ -126,18 +128,18 @@ def test_reward_two_agents_consensus_without_i_is_the_peer():
 
 # ---------------------------------------------------------------- policies
 def test_oracle_action():
-    assert D.oracle_action(True, [False, True], [0.1, 0.9]) == PERSIST
-    assert D.oracle_action(False, [True, True], [0.3, 0.9]) == 2 + 1   # the most confident correct peer
-    assert D.oracle_action(False, [True, False], [0.3, 0.9]) == 2 + 0
-    assert D.oracle_action(False, [False, False], [0.3, 0.9]) == REFINE
+    assert P.oracle_action(True, [False, True], [0.1, 0.9]) == PERSIST
+    assert P.oracle_action(False, [True, True], [0.3, 0.9]) == 2 + 1   # the most confident correct peer
+    assert P.oracle_action(False, [True, False], [0.3, 0.9]) == 2 + 0
+    assert P.oracle_action(False, [False, False], [0.3, 0.9]) == REFINE
 
 
 @pytest.mark.parametrize("agents", [2, 3, 5])
 def test_policy_net_any_team_size_and_permutation_equivariant(agents):
     torch.manual_seed(0)
-    policy = D.MetaPolicy(agents=agents)
-    own = torch.rand(4, len(D.OWN_FEATURES))
-    peers = torch.rand(4, agents - 1, len(D.PEER_FEATURES))
+    policy = P.MetaPolicy(agents=agents)
+    own = torch.rand(4, len(S.OWN_FEATURES))
+    peers = torch.rand(4, agents - 1, len(S.PEER_FEATURES))
     logits = policy(own, peers, torch.zeros(4, dtype=torch.long))
     assert logits.shape == (4, 2 + agents - 1)
     perm = torch.randperm(agents - 1)
@@ -147,21 +149,21 @@ def test_policy_net_any_team_size_and_permutation_equivariant(agents):
 
 
 def test_policy_size_and_separate_copies(tmp_path):
-    shared, separate = D.MetaPolicy(agents=3), D.MetaPolicy(agents=3, separate=True)
+    shared, separate = P.MetaPolicy(agents=3), P.MetaPolicy(agents=3, separate=True)
     n_params = sum(p.numel() for p in shared.parameters())
     assert 10_000 <= n_params <= 100_000  # "tens of thousands of parameters"
     assert sum(p.numel() for p in separate.parameters()) == 3 * n_params
-    own, peers = torch.rand(6, len(D.OWN_FEATURES)), torch.rand(6, 2, len(D.PEER_FEATURES))
+    own, peers = torch.rand(6, len(S.OWN_FEATURES)), torch.rand(6, 2, len(S.PEER_FEATURES))
     index = torch.tensor([0, 1, 2, 0, 1, 2])
     logits = separate(own, peers, index)
     torch.testing.assert_close(logits[1], separate.nets[1](own[1:2], peers[1:2])[0])
-    D.save_policy(separate, tmp_path / "p.pt")
-    torch.testing.assert_close(D.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
+    P.save_policy(separate, tmp_path / "p.pt")
+    torch.testing.assert_close(P.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
 
 
 def test_make_policy_errors():
     with pytest.raises(FileNotFoundError, match="neither a fixed policy"):
-        D.make_policy("no/such/policy.pt")
+        P.make_policy("no/such/policy.pt")
 
 
 # ---------------------------------------------------------------- play() with a scripted engine
@@ -206,7 +208,7 @@ def make_examples(n=2):
 
 def solve_script(cfg, answers):
     """round-0 answers per (question id, agent) through the call seed; refine always answers gold."""
-    seeds = {D.call_seed(cfg.seed, ex_id, i, 0, "solve"): a for (ex_id, i), a in answers.items()}
+    seeds = {call_seed(cfg.seed, ex_id, i, 0, "solve"): a for (ex_id, i), a in answers.items()}
 
     def script(prompt, seed):
         if seed in seeds:
@@ -223,7 +225,7 @@ def test_play_oracle_concedes_and_stops_early():
     # question 1: nobody right -> everyone refines (refine answers gold), then everyone persists
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5, ("t/1", 0): 1, ("t/1", 1): 2, ("t/1", 2): 3}
     engine = ScriptedEngine(solve_script(cfg, answers))
-    out = D.play(engine, examples, D.FixedPolicy("oracle"), cfg, record_states=True)
+    out = D.play(engine, examples, P.FixedPolicy("oracle"), cfg, record_states=True)
     r0 = out[0]["rounds"]
     assert r0[0]["answers"] == ["1", "2", "5"] and r0[0]["vote"] == "1" and not r0[0]["correct"]
     assert r0[1]["actions"] == [2 + 1, 2 + 1, PERSIST]  # agent 0's peers are (1, 2): agent 2 is peer 1
@@ -241,7 +243,7 @@ def test_play_oracle_concedes_and_stops_early():
 def test_play_debate_refines_every_round_and_counts_tokens():
     cfg = D.GameConfig(agents=2, rounds=2)
     engine = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(engine, make_examples(1), D.FixedPolicy("refine"), cfg)
+    out = D.play(engine, make_examples(1), P.FixedPolicy("refine"), cfg)
     assert [r.get("actions") for r in out[0]["rounds"]] == [None, [REFINE] * 2, [REFINE] * 2]
     assert out[0]["calls"] == 2 * 3 and engine.calls == 6
     assert out[0]["tokens"] > 0
@@ -250,7 +252,7 @@ def test_play_debate_refines_every_round_and_counts_tokens():
 def test_play_learned_policy_pays_for_the_critic():
     cfg = D.GameConfig(agents=3, rounds=1)
     engine = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(engine, make_examples(2), D.MetaPolicy(agents=3), cfg)
+    out = D.play(engine, make_examples(2), P.MetaPolicy(agents=3), cfg)
     assert engine.critic_calls >= 6
     assert all(c == pytest.approx(0.7) for c in out[0]["rounds"][0]["critic"])
 
@@ -258,7 +260,7 @@ def test_play_learned_policy_pays_for_the_critic():
 def test_play_random_is_seeded():
     cfg = D.GameConfig(agents=3, rounds=3, seed=4)
     runs = [D.play(ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/1", 1): 0})), make_examples(2),
-                   D.FixedPolicy("random"), cfg) for _ in range(2)]
+                   P.FixedPolicy("random"), cfg) for _ in range(2)]
     assert [[r.get("actions") for r in t["rounds"]] for t in runs[0]] == \
            [[r.get("actions") for r in t["rounds"]] for t in runs[1]]
 
@@ -268,7 +270,7 @@ def test_counterfactual_reward_vectors():
     cfg = D.GameConfig(agents=3, rounds=1)
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}  # only agent 2 is right; refine answers gold
     engine = ScriptedEngine(solve_script(cfg, answers))
-    out = D.play(engine, make_examples(1), D.FixedPolicy("persist"), cfg, counterfactual=True)
+    out = D.play(engine, make_examples(1), P.FixedPolicy("persist"), cfg, counterfactual=True)
     record = out[0]["rounds"][1]
     assert record["actions"] == [PERSIST] * 3 and record["rewards"] == [0, 0, 0]
     # vote ties go to the higher confidence (round-0 answers 5/10, refined ones 9/10), then the lower index
@@ -288,7 +290,7 @@ def test_play_is_independent_of_the_batch():
     cfg = D.GameConfig(agents=3, rounds=3, seed=1, greedy_policy=False)
     answers = {("t/0", 0): 1, ("t/1", 1): 0, ("t/2", 2): 3}
     torch.manual_seed(0)
-    policy = D.MetaPolicy(agents=3)
+    policy = P.MetaPolicy(agents=3)
     together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), policy, cfg)
     alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], policy, cfg)
     assert [r.get("actions") for r in alone[0]["rounds"]] == [r.get("actions") for r in together[1]["rounds"]]
@@ -296,13 +298,13 @@ def test_play_is_independent_of_the_batch():
 
 def test_sample_actions_inverse_cdf():
     probs = torch.tensor([[0.1, 0.2, 0.7]] * 4)
-    assert D.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [0, 1, 2, 2]
+    assert P.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [0, 1, 2, 2]
 
 
 # ---------------------------------------------------------------- the real engine path, tiny model
 def test_protocols_on_tiny_model(tiny_model, tmp_path):
     model, tokenizer = tiny_model
-    engine = D.Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path / "cache")
+    engine = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path / "cache")
     cfg = D.GameConfig(agents=2, rounds=1, max_new_tokens=8)
     examples = data.load_task("arith", split="test", n=2, seed=0)
     for protocol in ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle"):

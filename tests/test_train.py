@@ -12,10 +12,13 @@ import torch
 
 import data
 import backbone
-import deliberate as D
-import sft
+import policy as P
+import rollouts
 import softrank
+import state as S
 import train_rl
+import training
+from engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2", "--max-new-tokens", "8"]
@@ -24,7 +27,7 @@ GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2", "-
 # ---------------------------------------------------------------- losses and helpers, in process
 def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
     g = torch.Generator().manual_seed(0)
-    own, peers = torch.rand(n, len(D.OWN_FEATURES), generator=g), torch.rand(n, 2, len(D.PEER_FEATURES), generator=g)
+    own, peers = torch.rand(n, len(S.OWN_FEATURES), generator=g), torch.rand(n, 2, len(S.PEER_FEATURES), generator=g)
     return {"own": own, "peers": peers, "agent": torch.arange(n) % 3, "action": torch.randint(0, 4, (n,), generator=g),
             "rewards": torch.tensor([rewards] * n), "ref_logits": torch.zeros(n, 4), "old_logits": torch.zeros(n, 4)}
 
@@ -32,7 +35,7 @@ def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
 @pytest.mark.parametrize("algo", train_rl.ALGOS)
 def test_every_algo_moves_toward_the_best_action(algo):
     torch.manual_seed(0)
-    policy = D.MetaPolicy(agents=3)
+    policy = P.MetaPolicy(agents=3)
     cfg = train_rl.Config(algo=algo, beta=0.0, lam=0.0)
     batch = synthetic_batch()
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
@@ -48,7 +51,7 @@ def test_every_algo_moves_toward_the_best_action(algo):
 
 
 def test_all_equal_rewards_teach_nothing_and_are_counted():
-    policy = D.MetaPolicy(agents=3)
+    policy = P.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
     for algo in ("softrank", "grpo", "ppo"):
         loss, stats = train_rl.make_loss(train_rl.Config(algo=algo, beta=0.0, lam=0.0))(policy, batch)
@@ -59,7 +62,7 @@ def test_all_equal_rewards_teach_nothing_and_are_counted():
 
 
 def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
-    policy = D.MetaPolicy(agents=3)
+    policy = P.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(0.0, 1.0, 0.5, -1.0))
 
     def loss(algo, scale, transform):
@@ -72,27 +75,27 @@ def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
 
 
 def test_batch_schedule_is_a_function_of_its_arguments():
-    a = sft.batch_schedule(50, 16, 2, 0, "rl-0")
+    a = training.batch_schedule(50, 16, 2, 0, "rl-0")
     assert len(a) == 2 * 3 and all(len(b) == 16 for b in a)  # the partial batch is dropped
-    assert all(torch.equal(x, y) for x, y in zip(a, sft.batch_schedule(50, 16, 2, 0, "rl-0")))
-    assert not torch.equal(a[0], sft.batch_schedule(50, 16, 2, 0, "rl-1")[0])
-    assert len(sft.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
+    assert all(torch.equal(x, y) for x, y in zip(a, training.batch_schedule(50, 16, 2, 0, "rl-0")))
+    assert not torch.equal(a[0], training.batch_schedule(50, 16, 2, 0, "rl-1")[0])
+    assert len(training.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
 
 
 def test_completion_batch_masks_prompt_and_padding(tiny_model):
     model, _ = tiny_model
     sequences = [([5, 6, 7], [8, 9]), ([5], [10, 11, 12, 13])]
-    ids, attention, loss_mask = sft.completion_batch(sequences, pad_id=0, device="cpu")
+    ids, attention, loss_mask = training.completion_batch(sequences, pad_id=0, device="cpu")
     # prompts left-padded, completions right-padded: every completion starts at column 3
     assert ids.tolist() == [[5, 6, 7, 8, 9, 0, 0], [0, 0, 5, 10, 11, 12, 13]]
     assert attention.tolist() == [[1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]]
     assert loss_mask.tolist() == [[0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1]]
-    logp, mask = sft.completion_logprobs(model, (ids, attention, loss_mask))
+    logp, mask = training.completion_logprobs(model, (ids, attention, loss_mask))
     assert logp.shape == (2, 4) and mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
 
     # padding is never a target and never context: other pad ids, same loss
     def loss(pad):
-        logp, mask = sft.completion_logprobs(model, sft.completion_batch(sequences, pad, "cpu"))
+        logp, mask = training.completion_logprobs(model, training.completion_batch(sequences, pad, "cpu"))
         return -torch.where(mask.bool(), logp, 0).sum()
     with torch.no_grad():
         assert loss(0).item() == loss(1234).item()
@@ -104,10 +107,11 @@ def test_completion_logprobs_match_each_sequence_alone(tiny_model):
     model, _ = tiny_model
     sequences = [([5, 6, 7, 30], [8, 9]), ([5], [10, 11, 12, 13]), ([40, 41], [42])]
     with torch.no_grad():
-        logp, mask = sft.completion_logprobs(model, sft.completion_batch(sequences, 0, "cpu"), temperature=0.7)
+        batch = training.completion_batch(sequences, 0, "cpu")
+        logp, mask = training.completion_logprobs(model, batch, temperature=0.7)
         for b, (p, c) in enumerate(sequences):
-            alone = sft.token_logprobs(model, torch.tensor([p + c]), torch.ones(1, len(p) + len(c), dtype=torch.long),
-                                       temperature=0.7)[0, -len(c):]
+            ones = torch.ones(1, len(p) + len(c), dtype=torch.long)
+            alone = training.token_logprobs(model, torch.tensor([p + c]), ones, temperature=0.7)[0, -len(c):]
             torch.testing.assert_close(logp[b, :len(c)], alone, rtol=1e-5, atol=1e-5)
             assert mask[b].sum() == len(c)
 
@@ -157,7 +161,8 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
     summary = json.loads((single / "summary.json").read_text())
-    assert summary["states"] == len(corpus[0]) and set(summary["label_distribution"]) == {"persist", "refine", "concede"}
+    assert summary["states"] == len(corpus[0])
+    assert set(summary["label_distribution"]) == {"persist", "refine", "concede"}
     checkpoint = torch.load(single / "checkpoint.pt", weights_only=False)
     assert {"model", "optimizer", "counters", "rng", "config"} <= checkpoint.keys()
 
@@ -184,7 +189,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tiny_model_dir, tmp_pa
             *GAME, "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4",
             "--lam", "0.05", "--algo", "ppo", "--cache-dir", str(tmp_path / "cache")]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
-    steps = len(sft.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
+    steps = len(training.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
                                    0, "rl-0"))
     crash = steps + 3  # inside the second iteration, after a checkpoint of the first
     killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)], tmp_path,
@@ -229,7 +234,7 @@ def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
     changed = [name for name, p in tuned.named_parameters()
                if not torch.equal(p, dict(original.named_parameters())[name])]
     assert changed  # one optimizer step at lr 1e-5 moves the weights
-    engine = D.Engine(model_path=str(tmp_path / "llm" / "model"))
+    engine = Engine(model_path=str(tmp_path / "llm" / "model"))
     assert engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0].completion_tokens > 0
 
 
@@ -241,7 +246,7 @@ def rollout_sequences(tokenizer):
 
 
 def rollout_batch(tokenizer):
-    return sft.completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
+    return training.completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
 
 
 def agents_grads(model, batches, advantages, cfg, normalizer, reference=None):
@@ -255,7 +260,7 @@ def agents_grads(model, batches, advantages, cfg, normalizer, reference=None):
 def test_agents_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
     model, tokenizer = tiny_model
     ids, attention, mask = rollout_batch(tokenizer)
-    logp, completion = sft.completion_logprobs(model, (ids, attention, mask))
+    logp, completion = training.completion_logprobs(model, (ids, attention, mask))
     logp = logp.detach().requires_grad_(True)
     loss, _ = softrank.policy_gradient_loss(logp, torch.tensor([1.0, -0.5]), completion, "token")
     loss.backward()
@@ -278,11 +283,11 @@ def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
         sequences = rollout_sequences(tokenizer)
         cfg = train_rl.Config(target="agents", beta=0.1, loss_agg=agg)
         advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
-        whole = sft.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
+        whole = training.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
         normalizer = softrank.pg_normalizer(whole[2], agg, max_len=cfg.max_new_tokens)
         reference = copy_model(model)
         # each micro-batch is built from its own sequences (its own padding widths), as in training
-        halves = [sft.completion_batch(sequences[k:k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)]
+        halves = [training.completion_batch(sequences[k:k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)]
         whole = agents_grads(model, [whole], [advantages], cfg, normalizer, reference)
         split = agents_grads(model, halves, [advantages[:1], advantages[1:]], cfg, normalizer, reference)
         for x, y in zip(whole, split):
@@ -332,7 +337,7 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
     assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
-    engine = D.Engine(model_path=str(out / "model"))
+    engine = Engine(model_path=str(out / "model"))
     assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
 
 
@@ -349,7 +354,7 @@ def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_d
     assert all(r["trained_sequences"] == (2 if torchrun else 1) for r in lines)
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["target"] == "leader"
-    assert D.Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
+    assert Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
 
 
 def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
@@ -362,16 +367,16 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         outputs = []
         for ex, _, _ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
-            outputs.append((D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1))
+            outputs.append((S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1))
         return outputs
-    monkeypatch.setattr(train_rl, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(train_rl, "make_engine", lambda cfg, rank: None)
-    monkeypatch.setattr(train_rl.deliberate, "run_llm", run_llm)
+    monkeypatch.setattr(rollouts, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(rollouts, "make_engine", lambda cfg, rank: None)
+    monkeypatch.setattr(rollouts.deliberate, "run_llm", run_llm)
     cfg = train_rl.Config(target="leader", agents=3, questions=3, val_n=0)
-    pool, stats = train_rl.peer_pool(cfg, 0, 1)
+    pool, stats = rollouts.peer_pool(cfg, 0, 1)
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
-    pool, _ = train_rl.peer_pool(train_rl.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1)
+    pool, _ = rollouts.peer_pool(train_rl.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1)
     assert len(pool) == 3
 
 

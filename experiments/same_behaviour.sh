@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Behaviour check for refactors: a tiny-budget sft.py -> train_rl.py run (fixed seed, plain python and a
+# 2-process torchrun) and an eval.py table on 16 questions, each with its own cold generation cache.
+# Run it on a checkout before and after a change, then compare:
+#   git worktree add /tmp/before HEAD~1 && bash experiments/same_behaviour.sh /tmp/before /tmp/check-before
+#   bash experiments/same_behaviour.sh . /tmp/check-after
+#   .venv/bin/python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
+# About 10 minutes on 2 CPU cores with the default backbone.
+set -euo pipefail
+REPO=$(cd "$1" && pwd); OUT=$2
+PY=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
+rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
+GAME="--questions 8 --val-n 4 --agents 3 --rounds 2 --max-new-tokens 48 --seed 3"
+cd "$REPO"
+for mode in py tr; do
+  if [ $mode = py ]; then LAUNCH="$PY"; else LAUNCH="$PY -m torch.distributed.run --nproc_per_node=2"; fi
+  $LAUNCH sft.py $GAME --epochs 3 --batch-size 16 --out-dir "$OUT/sft-$mode" --cache-dir "$OUT/cache-$mode" \
+    > "$OUT/sft-$mode.log" 2>&1
+  $LAUNCH train_rl.py $GAME --epochs 3 --batch-size 16 --lam 0.05 --init "$OUT/sft-$mode/policy.pt" \
+    --out-dir "$OUT/rl-$mode" --cache-dir "$OUT/cache-$mode" > "$OUT/rl-$mode.log" 2>&1
+done
+$PY eval.py --task arith --split test --n 16 --seed 0 --agents 3 --rounds 2 --max-new-tokens 64 \
+  --protocols "vanilla,sc,debate,mpdf-persist,mpdf-oracle,mpdf=$OUT/sft-py/policy.pt,mpdf=$OUT/rl-py/policy.pt" \
+  --cache-dir "$OUT/cache-eval" > "$OUT/eval.out" 2> "$OUT/eval.err"
+echo "done: $OUT"

@@ -1,0 +1,132 @@
+"""Who decides (DESIGN §3): the learned meta-policy network and the fixed policies.
+
+Every policy maps a batch of observations (state.observe) to actions through `act`; `needs_state` says
+whether it reads the state vector (only then does the game pay for the critic pass).
+  PolicyNet, MetaPolicy  - the learned policy: permutation-equivariant over peers, any team size
+  sample_actions         - inverse-CDF sampling with one given uniform per row (batch-independent)
+  FixedPolicy, oracle_action - persist, random, refine (LLM-Debate) and the gold-aware oracle (the SFT label)
+  save_policy, load_policy, make_policy - checkpoints and the `mpdf=` protocol specs
+"""
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from state import OWN_FEATURES, PEER_FEATURES, PERSIST, REFINE, concede, n_actions
+
+
+class PolicyNet(nn.Module):
+    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers, then
+    PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that peer's
+    embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
+
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.embed_own = nn.Sequential(nn.Linear(len(OWN_FEATURES), hidden), nn.GELU(),
+                                       nn.Linear(hidden, hidden))
+        self.embed_peer = nn.Sequential(nn.Linear(len(PEER_FEATURES), hidden), nn.GELU(),
+                                        nn.Linear(hidden, hidden))
+        self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.self_head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
+        self.concede_head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, own, peers):
+        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K = n_actions(1 + P)),
+        in the action order of state.py: PERSIST, REFINE, CONCEDE(0..P-1)."""
+        me = self.embed_own(own)
+        them = self.embed_peer(peers)
+        context, _ = self.attend(me[:, None], them, them, need_weights=False)
+        context = context[:, 0]
+        self_logits = self.self_head(torch.cat([me, context], -1))
+        pair = torch.cat([them, me[:, None].expand_as(them), context[:, None].expand_as(them)], -1)
+        return torch.cat([self_logits, self.concede_head(pair)[..., 0]], -1)
+
+
+class MetaPolicy(nn.Module):
+    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`)."""
+    needs_state = True
+
+    def __init__(self, agents=3, hidden=64, heads=4, separate=False):
+        super().__init__()
+        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate}
+        self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
+
+    def forward(self, own, peers, agent_index):
+        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
+        if len(self.nets) == 1:
+            return self.nets[0](own, peers)
+        logits = own.new_zeros(own.shape[0], n_actions(1 + peers.shape[1]))
+        for a, net in enumerate(self.nets):
+            rows = agent_index == a
+            if rows.any():
+                logits[rows] = net(own[rows], peers[rows])
+        return logits
+
+    @torch.no_grad()
+    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
+        logits = self(own, peers, agent_index)
+        if greedy:
+            return logits.argmax(-1).tolist()
+        return sample_actions(torch.softmax(logits, -1), uniforms)
+
+
+def sample_actions(probs, uniforms):
+    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest of the
+    batch, so sharding questions over ranks, or batching them differently, samples the same actions."""
+    cdf = probs.cumsum(-1)
+    return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
+
+
+class FixedPolicy:
+    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
+    oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
+    confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
+    needs_state = False
+    NAMES = ("persist", "random", "refine", "oracle")
+
+    def __init__(self, name):
+        if name not in self.NAMES:
+            raise ValueError(f"unknown fixed policy {name!r}")
+        self.name = name
+
+    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
+        if self.name == "persist":
+            return [PERSIST] * len(info)
+        if self.name == "refine":
+            return [REFINE] * len(info)
+        if self.name == "random":
+            k = n_actions(1 + peers.shape[1])
+            return sample_actions(torch.full((len(info), k), 1 / k), uniforms)
+        return [oracle_action(x["own_correct"], x["peer_correct"], x["peer_confidence"]) for x in info]
+
+
+def oracle_action(own_correct, peer_correct, peer_confidence):
+    """DESIGN §5's label, from the gold answer: own answer right -> PERSIST; else a right peer -> CONCEDE to
+    the most confident right peer (the lower peer index on ties); else REFINE."""
+    if own_correct:
+        return PERSIST
+    correct_peers = [k for k, ok in enumerate(peer_correct) if ok]
+    if correct_peers:
+        return concede(max(correct_peers, key=lambda k: (peer_confidence[k], -k)))
+    return REFINE
+
+
+def save_policy(policy, path, **extra):
+    torch.save({"config": policy.config, "state_dict": policy.state_dict(), **extra}, path)
+
+
+def load_policy(path):
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    policy = MetaPolicy(**dict(checkpoint["config"]))
+    policy.load_state_dict(checkpoint["state_dict"])
+    return policy.eval()
+
+
+def make_policy(spec):
+    """'persist' | 'random' | 'refine' | 'oracle' | a path to a policy checkpoint."""
+    if spec in FixedPolicy.NAMES:
+        return FixedPolicy(spec)
+    if not Path(spec).is_file():
+        raise FileNotFoundError(f"policy {spec!r} is neither a fixed policy "
+                                "(persist, random, refine, oracle) nor a checkpoint file")
+    return load_policy(spec)
