@@ -43,12 +43,12 @@ def training_questions(cfg, iteration=0):
     return pool[start:start + cfg.questions], pool[:cfg.val_n]
 
 
-def game_config(cfg, greedy_policy):
-    """critic=True: the states of games played by a fixed behaviour policy carry the critic's p(Correct),
-    as they will when the learned policy plays."""
+def game_config(cfg, greedy_policy, critic=False, refine_cost=0.0):
+    """The game a script's config describes. critic: run the critic pass whatever the policy (stage 1 plays
+    a fixed behaviour policy, and its states must carry p(Correct) when the policy it trains reads it)."""
     return deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, trailer=cfg.trailer,
-                                 greedy_policy=greedy_policy, critic=True)
+                                 greedy_policy=greedy_policy, critic=critic, vote=cfg.vote, refine_cost=refine_cost)
 
 
 def make_engine(cfg, rank):
@@ -57,14 +57,17 @@ def make_engine(cfg, rank):
                   cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
 
 
-def collect_states(engine, examples, policy, cfg, counterfactual, rank, world, desc="collect"):
+def collect_states(engine, examples, policy, cfg, counterfactual, rank, world, desc="collect", critic=False,
+                   refine_cost=0.0):
     """Plays the game with `policy` (actions sampled) on this rank's shard of `examples` and returns every
     rank's visited (agent, round) states, in a canonical order (so the corpus does not depend on the number
     of ranks). A state holds its observation, the action taken, the oracle label and, with
-    `counterfactual`, the reward of each of the K actions (DESIGN §6)."""
+    `counterfactual`, the reward of each of the K actions (DESIGN §6), a REFINE paying `refine_cost` per
+    1000 tokens."""
     shard = examples[rank::world]
     bar = tqdm(total=cfg.rounds, desc=desc, disable=rank != 0, leave=False)
-    transcripts = deliberate.play(engine, shard, policy, game_config(cfg, greedy_policy=False),
+    game = game_config(cfg, greedy_policy=False, critic=critic, refine_cost=refine_cost)
+    transcripts = deliberate.play(engine, shard, policy, game,
                                   record_states=True, counterfactual=counterfactual, progress=bar)
     bar.close()
     rows = []
@@ -113,8 +116,13 @@ def action_distribution(actions, n_actions):
 
 
 def corpus_statistics(tensors, k):
+    """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are all equal
+    (nothing to learn). frac_multi_valued: states with at least three distinct rewards, the only ones where
+    SoftRank and GRPO advantages can differ (with two values both give the same two-level vector)."""
     rewards = tensors["rewards"]
+    distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
     return {"states": len(rewards), "frac_zero_std": float((rewards.amax(-1) == rewards.amin(-1)).float().mean()),
+            "frac_multi_valued": float((distinct >= 3).float().mean()),
             "behaviour_actions": action_distribution(tensors["action"], k),
             "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
             "mean_reward_best": float(rewards.amax(-1).mean())}

@@ -110,7 +110,9 @@ class GameConfig:
     seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy
     trailer: bool = False        # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
     greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
-    critic: bool = False         # run the critic pass even for policies that do not read the state
+    critic: bool = False         # run the critic pass (always for a policy trained with it: reads_critic)
+    vote: str = "min_prob"       # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
+    refine_cost: float = 0.0     # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
 
 
 def run_llm(engine, requests, cfg, temperature=None):
@@ -121,8 +123,8 @@ def run_llm(engine, requests, cfg, temperature=None):
                                   [seed for _, _, seed in requests], max_new_tokens=cfg.max_new_tokens,
                                   temperature=cfg.temperature if temperature is None else temperature,
                                   top_p=cfg.top_p)
-    return [(parse_solution(c.text, ex.task, c.completion_tokens), c.prompt_tokens + c.completion_tokens)
-            for (ex, _, _), c in zip(requests, completions)]
+    return [(parse_solution(c.text, ex.task, c.completion_tokens, c.token_logprobs, cfg.vote),
+             c.prompt_tokens + c.completion_tokens) for (ex, _, _), c in zip(requests, completions)]
 
 
 def run_critic(engine, items):
@@ -171,15 +173,17 @@ def outcome(before, agent, action, refined):
     return replace(before[adopted_agent(agent, action, len(before))])
 
 
-def counterfactual_rewards(before, after, refined, gold, task):
+def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
     """DESIGN §6: every agent's shaped reward for each of its K actions, the peers held at what they actually
     did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would have
-    drawn (refined[i]: same prompt, same seed)."""
+    drawn (refined[i]: same prompt, same seed) and pays refine_costs[i] (GameConfig.refine_cost)."""
     vectors = []
     for i in range(len(before)):
         def team_if(action):
             return after[:i] + [outcome(before, i, action, refined)] + after[i + 1:]
-        vectors.append([shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))])
+        vector = [shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))]
+        vector[REFINE] -= refine_costs[i] if refine_costs else 0.0
+        vectors.append(vector)
     return vectors
 
 
@@ -216,16 +220,18 @@ class Game:
 
 
 def ask(engine, requests, cfg, critic):
-    """requests: (game, prompt, seed) -> Solutions, in one engine call. Each call's tokens, and those of its
-    critic pass (part of the state, and of the cost), go to its game."""
+    """requests: (game, prompt, seed) -> [(Solution, tokens)], in one engine call. Each call's tokens, and
+    those of its critic pass (part of the state, and of the cost), go to its game."""
     outputs = run_llm(engine, [(g.example, prompt, seed) for g, prompt, seed in requests], cfg)
     solutions = [s for s, _ in outputs]
     critic_tokens = (run_critic(engine, [(g.example, s) for (g, _, _), s in zip(requests, solutions)]) if critic
-                     else [None] * len(requests))
-    for (game, _, _), (_, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
-        game.tokens += n_tokens + (n_critic or 0)
-        game.calls += 1 + (n_critic is not None)
-    return solutions
+                     else [0] * len(requests))
+    answered = []
+    for (game, _, _), (solution, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
+        game.tokens += n_tokens + n_critic
+        game.calls += 1 + critic
+        answered.append((solution, n_tokens + n_critic))
+    return answered
 
 
 def decide(policy, games, t, cfg):
@@ -258,15 +264,16 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
     every agent that did not REFINE; these samples count in `tokens` and `calls`."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
-    critic = policy.needs_state or cfg.critic
+    critic = cfg.critic or policy.reads_critic
     games = [Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples]
     # round 0: every agent solves the question on its own
     requests = [(g, prompt, seed) for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
                 for _, prompt, seed in calls]
-    for g, team in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
-        g.solutions = team
+    for g, answered in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
+        team = g.solutions = [s for s, _ in answered]
         g.rounds.append({"round": 0, "texts": [s.text for s in team], "trailer_ok": [s.trailer_ok for s in team],
-                         "critic": [s.critic for s in team], **g.snapshot(team)})
+                         "critic": [s.critic for s in team], "signals": [s.signals for s in team],
+                         **g.snapshot(team)})
     for t in range(1, cfg.rounds + 1):
         active = [g for g in games if not g.stopped]  # early stop: a round of all PERSIST ends a game
         if not active:
@@ -278,18 +285,20 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
                                 call_seed(cfg.seed, active[k].example.id, i, t, "refine")) for k, i in refine],
                       cfg, critic)
         refined = [{} for _ in active]  # per game: agent -> its REFINE sample
-        for (k, i), sample in zip(refine, samples):
-            refined[k][i] = sample
-        for g, acts, seen, mine in zip(active, actions, observations, refined):
+        costs = [[0.0] * cfg.agents for _ in active]  # per game: what a REFINE costs each agent's reward
+        for (k, i), (sample, n_tokens) in zip(refine, samples):
+            refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
+        for g, acts, seen, mine, cost in zip(active, actions, observations, refined, costs):
             before = g.solutions
             after = [outcome(before, i, a, mine) for i, a in enumerate(acts)]
             ex = g.example
             record = {"round": t, "actions": acts,
-                      "rewards": [shaped_reward(before, after, i, ex.answer, ex.task) for i in range(cfg.agents)],
+                      "rewards": [shaped_reward(before, after, i, ex.answer, ex.task) - cost[i] * (a == REFINE)
+                                  for i, a in enumerate(acts)],
                       "texts": [s.text for s in after], **g.snapshot(after),
                       "stopped": all(a == PERSIST for a in acts)}
             if counterfactual:
-                record["reward_vectors"] = counterfactual_rewards(before, after, mine, ex.answer, ex.task)
+                record["reward_vectors"] = counterfactual_rewards(before, after, mine, ex.answer, ex.task, cost)
             if record_states:
                 record["own"], record["peers"] = [o for o, _ in seen], [p for _, p in seen]
             g.rounds.append(record)

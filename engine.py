@@ -30,6 +30,7 @@ class Completion:
     finish: str  # "eos", "stop" (a stop string) or "length"
     cached: bool = False
     token_ids: list | None = None  # with generate(return_tokens=True): the sampled ids, the EOS included
+    token_logprobs: list | None = None  # log p of each sampled token under the untempered model
 
 
 class GenerationCache:

@@ -18,12 +18,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 
 import benchmarks
 import data
 import deliberate
 from engine import Engine
-from state import ACTION_KINDS
+from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
 from training import parse_config
 
 
@@ -37,13 +39,15 @@ class Config:
     seed: int = 0                  # question subset, every LLM call's seed and the random policy
     seeds: str = ""                # e.g. "0,1,2": one evaluation per seed, then accuracy mean ± std over seeds
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
+    reference: str = ""            # a protocol of the list: every other one's paired accuracy difference to it
     agents: int = 3
     rounds: int = 3
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 192
     trailer: bool = False          # ask the agents for the Steps / Confidence / Answer trailer
-    critic: bool = False           # run the critic pass for fixed policies too (to report its AUROC)
+    critic: bool = False           # run the critic pass for every game protocol (to report its AUROC)
+    vote: str = "min_prob"         # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"
     batch_size: int = 64
@@ -61,7 +65,9 @@ def summarize(results, wall_s):
                "tokens_per_question": sum(r["tokens"] for r in results) / n,
                "calls_per_question": sum(r["calls"] for r in results) / n,
                "unparseable": sum(r["pred"] is None for r in results) / n, "wall_s": wall_s,
-               "wall_s_per_question": wall_s / n}
+               "wall_s_per_question": wall_s / n,
+               # per question, for paired comparisons on the same questions (also across seeds)
+               "question_ids": [r["id"] for r in results], "correct": [bool(r["correct"]) for r in results]}
     if "leader_correct" in results[0]:  # MLPO: the peers' own vote, then the leader after each round
         summary["peer_vote_accuracy"] = sum(r["peer_vote_correct"] for r in results) / n
         summary["accuracy_per_round"] = [sum(r["leader_correct"][t] for r in results) / n
@@ -75,13 +81,17 @@ def summarize(results, wall_s):
         summary["accuracy_per_round"] = [
             sum(r["rounds"][min(t, len(r["rounds"]) - 1)]["correct"] for r in results) / n
             for t in range(max_rounds)]
-        first = [(ok, trailer, critic) for r in results for ok, trailer, critic in zip(
-            r["rounds"][0]["agent_correct"], r["rounds"][0]["trailer_ok"], r["rounds"][0]["critic"])]
-        summary["trailer_compliance"] = sum(t for _, t, _ in first) / len(first)
-        summary["agent_accuracy_round0"] = sum(ok for ok, _, _ in first) / len(first)
-        scored = [(critic, ok) for ok, _, critic in first if critic is not None]
-        if scored:
-            summary["critic_auroc"] = auroc([c for c, _ in scored], [ok for _, ok in scored])
+        first = [(ok, trailer, critic, signals) for r in results for ok, trailer, critic, signals in zip(
+            r["rounds"][0]["agent_correct"], r["rounds"][0]["trailer_ok"], r["rounds"][0]["critic"],
+            r["rounds"][0]["signals"])]
+        summary["trailer_compliance"] = sum(t for _, t, _, _ in first) / len(first)
+        summary["agent_accuracy_round0"] = sum(ok for ok, _, _, _ in first) / len(first)
+        # how well each confidence signal tells a right round-0 solution from a wrong one
+        labels = [ok for ok, _, _, _ in first]
+        summary["confidence_auroc"] = {name: auroc([signals[name] for _, _, _, signals in first], labels)
+                                       for name in CONFIDENCE_SIGNALS}
+        if all(critic is not None for _, _, critic, _ in first):
+            summary["confidence_auroc"]["critic"] = auroc([critic for _, _, critic, _ in first], labels)
     return summary
 
 
@@ -95,29 +105,63 @@ def auroc(scores, labels):
     return wins / (len(positives) * len(negatives))
 
 
+def paired_difference(summary, reference, resamples=10_000, seed=0):
+    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean difference,
+    its 95% percentile bootstrap interval (questions resampled with replacement) and the number of questions
+    on which the two disagree (only those move the difference)."""
+    theirs = dict(zip(reference["question_ids"], reference["correct"]))
+    if set(theirs) != set(summary["question_ids"]):
+        raise ValueError("a paired difference needs both protocols on the same questions")
+    d = np.array([float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])])
+    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"diff": float(d.mean()), "ci95": [float(low), float(high)], "disagree": int((d != 0).sum())}
+
+
+def add_paired(summaries, reference):
+    """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0], 0)."""
+    for summary in summaries.values():
+        summary["vs_reference"] = {"reference": reference, **paired_difference(summary, summaries[reference])}
+
+
+def format_paired(v):
+    return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
+
+
 def print_table(summaries):
     width = max([28] + [len(name) + 2 for name in summaries])
-    header = f"{'protocol':<{width}}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}  actions p/r/c"
+    first = next(iter(summaries.values()))
+    header = (f"{'protocol':<{width}}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}"
+              f"  {'actions p/r/c':<15}")
+    if "vs_reference" in first:
+        header += f"  vs {first['vs_reference']['reference']} [95% CI] (disagree)"
     print(header)
     print("-" * len(header))
     for name, s in summaries.items():
         actions = s.get("actions")
         actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
-        print(f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
-              f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions}")
+        row = (f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
+               f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}")
+        if "vs_reference" in s:
+            row += "  " + format_paired(s["vs_reference"])
+        print(row.rstrip())
 
 
 def main(cfg):
     protocols = [p.strip() for p in cfg.protocols.split(",") if p.strip()]
+    if cfg.vote not in VOTE_RULES:
+        sys.exit(f"unknown --vote {cfg.vote!r}: choose one of {', '.join(VOTE_RULES)}")
+    if cfg.reference and cfg.reference not in protocols:
+        sys.exit(f"--reference {cfg.reference!r} is not one of --protocols: {', '.join(protocols)}")
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
     cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all"))
     kw = {"level": cfg.level} if cfg.level else {}
     examples = data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
     engine = Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                               cache_dir=cfg.cache_dir or None, progress=True)
+                    cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
                                  top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                                 trailer=cfg.trailer, critic=cfg.critic)
+                                 trailer=cfg.trailer, critic=cfg.critic, vote=cfg.vote)
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
@@ -126,8 +170,10 @@ def main(cfg):
         details[protocol] = results
         print(f"[{protocol}] accuracy {summaries[protocol]['accuracy']:.3f} "
               f"({summaries[protocol]['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    if cfg.reference:
+        add_paired(summaries, cfg.reference)
     print(f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, {cfg.rounds} rounds, "
-          f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})")
+          f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\nvote: {describe_vote(cfg.vote)}")
     print_table(summaries)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
@@ -148,23 +194,31 @@ def over_seeds(cfg):
     for protocol in runs[0]:
         values = {k: [r[protocol][k] for r in runs] for k in ("accuracy", "tokens_per_question", "wall_s_per_question")}
         table[protocol] = {f"{k}_{stat}": fn(v) for k, v in values.items()
-                           for stat, fn in (("mean", statistics.mean), ("std", pstdev))}
+                           for stat, fn in (("mean", statistics.mean), ("std", sample_std))}
         table[protocol]["accuracy_per_seed"] = values["accuracy"]
         if "actions" in runs[0][protocol]:
             table[protocol]["actions"] = {a: statistics.mean(r[protocol]["actions"][a] for r in runs)
                                           for a in runs[0][protocol]["actions"]}
-    print(f"\nover seeds {seeds}: accuracy mean ± std (population std over seeds), tokens per question")
+        if cfg.reference:  # pooled over seeds: a question of seed s is (s, id)
+            pooled = [{"question_ids": [(seed, q) for seed, r in zip(seeds, runs) for q in r[name]["question_ids"]],
+                       "correct": [ok for r in runs for ok in r[name]["correct"]]}
+                      for name in (protocol, cfg.reference)]
+            table[protocol]["vs_reference"] = {"reference": cfg.reference, **paired_difference(*pooled)}
+    print(f"\nover seeds {seeds}: accuracy mean ± sample std (n - 1) over seeds, tokens per question"
+          + (f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)" if cfg.reference else ""))
     for protocol, row in table.items():
-        print(f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"
-              f"{row['tokens_per_question_mean']:>10.0f}")
+        line = (f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"
+                f"{row['tokens_per_question_mean']:>10.0f}")
+        print(line + ("  " + format_paired(row["vs_reference"]) if cfg.reference else ""))
     if cfg.out:
         with open(cfg.out, "w") as f:
             json.dump({"config": dataclasses.asdict(cfg), **table}, f, indent=1)
     return table
 
 
-def pstdev(values):
-    return statistics.pstdev(values) if len(values) > 1 else 0.0
+def sample_std(values):
+    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the spread."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Who decides (DESIGN §3): the learned meta-policy network and the fixed policies.
 
-Every policy maps a batch of observations (state.observe) to actions through `act`; `needs_state` says
-whether it reads the state vector (only then does the game pay for the critic pass).
+Every policy maps a batch of observations (state.observe) to actions through `act`; `reads_critic` says
+whether its state includes the critic's p(Correct) (then the game pays for the critic pass).
   PolicyNet, MetaPolicy  - the learned policy: permutation-equivariant over peers, any team size
   sample_actions         - inverse-CDF sampling with one given uniform per row (batch-independent)
   FixedPolicy, oracle_action - persist, random, refine (LLM-Debate) and the gold-aware oracle (the SFT label)
@@ -43,13 +43,17 @@ class PolicyNet(nn.Module):
 
 
 class MetaPolicy(nn.Module):
-    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`)."""
-    needs_state = True
+    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`).
+    critic: trained on states that carry the critic's p(Correct), so the game must run the critic for it."""
 
-    def __init__(self, agents=3, hidden=64, heads=4, separate=False):
+    def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False):
         super().__init__()
-        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate}
+        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate, "critic": critic}
         self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
+
+    @property
+    def reads_critic(self):
+        return self.config["critic"]
 
     def forward(self, own, peers, agent_index):
         """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
@@ -81,7 +85,7 @@ class FixedPolicy:
     """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
     oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
     confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
-    needs_state = False
+    reads_critic = False
     NAMES = ("persist", "random", "refine", "oracle")
 
     def __init__(self, name):

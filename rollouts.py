@@ -50,7 +50,8 @@ def joint_rollouts(engines, examples, cfg, step):
                                           temperature=cfg.rollout_temperature, top_p=1.0, return_tokens=True)
             for (q, g, i), prompt, c in zip(calls, prompts, completions):
                 sequences.append(Sequence(q, g, i, engine.encode(prompt), c.token_ids))
-                solutions[(q, g, i)] = parse_solution(c.text, examples[q].task, c.completion_tokens)
+                solutions[(q, g, i)] = parse_solution(c.text, examples[q].task, c.completion_tokens,
+                                                      c.token_logprobs, cfg.vote)
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution
 

@@ -29,7 +29,7 @@ from corpus import (action_distribution, collect_states, load_or_collect, make_e
                     training_questions)
 from engine import call_seed
 from policy import MetaPolicy, make_policy, save_policy
-from state import n_actions, parse_solution
+from state import VOTE_RULES, n_actions, parse_solution
 from training import (MetricsLog, accumulating, all_gather_list, all_reduce_sum, batch_schedule, completion_batch,
                       completion_logprobs, crash_if_asked, load_checkpoint, parse_config, run_distributed,
                       save_checkpoint, train_steps, wrap_ddp)
@@ -49,6 +49,8 @@ class Config:
     temperature: float = 0.7
     max_new_tokens: int = 192
     trailer: bool = False          # ask for the Steps / Confidence / Answer trailer
+    critic: bool = False           # the policy's state carries the critic's p(Correct) (the game runs it)
+    vote: str = "min_prob"         # the vote's tie-break signal (state.VOTE_RULES)
     behaviour: str = "random"      # the policy that plays the labelled games (a fixed policy or a checkpoint)
     hidden: int = 64
     heads: int = 4
@@ -85,7 +87,8 @@ def cross_entropy_loss(model, batch):
 def train_policy(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    policy = MetaPolicy(agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate)
+    policy = MetaPolicy(agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate,
+                        critic=cfg.critic)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
@@ -93,7 +96,7 @@ def train_policy(cfg, rank, world, device):
     questions, _ = training_questions(cfg)
     behaviour = make_policy(cfg.behaviour)
     rows = load_or_collect(out / "corpus.pt", lambda: collect_states(
-        engine, questions, behaviour, cfg, counterfactual=False, rank=rank, world=world), rank)
+        engine, questions, behaviour, cfg, counterfactual=False, rank=rank, world=world, critic=cfg.critic), rank)
     tensors = states_to_tensors(rows)
     k = n_actions(cfg.agents)
     label_mix = action_distribution(tensors["label"], k)
@@ -162,6 +165,9 @@ def train_llm(cfg, rank, world, device):
         # the normalizer (completion tokens of the global batch) is computed once per optimizer step;
         # DDP averages over ranks, hence the factor world
         n_tokens = all_reduce_sum([sum(len(c) for _, c in mine)], device)[0] / world
+        weight = 1.0
+        if not mine:  # a batch smaller than the world: this rank still runs one backward (weight 0) for DDP
+            mine, weight = kept[:1], 0.0
         total = 0.0
         for m in range(0, len(mine), cfg.micro_batch):
             batch = completion_batch(mine[m:m + cfg.micro_batch], pad, device)
@@ -170,6 +176,7 @@ def train_llm(cfg, rank, world, device):
                 logp, mask = completion_logprobs(ddp, batch)
                 # cross-entropy on the completion tokens = the token-level policy gradient with advantage 1
                 loss, _ = softrank.policy_gradient_loss(logp, logp.new_ones(len(logp)), mask, "token", n_tokens)
+                loss = loss * weight
                 loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -191,6 +198,8 @@ def train_llm(cfg, rank, world, device):
 def main(cfg):
     if cfg.target not in ("policy", "llm"):
         sys.exit(f"unknown --target {cfg.target!r}: choose policy or llm")
+    if cfg.vote not in VOTE_RULES:
+        sys.exit(f"unknown --vote {cfg.vote!r}: choose one of {', '.join(VOTE_RULES)}")
     return run_distributed(train_policy if cfg.target == "policy" else train_llm, cfg)
 
 

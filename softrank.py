@@ -3,10 +3,13 @@
 Read top to bottom:
   1. Advantages - softrank_advantages (paper Eq. 2), and the baselines grpo_advantages,
                   mean_baseline_advantages (MAGRPO), rloo_advantages.
-  2. Losses over the whole action set - softrank_loss (paper Eq. 3), rank_matching_loss (paper Eq. 4).
+  2. Losses over the whole action set - softrank_loss (paper Eq. 3: the expected advantage, bounded, with
+                  its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and the unbounded literal
+                  form unweighted_softrank_loss, kept to show why it is not used.
   3. Losses on sampled actions - ppo_clip_loss, kl_k3, and the token-level policy_gradient_loss for LLMs
                   (DAPO / GRPO / Dr.GRPO normalizers) with pg_normalizer for exact gradient accumulation.
-  4. Demo - `python softrank.py` prints SoftRank vs GRPO advantages under reward transforms.
+  4. Demo - `python softrank.py` prints SoftRank vs GRPO advantages under reward transforms, and the
+             expected-advantage objective against the unbounded literal form under gradient descent.
 
 Conventions:
   - A group is the last dim (..., K): the K actions of one state, or the K rollouts of one prompt.
@@ -114,23 +117,46 @@ def _log_softmax(logits, m):
 
 
 def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
-    """The SoftRankPO loss (paper Eq. 3), exact over the full action set, averaged over states:
+    """The SoftRankPO objective (paper Eq. 3, read as DESIGN §6 does), exact over the K actions, averaged
+    over states: the KL-regularized expected advantage, as a loss to minimize
 
-        L = -sum_k A_k log pi(a_k|s) + beta * KL(pi(.|s) || pi_ref(.|s)) - lam * H(pi(.|s))
+        L = -sum_k pi_k A_k + beta * KL(pi(.|s) || pi_ref(.|s)) - lam * H(pi(.|s))
         KL = sum_k pi_k (log pi_k - log pi_ref_k),   H = -sum_k pi_k log pi_k
 
+    This is the exact-over-K form of the paper's trajectory objective E_{a~pi}[A log pi] (the same gradient:
+    sum_k pi_k A_k grad log pi_k). It is bounded below (every term is), and its unique minimum is
+
+        pi* ∝ exp((A + beta log pi_ref) / (beta + lam)),    i.e. pi_ref exp(A / beta) when lam = 0,
+
+    the solution Eq. 4 (rank_matching_loss) regresses onto: beta is a real trust region, and the result does
+    not depend on how long one trains. (The literal -sum_k A_k log pi_k has no minimum: see
+    unweighted_softrank_loss.)
     logits, advantages, ref_logits, mask: (..., K). Masked actions (mask False) do not exist: they get
     pi = 0, add nothing to any term and receive exactly zero gradient.
-    stats: pg, kl, entropy (means over states) and frac_zero_std, the fraction of states whose advantages
-    are all zero (all-equal reward groups, which teach nothing).
+    stats: pg (the mean of -sum_k pi_k A_k), kl, entropy (means over states) and frac_zero_std, the fraction
+    of states whose advantages are all zero (all-equal reward groups, which teach nothing).
     """
+    return _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=True)
+
+
+def unweighted_softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
+    """The literal unweighted form, L = -sum_k A_k log pi_k + beta KL - lam H: kept for comparison only
+    (train_rl.py --objective unweighted). It is UNBOUNDED below: SoftRank and GRPO advantages sum to zero over
+    the K actions, so the gradient on logit k is -A_k whatever pi is; the logits of negative-advantage
+    actions fall at a constant rate, the loss decreases linearly forever, and beta cannot hold it (the KL
+    term's gradient vanishes as those actions' probabilities go to 0). What it learns depends on lr x steps.
+    """
+    return _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=False)
+
+
+def _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted):
     m = _mask_like(logits, mask)
     logp = _log_softmax(logits, m)
     ref_logp = _log_softmax(ref_logits.detach(), m)
     pi = logp.exp() * m                              # exp(0) = 1 at masked actions: zero it
     A = advantages.detach().masked_fill(~m, 0.0)
 
-    pg = -(A * logp).sum(-1)
+    pg = -(pi * A).sum(-1) if weighted else -(A * logp).sum(-1)
     kl = (pi * (logp - ref_logp)).sum(-1)
     entropy = -(pi * logp).sum(-1)
     loss = (pg + beta * kl - lam * entropy).mean()
@@ -144,6 +170,13 @@ def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
     return loss, stats
 
 
+def optimal_policy(advantages, ref_logits, beta, lam, mask=None):
+    """pi* of softrank_loss: softmax((A + beta log pi_ref) / (beta + lam)) over the existing actions."""
+    m = _mask_like(advantages, mask)
+    z = (advantages.masked_fill(~m, 0.0) + beta * _log_softmax(ref_logits, m)) / (beta + lam)
+    return torch.softmax(z.masked_fill(~m, -torch.inf), -1)
+
+
 def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
     """The rank-matching form (paper Eq. 4): regress the centered log-ratio on the centered advantages,
 
@@ -152,9 +185,7 @@ def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
     means over the existing actions, then over states. Why it matches the KL-regularized objective
     max_pi sum_k pi_k A_k - beta KL(pi || pi_ref): its optimum is pi ∝ pi_ref exp(A / beta), i.e.
     beta log(pi / pi_ref) = A + const(s). Centering removes const(s) (log Z included), so L = 0 exactly
-    there, and L measures the distance to it. Note: Eq. 3's -sum A log pi form has another fixed point,
-    beta pi_k (log(pi_k / pi_ref_k) - KL) = A_k (when sum_k A_k = 0, as SoftRank's are): log-ratios above
-    the mean for exactly the actions with A_k > 0, as here, but rarely chosen actions moved further.
+    there, and L measures the distance to it: the same policy softrank_loss reaches when lam = 0.
     stats: mse and abs_log_ratio, the mean |log(pi / pi_ref)|.
     """
     m = _mask_like(logits, mask)
@@ -259,6 +290,34 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
 # 4. Demo: SoftRank depends only on the order of the rewards, GRPO on their values
 # ----------------------------------------------------------------------------------------------------
 
+def objective_demo(steps=3000, lr=1e-2, lam=0.01, seed=0):
+    """Adam on 64 random states (the logits themselves are the parameters), SoftRank advantages of random
+    rewards: the expected-advantage objective levels off at pi*, the literal form falls for ever. The six runs
+    (3 betas x 2 objectives) share one optimizer: Adam is elementwise, so each run is as if alone."""
+    g = torch.Generator().manual_seed(seed)
+    start, ref = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
+    advantages = softrank_advantages(torch.randint(0, 4, (64, 4), generator=g).float())
+    runs = [(beta, name, loss_fn) for beta in (0.05, 1.0, 10.0)
+            for name, loss_fn in (("expected", softrank_loss), ("unweighted", unweighted_softrank_loss))]
+    x = start.repeat(len(runs), 1, 1).requires_grad_()
+    optimizer = torch.optim.Adam([x], lr=lr)
+    losses = []
+    for _ in range(steps):
+        per_run = [loss_fn(x[r], advantages, ref, beta, lam)[0] for r, (beta, _, loss_fn) in enumerate(runs)]
+        optimizer.zero_grad()
+        torch.stack(per_run).sum().backward()
+        optimizer.step()
+        losses.append([loss.item() for loss in per_run])
+    x = x.detach()
+    print(f"\nAdam (lr {lr}) on 64 random states, K = 4, lam = {lam}: loss after 1000 / 2000 / 3000 steps, the "
+          "largest |centered logit|, and for the expected advantage max |pi - pi*|.")
+    for r, (beta, name, _) in enumerate(runs):
+        gap = (torch.softmax(x[r], -1) - optimal_policy(advantages, ref, beta, lam)).abs().max().item()
+        print(f"beta {beta:>5}  {name:<10}  " + " / ".join(f"{losses[k - 1][r]:8.3f}" for k in (1000, 2000, 3000))
+              + f"   max |logit| {(x[r] - x[r].mean(-1, keepdim=True)).abs().max().item():6.1f}"
+              + (f"   max |pi - pi*| {gap:.1e}" if name == "expected" else ""))
+
+
 if __name__ == "__main__":
     r = torch.tensor([0.0, 0.1, 0.2, 0.3, 0.5, 2.0], dtype=torch.float64)  # one lucky outlier
     columns = {"r": r}
@@ -271,3 +330,4 @@ if __name__ == "__main__":
     for k in range(len(r)):
         print(f"{k:>6}" + "".join(f"{c[k].item():>+{w}.3f}" for c, w in zip(columns.values(), widths)))
     print("SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, not exp r.")
+    objective_demo()

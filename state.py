@@ -7,6 +7,7 @@ Read top to bottom:
   Vote      - the team's majority vote (the game's final answer)
   State     - the features of an agent's observation o_t^i = (own features, one row per peer)
 """
+import math
 import re
 from dataclasses import dataclass
 
@@ -58,13 +59,41 @@ class Solution:
     n_operations: int           # arithmetic operations written out (`3 * 4`)
     consistent: bool            # the answer equals the last computed result shown (`... = 10`)
     critic: float | None = None  # introspective confidence p(Correct) from the critic pass
+    token_logprobs: list | None = None  # log p of every sampled token under the untempered model (engine)
+    confidence: float = 0.5     # what breaks vote ties: the signal the vote rule names (VOTE_RULES)
 
     @property
-    def confidence(self):
-        """Introspective confidence when measured, else the self-report, else 0.5."""
-        if self.critic is not None:
-            return self.critic
-        return self.self_confidence if self.self_confidence is not None else 0.5
+    def signals(self):
+        return generation_confidence(self.token_logprobs)
+
+
+# Generation confidence (DESIGN §2; the paper has none): statistics of the probabilities the model gave the
+# tokens it sampled, free because the engine returns them with the text. Each is a probability in [0, 1];
+# 0.5 when unknown (a hand-made solution). On 240 round-0 arith solutions the minimum token probability
+# told right from wrong best (AUROC 0.61-0.68; `eval.py` reports each signal's AUROC as confidence_auroc).
+TAIL_TOKENS = 8  # the answer line ("Answer: 42" and EOS) is the last few tokens
+CONFIDENCE_SIGNALS = ("mean_prob", "min_prob", "tail_prob")
+
+
+def generation_confidence(token_logprobs):
+    """{signal: value}: mean_prob = exp(mean log p), the geometric mean token probability; min_prob = the
+    least likely token's probability; tail_prob = exp(mean log p) of the last TAIL_TOKENS, the answer."""
+    if not token_logprobs:
+        return dict.fromkeys(CONFIDENCE_SIGNALS, 0.5)
+    tail = token_logprobs[-TAIL_TOKENS:]
+    return {"mean_prob": math.exp(sum(token_logprobs) / len(token_logprobs)),
+            "min_prob": math.exp(min(token_logprobs)), "tail_prob": math.exp(sum(tail) / len(tail))}
+
+
+# The vote rule (DESIGN §1): majority; ties go to the higher confidence, then the lower agent index. The
+# confidence is a generation-confidence signal, the same for every protocol (it costs no LLM call), or
+# "index" (ties to the lower agent index alone).
+VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
+
+
+def describe_vote(rule):
+    return ("majority; ties to the lower agent index" if rule == "index" else
+            f"majority; ties to the higher {rule} (generation confidence), then the lower agent index")
 
 
 _STEPS_RE = re.compile(r"steps?\s*:\s*\**\s*(\d{1,3})", re.IGNORECASE)
@@ -74,8 +103,11 @@ _OPERATION_RE = re.compile(r"\d\s*[-+*/×x÷]\s*\(?\$?\d")
 _RESULT_RE = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
 
 
-def parse_solution(text, task, completion_tokens=0):
-    """A Solution from a completion. A garbled or missing trailer gives defaults and trailer_ok=False."""
+def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="index"):
+    """A Solution from a completion. A garbled or missing trailer gives defaults and trailer_ok=False. `vote`
+    (one of VOTE_RULES) names the signal that becomes the solution's vote confidence."""
+    if vote not in VOTE_RULES:
+        raise ValueError(f"unknown vote rule {vote!r}: choose one of {', '.join(VOTE_RULES)}")
     answer = data.extract_answer(text, task)
     steps = [int(m) for m in _STEPS_RE.findall(text)]
     confidences = [float(c) for c, _ in _CONFIDENCE_RE.findall(text)]
@@ -86,7 +118,8 @@ def parse_solution(text, task, completion_tokens=0):
                     trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
                     completion_tokens=completion_tokens,
                     n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),  # not `9/10`
-                    consistent=consistent)
+                    consistent=consistent, token_logprobs=token_logprobs,
+                    confidence=0.5 if vote == "index" else generation_confidence(token_logprobs)[vote])
 
 
 def same_answer(a, b):
@@ -98,7 +131,8 @@ def same_answer(a, b):
 # ----------------------------------------------------------------------------------------------------
 def majority_vote(solutions, exclude=None):
     """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
-    confidence, then to the lower agent index. (None, None) when no answer parses."""
+    confidence (Solution.confidence: the vote rule's signal), then to the lower agent index. (None, None)
+    when no answer parses."""
     groups = {}
     for i, s in enumerate(solutions):
         if i != exclude and s.answer is not None:
@@ -120,6 +154,9 @@ PROFILE_FEATURES = (
     "steps",            # self-reported steps / 10, clipped to 1 (0 when missing)
     "self_confidence",  # self-reported confidence in [0, 1] (0.5 when missing)
     "critic",           # p(Correct) from the critic pass (0.5 when not measured)
+    "mean_prob",        # generation confidence: geometric mean probability of the sampled tokens
+    "min_prob",         # generation confidence: probability of the least likely sampled token
+    "tail_prob",        # generation confidence: geometric mean probability of the last 8 tokens (the answer)
     "length",           # completion tokens / 256, clipped to 1
     "operations",       # arithmetic operations shown / 10, clipped to 1
     "consistent",       # the answer equals the last computed result shown
@@ -139,10 +176,11 @@ PEER_FEATURES = PROFILE_FEATURES + (
 
 
 def profile(solution):
-    s = solution
+    """PROFILE_FEATURES of one solution, in that order."""
+    s, signals = solution, solution.signals
     return [float(s.answer is not None), float(s.trailer_ok), min((s.steps or 0) / 10, 1.0),
-            s.self_confidence if s.self_confidence is not None else 0.5,
-            s.critic if s.critic is not None else 0.5, min(s.completion_tokens / 256, 1.0),
+            s.self_confidence if s.self_confidence is not None else 0.5, s.critic if s.critic is not None else 0.5,
+            *(signals[k] for k in CONFIDENCE_SIGNALS), min(s.completion_tokens / 256, 1.0),
             min(s.n_operations / 10, 1.0), float(s.consistent)]
 
 

@@ -10,8 +10,11 @@
    the behaviour policy's logits.
 2. Update, with pi_ref = pi_sft fixed. The algorithms differ only in the policy-gradient term; all of them
    add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
-     softrank   -sum_k A_k log pi(a_k|s), A = SoftRank advantages of R(s) (paper Eq. 2-3): only the order
-                of the K rewards matters
+     softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the order of the
+                K rewards matters. The expected advantage is bounded; its optimum is
+                pi* ∝ exp((A + beta log pi_ref) / (beta + lam)). --objective eq4 regresses onto it instead
+                (paper Eq. 4); --objective unweighted is the literal -sum_k A_k log pi, which has no minimum
+                (softrank.unweighted_softrank_loss), kept for comparison
      grpo       the same with A = z-scored R(s)
      ppo        clipped surrogate on the behaviour action, ratio to the behaviour policy (pi_sft in the
                 first iteration), advantage R(s, a_b) - mean R(s)
@@ -51,21 +54,26 @@ from corpus import (action_distribution, collect_states, corpus_statistics, eval
                     make_engine, states_to_tensors, training_pool, training_questions)
 from engine import Engine
 from policy import load_policy, save_policy
-from state import n_actions
+from state import VOTE_RULES, n_actions
 from training import (MetricsLog, accumulating, all_reduce_sum, batch_schedule, completion_batch,
                       completion_logprobs, crash_if_asked, load_checkpoint, parse_config, run_distributed,
                       save_checkpoint, train_steps, wrap_ddp)
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
+OBJECTIVES = ("expected", "unweighted", "eq4")
 
 
 @dataclass
 class Config:
     init: str = "runs/sft/policy.pt"  # pi_sft: the starting policy and pi_ref
     algo: str = "softrank"         # softrank | grpo | ppo | reinforce
+    objective: str = "expected"    # expected: -sum_k pi_k A_k + KL, entropy (bounded; softrank.softrank_loss) |
+    #                                unweighted: the literal -sum_k A_k log pi_k (unbounded, for comparison) |
+    #                                eq4: rank matching (softrank.rank_matching_loss); for softrank and grpo
     tau: float = 0.5               # SoftRank temperature of the quantiles (paper's best: 0.8)
     beta: float = 0.05             # KL(pi || pi_ref) weight
     lam: float = 0.01              # entropy bonus
+    refine_cost: float = 0.0       # a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends
     clip: float = 0.2              # PPO ratio clip
     reward_scale: float = 1.0      # R -> scale * R ...
     reward_transform: str = "none"  # ... then "exp": R -> exp(R)
@@ -86,6 +94,7 @@ class Config:
     temperature: float = 0.7
     max_new_tokens: int = 192
     trailer: bool = False
+    vote: str = "min_prob"         # the vote's tie-break signal (state.VOTE_RULES); the critic: as --init's policy
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"        # the frozen backbone's; --target agents/leader: bfloat16 = autocast (fp32 weights)
     engine_batch_size: int = 64
@@ -106,6 +115,7 @@ class Config:
     separate_agents: bool = False  # one LLM copy per agent (default: the agents share one set of weights)
     llm_lr: float = 1e-6
     micro_batch: int = 8           # sequences per forward/backward; gradients accumulate over the step
+    llm_beta: float = 0.0          # k3 KL to the initial model; 0 as in both papers (no reference copy in memory)
     gradient_checkpointing: bool = False
     # --target leader (MLPO): --agents frozen peers, --questions candidate training questions
     peers_model: str = ""          # the peers' HF directory; empty: the same as --model
@@ -120,6 +130,14 @@ def transform_rewards(rewards, cfg):
     return rewards.exp() if cfg.reward_transform == "exp" else rewards
 
 
+def objective_loss(logits, advantages, ref_logits, cfg):
+    """The full-action-set objective --objective names, on the advantages of every action."""
+    if cfg.objective == "eq4":
+        return softrank.rank_matching_loss(logits, ref_logits, advantages, cfg.beta)
+    loss_fn = softrank.softrank_loss if cfg.objective == "expected" else softrank.unweighted_softrank_loss
+    return loss_fn(logits, advantages, ref_logits, cfg.beta, cfg.lam)
+
+
 def make_loss(cfg):
     def loss_fn(model, batch):
         logits = model(batch["own"], batch["peers"], batch["agent"])
@@ -127,7 +145,7 @@ def make_loss(cfg):
         if cfg.algo in ("softrank", "grpo"):
             advantages = (softrank.softrank_advantages(rewards, cfg.tau) if cfg.algo == "softrank"
                           else softrank.grpo_advantages(rewards))
-            loss, stats = softrank.softrank_loss(logits, advantages, batch["ref_logits"], cfg.beta, cfg.lam)
+            loss, stats = objective_loss(logits, advantages, batch["ref_logits"], cfg)
         else:
             taken = batch["action"][:, None]
             logp = torch.log_softmax(logits, -1).gather(-1, taken)[:, 0]
@@ -195,7 +213,7 @@ def train_policy(cfg, rank, world, device):
 
         def collect():
             rows = collect_states(engine, questions, behaviour, cfg, counterfactual=True, rank=rank, world=world,
-                                  desc=f"corpus {iteration}")
+                                  desc=f"corpus {iteration}", refine_cost=cfg.refine_cost)
             for row, logits in zip(rows, policy_logits(behaviour, states_to_tensors(rows)).tolist()):
                 row["old_logits"] = logits  # what the behaviour actions were sampled from (PPO's ratio)
             return rows
@@ -262,16 +280,16 @@ def loss_aggregation(cfg):
 
 
 def agents_loss(model, reference, batch, advantages, cfg, normalizer):
-    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
+    """Token-level policy gradient on one micro-batch (+ llm_beta x the k3 KL to the initial model), divided
     by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
     logp, mask = completion_logprobs(model, batch, cfg.rollout_temperature)
     loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, loss_aggregation(cfg), normalizer)
     kl = torch.zeros(())
-    if cfg.beta:
+    if cfg.llm_beta:
         with torch.no_grad():
             ref_logp, _ = completion_logprobs(reference, batch, cfg.rollout_temperature)
         kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
-        loss = loss + cfg.beta * kl
+        loss = loss + cfg.llm_beta * kl
     return loss, kl.item()
 
 
@@ -286,7 +304,7 @@ def llm_update(models, wrapped, references, optimizer, sequences, advantages, cf
     loss_total, kl_total, trained = 0.0, 0.0, 0
     for e, (model, ddp) in enumerate(zip(models, wrapped)):
         mine = [s for s in sequences if len(models) == 1 or s.agent == e]
-        if not cfg.beta:
+        if not cfg.llm_beta:
             # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skip its forward and
             # backward. A rank left with nothing still runs one, for DDP's all-reduce.
             mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
@@ -347,7 +365,8 @@ def train_weights(cfg, rank, world, device):
     else:
         pool = training_pool(cfg)[cfg.val_n:]
     models, engines = llm_engines(cfg, device, rank, n_models)
-    references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.beta else [None] * n_models
+    references = ([copy.deepcopy(m).eval().requires_grad_(False) for m in models] if cfg.llm_beta
+                  else [None] * n_models)
     optimizer = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=cfg.llm_lr,
                                   weight_decay=cfg.weight_decay)
     holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
@@ -395,6 +414,8 @@ def train_weights(cfg, rank, world, device):
 def main(cfg):
     if cfg.target not in ("policy", "agents", "leader"):
         sys.exit(f"unknown --target {cfg.target!r}: choose policy, agents or leader")
+    if cfg.vote not in VOTE_RULES:
+        sys.exit(f"unknown --vote {cfg.vote!r}: choose one of {', '.join(VOTE_RULES)}")
     if cfg.target in ("agents", "leader"):
         if cfg.algo not in AGENT_ALGOS:
             sys.exit(f"unknown --algo {cfg.algo!r} for --target {cfg.target}: choose one of {', '.join(AGENT_ALGOS)}")
@@ -407,6 +428,8 @@ def main(cfg):
     else:
         if cfg.algo not in ALGOS:
             sys.exit(f"unknown --algo {cfg.algo!r}: choose one of {', '.join(ALGOS)}")
+        if cfg.objective not in OBJECTIVES:
+            sys.exit(f"unknown --objective {cfg.objective!r}: choose one of {', '.join(OBJECTIVES)}")
         if cfg.reward_transform not in ("none", "exp"):
             sys.exit(f"unknown --reward-transform {cfg.reward_transform!r}: choose none or exp")
         if not Path(cfg.init).is_file():

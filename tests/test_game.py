@@ -1,6 +1,9 @@
 """The deliberation game: parsing and state features, the vote, the shaped reward, the policies, and
 play() driven by a scripted engine (exact, fast) and by a tiny random model (the real engine path)."""
 
+import dataclasses
+import math
+
 import pytest
 import torch
 
@@ -8,15 +11,16 @@ import data
 import deliberate as D
 import policy as P
 import state as S
-from engine import Completion, Engine, call_seed
+from engine import Engine, call_seed
+from scripted import ScriptedEngine
 from state import PERSIST, REFINE
 
 
-def sol(answer, confidence=None, critic=None, text=None):
-    """A hand-built Solution for vote / reward tests."""
+def sol(answer, confidence=0.5, text=None):
+    """A hand-built Solution for vote / reward tests; `confidence` is what breaks vote ties."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
     s = S.parse_solution(text, "arith", completion_tokens=10)
-    s.self_confidence, s.critic = confidence, critic
+    s.confidence = confidence
     return s
 
 
@@ -40,7 +44,7 @@ def test_parse_garbled_never_crashes(text):
 def test_parse_garbled_defaults():
     s = S.parse_solution("I think it is 12 apples", "arith")
     assert s.answer == "12" and not s.trailer_ok and s.steps is None and s.self_confidence is None
-    assert s.confidence == 0.5  # no critic, no self-report
+    assert s.confidence == 0.5 and s.signals == {"mean_prob": 0.5, "min_prob": 0.5, "tail_prob": 0.5}  # unknown
     missing = S.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
     assert missing.answer is None and not missing.trailer_ok  # a trailer without a value is no answer
 
@@ -82,8 +86,8 @@ def test_vote_unparseable_never_wins():
 
 
 def test_vote_tie_goes_to_confidence_then_index():
-    assert S.majority_vote([sol("1", critic=0.2), sol("2", critic=0.9), sol(None)])[0] == "2"
-    assert S.majority_vote([sol("1", critic=0.5), sol("2", critic=0.5)])[0] == "1"
+    assert S.majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
+    assert S.majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
     # two-vs-two tie: the group with the single most confident member wins
     team = [sol("1", 0.6), sol("1", 0.6), sol("2", 0.1), sol("2", 0.95)]
     assert S.majority_vote(team) == ("2", 3)
@@ -167,35 +171,6 @@ def test_make_policy_errors():
 
 
 # ---------------------------------------------------------------- play() with a scripted engine
-class ScriptedEngine:
-    """Stands in for Engine: answers come from `script(prompt, seed)`; counts calls."""
-
-    def __init__(self, script):
-        self.script, self.calls, self.critic_calls = script, 0, 0
-
-        class Tok:
-            def __call__(self, text, add_special_tokens=False):
-                return {"input_ids": [len(w) for w in text.split()]}
-
-            def decode(self, ids):
-                return ""
-        self.tokenizer = Tok()
-
-    def chat(self, user):
-        return user
-
-    def encode(self, prompt):
-        return [1] * len(prompt.split())
-
-    def generate(self, prompts, seeds, **kw):
-        self.calls += len(prompts)
-        return [Completion(self.script(p, s), len(p.split()), 5, "eos") for p, s in zip(prompts, seeds)]
-
-    def next_token_logprobs(self, prompts, ids):
-        self.critic_calls += len(prompts)
-        return torch.log(torch.tensor([[0.7, 0.3]] * len(prompts)))
-
-
 def test_verdict_tokens_of_default_tokenizer(tiny_model):
     good, bad, prefix = D.verdict_token_ids(tiny_model[1])
     assert good != bad and prefix == ""
@@ -249,12 +224,16 @@ def test_play_debate_refines_every_round_and_counts_tokens():
     assert out[0]["tokens"] > 0
 
 
-def test_play_learned_policy_pays_for_the_critic():
+def test_play_learned_policy_pays_for_the_critic_only_when_trained_with_it():
     cfg = D.GameConfig(agents=3, rounds=1)
     engine = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(engine, make_examples(2), P.MetaPolicy(agents=3), cfg)
+    out = D.play(engine, make_examples(2), P.MetaPolicy(agents=3, critic=True), cfg)
     assert engine.critic_calls >= 6
     assert all(c == pytest.approx(0.7) for c in out[0]["rounds"][0]["critic"])
+    without = ScriptedEngine(solve_script(cfg, {}))
+    out = D.play(without, make_examples(2), P.MetaPolicy(agents=3), cfg)
+    assert without.critic_calls == 0 and out[0]["rounds"][0]["critic"] == [None] * 3
+    assert out[0]["calls"] == 3 + sum(a == REFINE for a in out[0]["rounds"][1]["actions"])
 
 
 def test_play_random_is_seeded():
@@ -340,3 +319,54 @@ def test_lead_peers_vote_then_leader_decides_and_peers_revise():
     assert "Solutions from 3 agents" in seen[0] and "Agent 3:" in seen[0]
     assert peers.calls == 6 + 6 and leader.calls == 4 and all(r["calls"] == 3 + 1 + 3 + 1 for r in out)
     assert all(r["tokens"] > 0 for r in out)
+
+
+# ---------------------------------------------------------------- generation confidence and the one vote rule
+def test_generation_confidence_signals():
+    logprobs = [math.log(0.9)] * 10 + [math.log(0.2)] + [math.log(0.8)] * 7
+    signals = S.generation_confidence(logprobs)
+    assert signals["min_prob"] == pytest.approx(0.2)
+    assert signals["tail_prob"] == pytest.approx(math.exp((math.log(0.2) + 7 * math.log(0.8)) / 8))
+    assert signals["mean_prob"] == pytest.approx(math.exp(sum(logprobs) / len(logprobs)))
+    s = S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
+    assert s.confidence == pytest.approx(0.2) and s.signals == signals
+    assert S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence == signals["tail_prob"]
+    assert S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
+    with pytest.raises(ValueError, match="unknown vote rule"):
+        S.parse_solution("Answer: 3", "arith", vote="critic")
+    features = dict(zip(S.PROFILE_FEATURES, S.profile(s)))
+    assert features["min_prob"] == pytest.approx(0.2) and features["mean_prob"] == signals["mean_prob"]
+
+
+def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
+    """Round-0 ties (1 vs 2 vs 5) break by generation confidence for every protocol, critic on or off."""
+    cfg = D.GameConfig(agents=3, rounds=1)
+
+    def script(prompt, seed):  # three different answers; agent 2 is the most confident
+        agent = {call_seed(cfg.seed, "t/0", i, 0, "solve"): i for i in range(3)}.get(seed)
+        return f"Answer: {agent + 1}\nConfidence: {[3, 4, 9][agent]}/10" if agent is not None else "Answer: 7"
+    votes = []
+    for policy, critic in ((P.FixedPolicy("refine"), False), (P.FixedPolicy("persist"), False),
+                           (P.FixedPolicy("persist"), True), (P.MetaPolicy(agents=3, critic=True), False)):
+        out = D.play(ScriptedEngine(script), make_examples(1), policy, dataclasses.replace(cfg, critic=critic))
+        votes.append(out[0]["rounds"][0]["vote"])
+    assert votes == ["3"] * 4
+    index_rule = D.play(ScriptedEngine(script), make_examples(1), P.FixedPolicy("persist"),
+                        dataclasses.replace(cfg, vote="index"))
+    assert index_rule[0]["rounds"][0]["vote"] == "1"
+
+
+def test_refine_cost_is_paid_by_refine_only():
+    """GameConfig.refine_cost: a REFINE's reward, taken or counterfactual, pays per 1000 tokens of its call."""
+    answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
+    runs = {}
+    for cost in (0.0, 100.0):
+        cfg = D.GameConfig(agents=3, rounds=1, refine_cost=cost)
+        runs[cost] = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(1), P.FixedPolicy("refine"),
+                            cfg, counterfactual=True)[0]["rounds"][1]
+    free, paid = runs[0.0], runs[100.0]
+    for i in range(3):
+        spent = free["reward_vectors"][i][REFINE] - paid["reward_vectors"][i][REFINE]
+        assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])  # it refined
+        others = [a for a in range(4) if a != REFINE]
+        assert [paid["reward_vectors"][i][a] for a in others] == [free["reward_vectors"][i][a] for a in others]

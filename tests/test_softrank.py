@@ -12,8 +12,8 @@ from scipy.stats import norm, rankdata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from softrank import (PG_KINDS, grpo_advantages, kl_k3, mean_baseline_advantages, pg_normalizer,  # noqa: E402
-                      policy_gradient_loss, ppo_clip_loss, rank_matching_loss, rloo_advantages,
-                      softrank_advantages, softrank_loss)
+                      optimal_policy, policy_gradient_loss, ppo_clip_loss, rank_matching_loss, rloo_advantages,
+                      softrank_advantages, softrank_loss, unweighted_softrank_loss)
 
 DTYPES = [torch.float32, torch.float64]
 NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
@@ -241,15 +241,16 @@ def test_masked_advantages_equal_the_smaller_group(advantages):
 # ----------------------------------------------------------------------------------------------------
 
 
-def naive_softrank_loss(logits, advantages, ref_logits, beta, lam, mask):
-    """Eq. 3 written out with python loops, one state and one action at a time."""
+def naive_softrank_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=True):
+    """Eq. 3 (the expected advantage; weighted=False: the literal -A log pi) written out with python loops,
+    one state and one action at a time."""
     total = 0.0
     for s in range(logits.shape[0]):
         keep = [k for k in range(logits.shape[1]) if mask[s, k]]
         pi = torch.exp(logits[s, keep]) / torch.exp(logits[s, keep]).sum()
         ref = torch.exp(ref_logits[s, keep]) / torch.exp(ref_logits[s, keep]).sum()
         for i, k in enumerate(keep):
-            total = total - advantages[s, k] * torch.log(pi[i])
+            total = total - advantages[s, k] * (pi[i] if weighted else torch.log(pi[i]))
             total = total + beta * pi[i] * torch.log(pi[i] / ref[i])     # KL term
             total = total + lam * pi[i] * torch.log(pi[i])               # -lam * H
     return total / logits.shape[0]
@@ -266,18 +267,72 @@ def random_problem(B, K, seed, masked):
     return logits, ref_logits, advantages, mask
 
 
+@pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("beta,lam", [(0.0, 0.0), (0.1, 0.0), (0.5, 0.05), (2.0, 0.3)])
-def test_softrank_loss_gradient_matches_naive_loop(masked, beta, lam):
+def test_softrank_loss_gradient_matches_naive_loop(masked, beta, lam, weighted):
     logits, ref_logits, advantages, mask = random_problem(6, 5, seed=12, masked=masked)
     x = logits.clone().requires_grad_()
     y = logits.clone().requires_grad_()
-    loss, _ = softrank_loss(x, advantages, ref_logits, beta, lam, mask=mask if masked else None)
-    naive = naive_softrank_loss(y, advantages, ref_logits, beta, lam, mask)
+    loss_fn = softrank_loss if weighted else unweighted_softrank_loss
+    loss, _ = loss_fn(x, advantages, ref_logits, beta, lam, mask=mask if masked else None)
+    naive = naive_softrank_loss(y, advantages, ref_logits, beta, lam, mask, weighted)
     loss.backward()
     naive.backward()
     torch.testing.assert_close(loss, naive)
     torch.testing.assert_close(x.grad, y.grad)
+
+
+def descend(loss_fn, logits, steps, lr=0.05, **kw):
+    """Adam on the logits themselves (one free parameter per state and action); the loss after each step."""
+    x = logits.clone().float().requires_grad_()
+    optimizer = torch.optim.Adam([x], lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss, _ = loss_fn(x, **kw)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return x.detach(), losses
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("beta,lam", [(0.5, 0.0), (1.0, 0.2), (2.0, 0.5)])
+def test_softrank_loss_descends_to_its_analytic_optimum(masked, beta, lam):
+    """Gradient descent on the expected-advantage objective reaches pi* ∝ exp((A + beta log pi_ref) /
+    (beta + lam)) on 64 random states, and the logits stay bounded."""
+    logits, ref_logits, advantages, mask = random_problem(64, 5, seed=21, masked=masked)
+    mask = mask if masked else None
+    x, losses = descend(softrank_loss, logits, 3000, advantages=advantages.float(), ref_logits=ref_logits.float(),
+                        beta=beta, lam=lam, mask=mask)
+    target = optimal_policy(advantages, ref_logits, beta, lam, mask=mask).float()
+    pi = torch.softmax(x.masked_fill(~mask, -torch.inf) if masked else x, -1)
+    assert (pi - target).abs().max() < 2e-3
+    assert losses[-1] >= losses[-100] - 1e-5   # leveled off at the minimum
+    centered = x - x.mean(-1, keepdim=True)
+    assert centered[mask if masked else torch.ones_like(x, dtype=torch.bool)].abs().max() < 20
+
+
+def test_optimal_policy_is_where_eq4_is_zero():
+    """With lam = 0, softrank_loss's optimum is the tilted reference that Eq. 4 regresses onto (loss 0)."""
+    _, ref_logits, advantages, mask = random_problem(16, 5, seed=22, masked=True)
+    pi_star = optimal_policy(advantages, ref_logits, 0.7, 0.0, mask=mask)
+    loss, _ = rank_matching_loss(torch.log(pi_star.clamp_min(1e-300)), ref_logits, advantages, 0.7, mask=mask)
+    assert loss.item() == pytest.approx(0.0, abs=1e-20)
+
+
+@pytest.mark.parametrize("beta", [0.05, 1.0, 10.0])
+def test_unweighted_form_has_no_minimum(beta):
+    """The literal -sum_k A_k log pi_k: advantages sum to zero, so the loss falls linearly for ever and the
+    logits grow without bound, at any beta (the reason softrank_loss is the expected advantage)."""
+    logits, ref_logits, advantages, _ = random_problem(64, 4, seed=23, masked=False)
+    kw = dict(advantages=advantages.float(), ref_logits=ref_logits.float(), beta=beta, lam=0.01)
+    x, losses = descend(unweighted_softrank_loss, logits, 2000, lr=1e-2, **kw)
+    assert losses[1999] < losses[999] - 3 < losses[0] - 6          # still falling, by several units
+    assert (x - x.mean(-1, keepdim=True)).abs().max() > 14
+    y, bounded = descend(softrank_loss, logits, 2000, lr=1e-2, **kw)
+    assert bounded[-1] > -advantages.abs().max().item() - 1     # -sum pi A >= -max A, KL >= 0, H <= log K
 
 
 def test_softrank_loss_stats():
@@ -318,20 +373,6 @@ def test_masked_loss_equals_loss_on_the_smaller_action_set():
     full, _ = softrank_loss(logits, advantages, ref_logits, 0.2, 0.05, mask=mask)
     small, _ = softrank_loss(logits[:, :3], advantages[:, :3], ref_logits[:, :3], 0.2, 0.05)
     torch.testing.assert_close(full, small)
-
-
-def test_eq3_fixed_point_as_documented():
-    # Gradient of Eq. 3 (lam = 0) w.r.t. the logits: -A_k + beta pi_k (log(pi_k / pi_ref_k) - KL) when
-    # sum_k A_k = 0. So A_k = beta pi_k (log(pi_k / pi_ref_k) - KL) is a stationary point.
-    logits, ref_logits, _, _ = random_problem(4, 5, seed=16, masked=False)
-    beta = 0.7
-    log_ratio = torch.log_softmax(logits, -1) - torch.log_softmax(ref_logits, -1)
-    pi = torch.softmax(logits, -1)
-    kl = (pi * log_ratio).sum(-1, keepdim=True)
-    advantages = beta * pi * (log_ratio - kl)
-    x = logits.clone().requires_grad_()
-    softrank_loss(x, advantages, ref_logits, beta, lam=0.0)[0].backward()
-    torch.testing.assert_close(x.grad, torch.zeros_like(x.grad), atol=1e-12, rtol=0)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,79 @@
+"""How well each confidence signal tells a right round-0 solution from a wrong one (issue 17's AUROC table).
+
+    python experiments/confidence_auroc.py --task arith --n 200 --out results/auroc/arith.json
+    python experiments/confidence_auroc.py --task mawps --path ../shared/data/mawps_asdiv/train.csv --n 200 \
+        --out results/auroc/mawps.json
+
+The round-0 solutions are the game's own calls (deliberate.solve_calls: same prompts and seeds as eval.py, so
+they come from the generation cache when eval.py made them). Signals: the critic as it was (p(Correct) from
+the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs `In`), the critic as it is
+(deliberate.run_critic: each verdict scored by its whole token sequence), and the free generation-confidence
+signals (state.generation_confidence). AUROC 0.5 is chance; below 0.5 the signal points the wrong way.
+"""
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import deliberate  # noqa: E402
+from engine import Engine  # noqa: E402
+from eval import auroc  # noqa: E402
+from state import CONFIDENCE_SIGNALS  # noqa: E402
+from training import parse_config  # noqa: E402
+
+
+@dataclass
+class Config:
+    task: str = "arith"
+    path: str = ""
+    split: str = ""                # "" = test for arith, all for a file (as eval.py)
+    n: int = 200
+    seed: int = 0
+    agents: int = 3
+    temperature: float = 0.7
+    max_new_tokens: int = 192
+    model: str = ""
+    cache_dir: str = "cache/generations"
+    out: str = ""
+
+
+def first_token_critic(engine, items):
+    """The critic before issue 17: softmax over the first tokens where the two verdicts differ."""
+    good, bad, prefix = deliberate.verdict_token_ids(engine.tokenizer)
+    prompts = [engine.chat(deliberate.critic_prompt(ex, s)) + prefix for ex, s in items]
+    return torch.softmax(engine.next_token_logprobs(prompts, [good, bad]), -1)[:, 0].tolist()
+
+
+def main(cfg):
+    split = cfg.split or ("test" if cfg.task.startswith("arith") else "all")
+    examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
+    engine = Engine(model_path=cfg.model or None, cache_dir=cfg.cache_dir or None, progress=True)
+    game = deliberate.GameConfig(agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                                 seed=cfg.seed)
+    calls = deliberate.solve_calls(examples, game)
+    solutions = [s for s, _ in deliberate.run_llm(engine, calls, game)]
+    items = [(ex, s) for (ex, _, _), s in zip(calls, solutions)]
+    labels = [data.is_correct(s.answer, ex.answer, ex.task) for ex, s in items]
+    scores = {"critic_first_token": first_token_critic(engine, items)}
+    critic_tokens = deliberate.run_critic(engine, items)
+    scores["critic_sequence"] = [s.critic for s in solutions]
+    for name in CONFIDENCE_SIGNALS:
+        scores[name] = [s.signals[name] for s in solutions]
+    result = {"config": dataclasses.asdict(cfg), "solutions": len(items), "right": sum(labels),
+              "critic_prompt_tokens_per_solution": sum(critic_tokens) / len(items),
+              "completion_tokens_per_solution": sum(s.completion_tokens for s in solutions) / len(items),
+              "auroc": {name: auroc(values, labels) for name, values in scores.items()}}
+    print(json.dumps(result, indent=1))
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, description=__doc__.split("\n\n")[0]))

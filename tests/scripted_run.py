@@ -1,0 +1,20 @@
+"""Runs a stage script with the scripted arith engine instead of a model, as users run it:
+
+    python tests/scripted_run.py train_rl.py --init ... --out-dir ...
+    torchrun --nproc_per_node=2 tests/scripted_run.py train_rl.py ...
+
+The scripts take their engine from corpus.make_engine; it is replaced before the script is loaded.
+"""
+import runpy
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import corpus  # noqa: E402
+from scripted import ScriptedEngine, arith_script  # noqa: E402
+
+corpus.make_engine = lambda cfg, rank: ScriptedEngine(arith_script())
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(str(ROOT / script), run_name="__main__")
