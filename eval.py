@@ -53,6 +53,8 @@ class Config:
     batch_size: int = 64
     cache_dir: str = "cache/generations"  # empty string disables the generation cache
     out: str = ""                  # JSON results file
+    details: bool = True           # the JSON keeps every transcript (--no-details: the summaries, with the
+    #                                per-question outcomes paired statistics need)
     bench: str = ""                # "generate" or "debate": a speed benchmark instead of an evaluation
     bench_n: int = 0               # questions for a benchmark (0: 64 for generate, 32 for debate)
 
@@ -179,7 +181,7 @@ def main(cfg):
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         with open(cfg.out, "w") as f:
             json.dump({"config": dataclasses.asdict(cfg), "engine": engine.stats, **summaries,
-                       "details": details}, f, indent=1)
+                       **({"details": details} if cfg.details else {})}, f, indent=1)
     return summaries
 
 

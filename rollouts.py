@@ -4,6 +4,7 @@
   joint_rollouts    - MAGRPO: G joint rollouts of a protocol (parallel or debate) per question, one joint
                       reward per rollout (the team vote's correctness)
   leader_rollouts   - MLPO: G samples of the leader reading its peers' solutions, reward = correctness
+  peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO's pool, its validation)
   peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
 """
 import dataclasses
@@ -85,20 +86,25 @@ def leader_rollouts(engine, items, cfg, step):
     return sequences, rewards
 
 
-def peer_pool(cfg, rank, world):
-    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions, generated once
-    through the engine and its cache (each rank its shard, gathered in question order). Questions where at
-    least cfg.filter_easy of the peers are right are dropped: the leader has nothing to learn there."""
-    candidates = training_pool(cfg)[cfg.val_n:cfg.val_n + cfg.questions]
+def peer_solutions(examples, cfg, rank, world):
+    """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank generates its
+    shard through the engine and its cache (the game's own calls), then every rank gets all of them."""
     engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank)
     game = game_config(cfg, greedy_policy=True)
-    mine = list(range(rank, len(candidates), world))
-    outputs = deliberate.run_llm(engine, deliberate.solve_calls([candidates[k] for k in mine], game), game)
+    mine = list(range(rank, len(examples), world))
+    outputs = deliberate.run_llm(engine, deliberate.solve_calls([examples[k] for k in mine], game), game)
     teams = deliberate.per_question([s for s, _ in outputs], cfg.agents)
     gathered = sorted(all_gather_list(list(zip(mine, teams))), key=lambda item: item[0])
+    return [(examples[k], solutions) for k, solutions in gathered]
+
+
+def peer_pool(cfg, rank, world):
+    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions, generated once.
+    Questions where at least cfg.filter_easy of the peers are right are dropped: the leader has nothing to
+    learn there."""
+    candidates = training_pool(cfg)[cfg.val_n:cfg.val_n + cfg.questions]
     pool, peer_right = [], []
-    for k, solutions in gathered:
-        example = candidates[k]
+    for example, solutions in peer_solutions(candidates, cfg, rank, world):
         right = sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions) / cfg.agents
         peer_right.append(right)
         if not cfg.filter_easy or right < cfg.filter_easy:

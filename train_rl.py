@@ -87,7 +87,8 @@ class Config:
     level: int = 0
     questions: int = 256           # training questions per iteration (a fresh slice each iteration)
     val_n: int = 64                # held-out training-split questions for the logged accuracy
-    eval_every: int = 0            # optimizer steps between validation games (0: after each iteration only)
+    eval_every: int = 0            # optimizer steps between validation games (0: after each iteration only;
+    #                                --target agents / leader: 0 = no validation, else also at steps 0 and last)
     seed: int = 0
     agents: int = 3
     rounds: int = 3
@@ -377,6 +378,25 @@ def train_weights(cfg, rank, world, device):
             m.gradient_checkpointing_enable()
     wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
     pad = engines[0].tokenizer.pad_token_id
+    validation = training_pool(cfg)[:cfg.val_n]
+    if cfg.target == "leader" and cfg.eval_every:  # the leader is validated over its peers' solutions
+        validation = rollouts.peer_solutions(validation, cfg, rank, world)
+
+    def validate(step):
+        """Greedy accuracy on the held-out questions, the team's vote (agents) or the leader's answer over
+        its peers (leader), every rank on its shard: the rollouts at temperature 0, one per question."""
+        refresh_rollout_weights(models, engines)
+        greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
+        shard = validation[rank::world]
+        right = (rollouts.leader_rollouts(engines[0], shard, greedy, step)[1] if cfg.target == "leader"
+                 else rollouts.joint_rollouts(engines, shard, greedy, step)[1]) if shard else torch.zeros(0)
+        sums = all_reduce_sum([float(right.sum()), right.numel()], device)
+        log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
+        if rank == 0:
+            print(f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)", file=sys.stderr)
+
+    if cfg.eval_every and counters["step"] == 0:
+        validate(0)
     bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0)
     for step in bar:
         began = time.time()
@@ -399,6 +419,8 @@ def train_weights(cfg, rank, world, device):
                  "step_s": time.time() - began}
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+            validate(step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)

@@ -343,12 +343,15 @@ def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
 
 
 def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
-    """train_rl.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into tmp_path/target;
-    returns its metric lines."""
+    """train_rl.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into tmp_path/target,
+    validated at steps 0 and 2; returns its training metric lines."""
     run([str(ROOT / "train_rl.py"), "--target", target, "--algo", "magrpo", "--model", model_dir,
          "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2", "--val-n", "4",
-         "--micro-batch", "3", "--out-dir", str(tmp_path / target), *extra], tmp_path, torchrun)
-    return metrics(tmp_path / target)
+         "--micro-batch", "3", "--eval-every", "2", "--out-dir", str(tmp_path / target), *extra], tmp_path, torchrun)
+    lines = metrics(tmp_path / target)
+    # held-out validation at steps 0 and 2, on all 4 validation questions whatever the number of ranks
+    assert [(r["step"], r["val_questions"]) for r in lines if "val_accuracy" in r] == [(0, 4), (2, 4)]
+    return [r for r in lines if "loss" in r]
 
 
 @pytest.mark.parametrize("torchrun", [False, True])

@@ -1,0 +1,125 @@
+"""The runner behind results/: every reported number is a small committed file, computed once, piece by piece.
+
+    python experiments/run.py --list                 # every piece, done or not
+    python experiments/run.py                        # compute what is missing, in order
+    python experiments/run.py auroc- --commit        # the pieces whose name starts so; commit each when done
+
+A piece is a command and the files it leaves in results/; it runs only when one of them is missing, so a
+rerun skips what is done, and a piece cut off (a session ends, a process is killed) starts again. Training
+runs write under runs/results/ (resumable there: a killed run continues from its checkpoint), then their
+policy, summary and metrics are copied into results/. Generations are cached in cache/generations, so a
+piece that replays games another piece played costs no LLM call.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+RUNS = Path("runs/results")
+MAWPS = "../shared/data/mawps_asdiv/train.csv"
+
+# The demo's budget (Makefile): 3 agents, 2 rounds, 32 training questions, 8 for validation.
+DEMO_GAME = ["--task", "arith", "--agents", "3", "--rounds", "2"]
+DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
+
+
+def trained(name, script, args):
+    """A training piece: the script writes runs/results/<name>; policy, summary and metrics go to results/."""
+    out = RUNS / name
+    return {"command": [PY, script, *args, "--out-dir", str(out)],
+            "copies": {out / "policy.pt": f"results/policies/{name}.pt",
+                       out / "summary.json": f"results/training/{name}.json",
+                       out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl"}}
+
+
+def table(name, args):
+    """An evaluation piece: eval.py's summary JSON (per-question outcomes, no transcripts)."""
+    return {"command": [PY, "eval.py", *args, "--no-details", "--out", f"results/tables/{name}.json"],
+            "outputs": [f"results/tables/{name}.json"]}
+
+
+def auroc(name, args):
+    return {"command": [PY, "experiments/confidence_auroc.py", *args, "--out", f"results/auroc/{name}.json"],
+            "outputs": [f"results/auroc/{name}.json"]}
+
+
+DEMO_POLICIES = {algo: f"results/policies/arith-demo-{algo}.pt" for algo in ("sft", "grpo", "softrank")}
+PIECES = {
+    # issue 17: which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)
+    "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
+    "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),
+    # issue 17: the demo-budget policies under the bounded objective, then the protocols on 200 arith questions
+    "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN),
+    "train-arith-demo-grpo": trained("arith-demo-grpo", "train_rl.py",
+                                     DEMO_TRAIN + ["--algo", "grpo", "--init", DEMO_POLICIES["sft"]]),
+    "train-arith-demo-softrank": trained("arith-demo-softrank", "train_rl.py",
+                                         DEMO_TRAIN + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
+    "table-arith200-demo-seed0": table("arith200-demo-seed0", DEMO_GAME + [
+        "--split", "test", "--n", "200", "--seed", "0", "--reference", f"mpdf={DEMO_POLICIES['softrank']}",
+        "--protocols", ",".join(["vanilla", "sc", "debate", "mpdf-persist"]
+                                + [f"mpdf={DEMO_POLICIES[a]}" for a in ("sft", "grpo", "softrank")])]),
+}
+
+
+def outputs(piece):
+    return [Path(p) for p in piece.get("outputs", [])] + [Path(p) for p in piece.get("copies", {}).values()]
+
+
+def machine():
+    """What produced a piece: this CPU, or the GPU when one is visible."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return f"cuda: {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 platform.processor())
+    return f"cpu: {model}"
+
+
+def run_piece(name, piece, commit):
+    began = time.time()
+    print(f"== {name}: {' '.join(map(str, piece['command']))}", flush=True)
+    subprocess.run(piece["command"], check=True)
+    for source, target in piece.get("copies", {}).items():
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    log = Path("results/pieces.jsonl")
+    with open(log, "a") as f:
+        f.write(json.dumps({"piece": name, "outputs": list(map(str, outputs(piece))), "machine": machine(),
+                            "wall_s": round(time.time() - began, 1), "finished": time.strftime("%Y-%m-%d %H:%M")})
+                + "\n")
+    if commit:
+        files = [str(p) for p in outputs(piece)] + [str(log)]
+        subprocess.run(["git", "add", *files], check=True)
+        subprocess.run(["git", "commit", "-q", "-m", f"results: {name}", "--", *files], check=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("prefixes", nargs="*", help="run only the pieces whose name starts with one of these")
+    parser.add_argument("--list", action="store_true", help="list the pieces and whether they are done")
+    parser.add_argument("--commit", action="store_true", help="git-commit each piece's files when it is done")
+    args = parser.parse_args()
+    os.chdir(ROOT)  # every path of a piece is relative to the repository
+    chosen = {name: p for name, p in PIECES.items() if not args.prefixes or name.startswith(tuple(args.prefixes))}
+    if not chosen:
+        sys.exit(f"no piece starts with {args.prefixes}; pieces: {', '.join(PIECES)}")
+    for name, piece in chosen.items():
+        done = all(p.exists() for p in outputs(piece))
+        if args.list:
+            print(f"{'done   ' if done else 'missing'}  {name}")
+        elif not done:
+            run_piece(name, piece, args.commit)
+
+
+if __name__ == "__main__":
+    main()
