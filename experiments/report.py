@@ -1,0 +1,115 @@
+"""The README's result tables, written from the committed files in results/ (never typed by hand).
+
+    python experiments/report.py            # print every table
+    python experiments/report.py --write    # replace each <!-- report:NAME --> ... <!-- /report:NAME -->
+                                            # block of README.md with its table
+
+A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py makes them).
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+
+
+def load(path):
+    path = RESULTS / path
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def missing(*paths):
+    return "*(not computed yet: " + ", ".join(f"`results/{p}`" for p in paths) + "; run `python experiments/run.py`)*"
+
+
+def fmt(value, digits=3):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def auroc_table():
+    runs = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps")}
+    if not all(runs.values()):
+        return missing(*(f"auroc/{t}.json" for t, r in runs.items() if not r))
+    signals = list(next(iter(runs.values()))["auroc"])
+    columns = [f"{task} ({r['solutions']} solutions, {r['right']} right)" for task, r in runs.items()]
+    lines = ["| AUROC of | " + " | ".join(columns) + " |", "|---|" + "---|" * len(runs)]
+    lines += [f"| {name} | " + " | ".join(fmt(r["auroc"][name]) for r in runs.values()) + " |" for name in signals]
+    lines.append("| critic prompt tokens per solution | "
+                 + " | ".join(f"{r['critic_prompt_tokens_per_solution']:.0f}" for r in runs.values()) + " |")
+    return "\n".join(lines)
+
+
+def protocol_table(name):
+    run = load(f"tables/{name}.json")
+    if run is None:
+        return missing(f"tables/{name}.json")
+    protocols = [p for p, s in run.items() if isinstance(s, dict) and "accuracy" in s]
+    reference = run["config"].get("reference")
+    header = "| protocol | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c |"
+    header += f" vs {short(reference)} [95% CI] (disagree) |" if reference else ""
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for p in protocols:
+        s = run[p]
+        actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
+        rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
+        row = (f"| {short(p)} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
+               f"{s['calls_per_question']:.1f} | {rounds} | {actions} |")
+        if reference:
+            v = s["vs_reference"]
+            row += f" {v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']}) |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def short(protocol):
+    """mpdf=results/policies/arith-demo-softrank.pt -> mpdf=arith-demo-softrank"""
+    return re.sub(r"=.*/([^/]+)\.pt$", r"=\1", protocol)
+
+
+def corpus_table(names):
+    rows = {name: load(f"training/{name}.json") for name in names}
+    if not all(rows.values()):
+        return missing(*(f"training/{n}.json" for n, r in rows.items() if not r))
+    lines = ["| run | states | all-equal rewards | ≥ 3 distinct rewards | policy actions on the corpus p/r/c | "
+             "validation accuracy |", "|---|---|---|---|---|---|"]
+    for name, summary in rows.items():
+        corpus = summary.get("corpus", {})
+        actions = summary.get("policy_actions_on_corpus") or summary.get("policy_distribution", {})
+        lines.append(f"| {name} | {corpus.get('states', summary.get('states'))} | {fmt(corpus.get('frac_zero_std'))} | "
+                     f"{fmt(corpus.get('frac_multi_valued'))} | "
+                     + "/".join(f"{actions.get(k, 0):.2f}" for k in ("persist", "refine", "concede"))
+                     + f" | {fmt(summary.get('val_accuracy'))} |")
+    return "\n".join(lines)
+
+
+TABLES = {
+    "auroc": auroc_table,
+    "table-arith200-demo": lambda: protocol_table("arith200-demo-seed0"),
+    "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank"]),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the report blocks of README.md")
+    args = parser.parse_args()
+    tables = {name: make() for name, make in TABLES.items()}
+    if not args.write:
+        for name, text in tables.items():
+            print(f"<!-- report:{name} -->\n{text}\n<!-- /report:{name} -->\n")
+        return
+    readme = (ROOT / "README.md").read_text()
+    for name, text in tables.items():
+        block = re.compile(rf"<!-- report:{re.escape(name)} -->.*?<!-- /report:{re.escape(name)} -->", re.S)
+        if not block.search(readme):
+            print(f"README.md has no block for {name!r}", file=sys.stderr)
+            continue
+        readme = block.sub(lambda _: f"<!-- report:{name} -->\n{text}\n<!-- /report:{name} -->", readme)
+    (ROOT / "README.md").write_text(readme)
+
+
+if __name__ == "__main__":
+    main()
