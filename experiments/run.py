@@ -61,6 +61,13 @@ PIECES = {
                                      DEMO_TRAIN + ["--algo", "grpo", "--init", DEMO_POLICIES["sft"]]),
     "train-arith-demo-softrank": trained("arith-demo-softrank", "train_rl.py",
                                          DEMO_TRAIN + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
+    # issue 19: how many MAGRPO groups are flat (all rollouts the same reward) on the untrained model
+    "llm-flat-L1-a3-T1.0": {"command": [PY, "experiments/flat_groups.py", "--level", "1", "--agents", "3",
+                                        "--temperature", "1.0", "--out", "results/llm/flat_groups-L1-a3-T1.0.json"],
+                            "outputs": ["results/llm/flat_groups-L1-a3-T1.0.json"]},
+    "llm-flat-L1-a3-T0.7": {"command": [PY, "experiments/flat_groups.py", "--level", "1", "--agents", "3",
+                                        "--temperature", "0.7", "--out", "results/llm/flat_groups-L1-a3-T0.7.json"],
+                            "outputs": ["results/llm/flat_groups-L1-a3-T0.7.json"]},
     "table-arith200-demo-seed0": table("arith200-demo-seed0", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--reference", f"mpdf={DEMO_POLICIES['softrank']}",
         "--protocols", ",".join(["vanilla", "sc", "debate", "mpdf-persist"]

@@ -1,0 +1,65 @@
+"""How many MAGRPO groups carry signal (issue 19): the share of questions whose G joint rollouts all get the
+same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8, on the untrained model.
+
+    python experiments/flat_groups.py --level 1 --agents 3 --n 32 --out results/llm/flat_groups-L1-a3.json
+
+A joint rollout of `--protocol parallel` is every agent's answer to the question, sampled at the rollout
+temperature; its reward is the team vote's correctness (train_rl.py --target agents). The 8 rollouts of a
+question are sampled once through the engine and its cache; G = 2 and 4 use the first G of them.
+"""
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import deliberate  # noqa: E402
+from engine import Engine, call_seed  # noqa: E402
+from state import majority_vote  # noqa: E402
+from training import parse_config  # noqa: E402
+
+GROUPS = (2, 4, 8)
+
+
+@dataclass
+class Config:
+    level: int = 1                 # arith difficulty
+    agents: int = 3
+    n: int = 32                    # training-split questions
+    temperature: float = 1.0       # the rollout temperature (train_rl.py --rollout-temperature)
+    max_new_tokens: int = 96
+    seed: int = 0
+    cache_dir: str = "cache/generations"
+    out: str = ""
+
+
+def main(cfg):
+    examples = data.load_task("arith", split="train", n=cfg.n, seed=cfg.seed, level=cfg.level)
+    engine = Engine(cache_dir=cfg.cache_dir or None, progress=True)
+    game = deliberate.GameConfig(agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    calls = [(ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
+             for ex in examples for g in range(max(GROUPS)) for i in range(cfg.agents)]
+    outputs = deliberate.run_llm(engine, calls, game)
+    rewards = []  # per question: the team vote's correctness in each of its rollouts
+    for ex, team_outputs in zip(examples, deliberate.per_question(outputs, max(GROUPS) * cfg.agents)):
+        teams = deliberate.per_question([s for s, _ in team_outputs], cfg.agents)
+        rewards.append([data.is_correct(majority_vote(team)[0], ex.answer, ex.task) for team in teams])
+    solutions = [s for s, _ in outputs]
+    result = {"config": dataclasses.asdict(cfg), "questions": len(examples),
+              "agent_accuracy": sum(data.is_correct(s.answer, ex.answer, ex.task)
+                                    for (ex, _, _), s in zip(calls, solutions)) / len(solutions),
+              "vote_accuracy": sum(map(sum, rewards)) / sum(map(len, rewards)),
+              "completion_tokens_per_answer": sum(s.completion_tokens for s in solutions) / len(solutions),
+              "frac_flat": {G: sum(len(set(r[:G])) == 1 for r in rewards) / len(rewards) for G in GROUPS},
+              "frac_all_wrong": {G: sum(not any(r[:G]) for r in rewards) / len(rewards) for G in GROUPS}}
+    print(json.dumps(result, indent=1))
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, description=__doc__.split("\n\n")[0]))
