@@ -1,0 +1,63 @@
+"""The results pipeline: experiments/run.py skips what is done, experiments/report.py writes tables from results/."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+import report  # noqa: E402
+import run as runner  # noqa: E402
+
+
+def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "not computed yet" in report.auroc_table() and "auroc/mawps.json" in report.auroc_table()
+    (tmp_path / "auroc").mkdir()
+    for task, value in (("arith", 0.61), ("mawps", 0.48)):
+        (tmp_path / "auroc" / f"{task}.json").write_text(json.dumps(
+            {"solutions": 600, "right": 60, "critic_prompt_tokens_per_solution": 141.2,
+             "auroc": {"critic_sequence": value, "min_prob": value + 0.1}}))
+    table = report.auroc_table()
+    assert "| min_prob | 0.710 | 0.580 |" in table and "arith (600 solutions, 60 right)" in table
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "t.json").write_text(json.dumps({
+        "config": {"reference": "mpdf=results/policies/x.pt"},
+        "vanilla": {"accuracy": 0.2, "stderr": 0.03, "tokens_per_question": 110, "calls_per_question": 1,
+                    "vs_reference": {"diff": -0.05, "ci95": [-0.1, 0.0], "disagree": 12}},
+        "mpdf=results/policies/x.pt": {"accuracy": 0.25, "stderr": 0.03, "tokens_per_question": 400,
+                                       "calls_per_question": 3, "accuracy_per_round": [0.2, 0.25],
+                                       "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
+                                       "vs_reference": {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}}}))
+    table = report.protocol_table("t")
+    assert "vs mpdf=x [95% CI]" in table and "| vanilla | 0.200 ± 0.030 | 110 | 1.0 |" in table
+    assert "-0.050 [-0.100, +0.000] (12)" in table and "0.50/0.10/0.40" in table
+
+
+def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "results" / "x.json"
+    monkeypatch.setattr(runner, "PIECES", {"demo-x": {"command": [sys.executable, "-c", f"open({str(out)!r}, 'w')"],
+                                                      "outputs": [str(out)]}})
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(sys, "argv", ["run.py"])
+    runner.main()
+    assert out.exists() and json.loads((tmp_path / "results" / "pieces.jsonl").read_text())["piece"] == "demo-x"
+    out.write_text("kept")
+    runner.main()  # done: not run again
+    assert out.read_text() == "kept" and len((tmp_path / "results" / "pieces.jsonl").read_text().splitlines()) == 1
+    monkeypatch.setattr(sys, "argv", ["run.py", "nothing-"])
+    with pytest.raises(SystemExit, match="no piece starts with"):
+        runner.main()
+
+
+def test_runner_pieces_name_existing_scripts():
+    for name, piece in runner.PIECES.items():
+        script = next(str(a) for a in piece["command"][1:] if str(a).endswith(".py"))
+        assert (ROOT / script).is_file(), name
+    listing = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "--list"], capture_output=True,
+                             text=True, timeout=60)
+    assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
