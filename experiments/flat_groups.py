@@ -1,11 +1,15 @@
-"""How many MAGRPO groups carry signal (issue 19): the share of questions whose G joint rollouts all get the
+"""How many MAGRPO / MLPO groups carry signal (issue 19): the share of questions whose G rollouts all get the
 same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8, on the untrained model.
 
     python experiments/flat_groups.py --level 1 --agents 3 --n 32 --out results/llm/flat_groups-L1-a3.json
+    python experiments/flat_groups.py --target leader --n 64 --out results/llm/flat_groups-leader.json
 
-A joint rollout of `--protocol parallel` is every agent's answer to the question, sampled at the rollout
-temperature; its reward is the team vote's correctness (train_rl.py --target agents). The 8 rollouts of a
-question are sampled once through the engine and its cache; G = 2 and 4 use the first G of them.
+--target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question, sampled at
+the rollout temperature; its reward is the team vote's correctness (train_rl.py --target agents).
+--target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions where >= 75% of them
+are right are filtered out, as train_rl.py does; a rollout is one leader answer over those peers, its reward
+its correctness. The 8 rollouts of a question are sampled once through the engine and its cache; G = 2 and 4
+use the first G of them.
 """
 import dataclasses
 import json
@@ -25,6 +29,7 @@ GROUPS = (2, 4, 8)
 
 @dataclass
 class Config:
+    target: str = "agents"         # agents (MAGRPO) | leader (MLPO)
     level: int = 1                 # arith difficulty
     agents: int = 3
     n: int = 32                    # training-split questions
@@ -39,21 +44,38 @@ def main(cfg):
     examples = data.load_task("arith", split="train", n=cfg.n, seed=cfg.seed, level=cfg.level)
     engine = Engine(cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-    calls = [(ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
-             for ex in examples for g in range(max(GROUPS)) for i in range(cfg.agents)]
+    G = max(GROUPS)
+    if cfg.target == "leader":
+        peers_game = deliberate.GameConfig(agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+        peers = deliberate.per_question([s for s, _ in deliberate.run_llm(
+            engine, deliberate.solve_calls(examples, peers_game), peers_game)], cfg.agents)
+        peer_right = [sum(data.is_correct(s.answer, ex.answer, ex.task) for s in team) / cfg.agents
+                      for ex, team in zip(examples, peers)]
+        kept = [(ex, team) for ex, team, right in zip(examples, peers, peer_right) if right < 0.75]
+        calls = [(ex, deliberate.leader_prompt(ex, team), call_seed(cfg.seed, "flat-leader", ex.id, g))
+                 for ex, team in kept for g in range(G)]
+        per_rollout = 1
+        examples = [ex for ex, _ in kept]
+    else:
+        calls = [(ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
+                 for ex in examples for g in range(G) for i in range(cfg.agents)]
+        per_rollout = cfg.agents
     outputs = deliberate.run_llm(engine, calls, game)
-    rewards = []  # per question: the team vote's correctness in each of its rollouts
-    for ex, team_outputs in zip(examples, deliberate.per_question(outputs, max(GROUPS) * cfg.agents)):
-        teams = deliberate.per_question([s for s, _ in team_outputs], cfg.agents)
+    # per question, the reward of each rollout: the vote's or the leader's correctness (the mean: vote_accuracy)
+    rewards = []
+    for ex, question_outputs in zip(examples, deliberate.per_question(outputs, G * per_rollout)):
+        teams = deliberate.per_question([s for s, _ in question_outputs], per_rollout)
         rewards.append([data.is_correct(majority_vote(team)[0], ex.answer, ex.task) for team in teams])
     solutions = [s for s, _ in outputs]
     result = {"config": dataclasses.asdict(cfg), "questions": len(examples),
               "agent_accuracy": sum(data.is_correct(s.answer, ex.answer, ex.task)
-                                    for (ex, _, _), s in zip(calls, solutions)) / len(solutions),
+                                     for (ex, _, _), s in zip(calls, solutions)) / len(solutions),
               "vote_accuracy": sum(map(sum, rewards)) / sum(map(len, rewards)),
               "completion_tokens_per_answer": sum(s.completion_tokens for s in solutions) / len(solutions),
               "frac_flat": {G: sum(len(set(r[:G])) == 1 for r in rewards) / len(rewards) for G in GROUPS},
               "frac_all_wrong": {G: sum(not any(r[:G]) for r in rewards) / len(rewards) for G in GROUPS}}
+    if cfg.target == "leader":
+        result.update(candidates=len(peer_right), peer_accuracy=sum(peer_right) / len(peer_right))
     print(json.dumps(result, indent=1))
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,11 @@ def auroc(name, args):
             "outputs": [f"results/auroc/{name}.json"]}
 
 
+def flat_groups(name, args):
+    return {"command": [PY, "experiments/flat_groups.py", *args, "--out", f"results/llm/flat_groups-{name}.json"],
+            "outputs": [f"results/llm/flat_groups-{name}.json"]}
+
+
 DEMO_POLICIES = {algo: f"results/policies/arith-demo-{algo}.pt" for algo in ("sft", "grpo", "softrank")}
 PIECES = {
     # issue 17: which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)
@@ -62,12 +67,10 @@ PIECES = {
     "train-arith-demo-softrank": trained("arith-demo-softrank", "train_rl.py",
                                          DEMO_TRAIN + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
     # issue 19: how many MAGRPO groups are flat (all rollouts the same reward) on the untrained model
-    "llm-flat-L1-a3-T1.0": {"command": [PY, "experiments/flat_groups.py", "--level", "1", "--agents", "3",
-                                        "--temperature", "1.0", "--out", "results/llm/flat_groups-L1-a3-T1.0.json"],
-                            "outputs": ["results/llm/flat_groups-L1-a3-T1.0.json"]},
-    "llm-flat-L1-a3-T0.7": {"command": [PY, "experiments/flat_groups.py", "--level", "1", "--agents", "3",
-                                        "--temperature", "0.7", "--out", "results/llm/flat_groups-L1-a3-T0.7.json"],
-                            "outputs": ["results/llm/flat_groups-L1-a3-T0.7.json"]},
+    "llm-flat-L1-a3-T1.0": flat_groups("L1-a3-T1.0", ["--level", "1", "--agents", "3", "--temperature", "1.0"]),
+    "llm-flat-L1-a3-T0.7": flat_groups("L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]),
+    "llm-flat-leader-L1-T0.7": flat_groups("leader-L1-T0.7", ["--target", "leader", "--n", "64",
+                                                              "--temperature", "0.7"]),
     "table-arith200-demo-seed0": table("arith200-demo-seed0", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--reference", f"mpdf={DEMO_POLICIES['softrank']}",
         "--protocols", ",".join(["vanilla", "sc", "debate", "mpdf-persist"]
