@@ -1,7 +1,9 @@
-"""Speed benchmarks of the engine (`python eval.py --bench generate | debate`). Timing claims are ratios
+"""Speed benchmarks of the engine (`python eval.py --bench generate | round | debate`). Timing claims are ratios
 measured in one process: this machine is shared and noisy.
 
   bench_generate - HF `generate` (fp32) vs the engine (fp32, int8) on one fixed batch of deliberation prompts
+  bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF `generate` in
+                   batches of 64 vs the engine's continuous batching
   bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question per round
 """
 import json
@@ -16,6 +18,7 @@ import backbone
 import data
 import deliberate
 from engine import Engine
+from engine import call_seed
 from state import parse_solution
 
 
@@ -37,6 +40,28 @@ def matmul_peak_flops(dtype):
     for _ in range(repeats):
         run()
     return 2 * 2048 ** 3 * repeats / (time.time() - start)
+
+
+def matmul_flops(model, prompt_tokens, generated, rows):
+    """Matmul FLOPs of running `prompt_tokens` prompt tokens and `generated` new tokens through the model: the
+    transformer body for every token, the LM head for every generated token and each row's last prompt token."""
+    body = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
+    head = model.config.vocab_size * model.config.hidden_size
+    return 2 * body * (prompt_tokens + generated) + 2 * head * (generated + rows)
+
+
+def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
+    """HF generate, greedy, left-padded batches in the given order: per row the new tokens up to and
+    including the first EOS (the useful tokens)."""
+    tokenizer.padding_side = "left"
+    rows = []
+    for k in range(0, len(prompts), batch_size):
+        batch = tokenizer(prompts[k:k + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
+        for row in out[:, batch["input_ids"].shape[1]:].tolist():
+            cut = next((k + 1 for k, t in enumerate(row) if t in eos_ids), len(row))
+            rows.append(row[:cut])
+    return rows
 
 
 def deliberation_prompts(engine, examples):
@@ -61,47 +86,92 @@ def bench_generate(cfg):
                for dtype in ("float32", "int8")}
     reference = engines["float32"]
     model, tokenizer = reference.model, reference.tokenizer
-    body_params = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
     prompts = deliberation_prompts(reference, examples)
     ids = [reference.encode(p) for p in prompts]
-    prompt_tokens = sum(map(len, ids))
-    tokenizer.padding_side = "left"
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.inference_mode():  # warm up every path once (first-call allocations, kernel selection)
-        model.generate(**tokenizer(prompts[:2], return_tensors="pt", padding=True, add_special_tokens=False),
-                       max_new_tokens=4, do_sample=False)
+        hf_generate(model, tokenizer, prompts[:2], 4, reference.eos_ids, n)
         for engine in engines.values():
             engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)
         start = time.time()
-        hf_out = model.generate(**batch, max_new_tokens=128, do_sample=False)
+        hf_rows = hf_generate(model, tokenizer, prompts, 128, reference.eos_ids, n)
         hf_s = time.time() - start
-    hf_rows = []
-    for row in hf_out[:, batch["input_ids"].shape[1]:].tolist():
-        cut = next((k for k, t in enumerate(row) if t in reference.eos_ids), None)
-        hf_rows.append((row[:cut], cut is not None))
-    hf_tokens = sum(len(r) + eos for r, eos in hf_rows)  # useful tokens: up to and including EOS
-    result = {"prompts": n, "prompt_tokens": prompt_tokens, "hf_tok_s": hf_tokens / hf_s}
+    result = {"prompts": n, "prompt_tokens": sum(map(len, ids)), "hf_tok_s": sum(map(len, hf_rows)) / hf_s}
     for dtype, engine in engines.items():
         start, prefilled = time.time(), engine.stats["prefill_tokens"]
-        out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0)
+        out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0, keep_eos=True)
         seconds = time.time() - start
-        generated = sum(k for _, _, k in out)
+        generated = sum(s.n_generated for s in out)
         executed = engine.stats["prefill_tokens"] - prefilled  # prompt tokens run (shared prefixes once)
         result[f"engine_{dtype}_tok_s"] = generated / seconds
         result[f"engine_{dtype}_prompt_tokens_run"] = executed
         # achieved FLOP/s counts the work actually done, not the work prefix sharing saved
-        result[f"engine_{dtype}_flops"] = (2 * body_params * (executed + generated)
-                                           + 2 * model.config.vocab_size * model.config.hidden_size
-                                           * (generated + n)) / seconds
+        result[f"engine_{dtype}_flops"] = matmul_flops(model, executed, generated, n) / seconds
         if dtype == "float32":
-            result["outputs_match"] = all(tokens == hf[0] for (tokens, _, _), hf in zip(out, hf_rows))
-            result["rows_matching"] = sum(tokens == hf[0] for (tokens, _, _), hf in zip(out, hf_rows))
+            result["rows_matching"] = sum(s.tokens == hf for s, hf in zip(out, hf_rows))
+            result["outputs_match"] = result["rows_matching"] == n
     fastest = max(engines, key=lambda d: result[f"engine_{d}_tok_s"])
     result.update(fastest=fastest, engine_tok_s=result[f"engine_{fastest}_tok_s"],
                   ratio=result[f"engine_{fastest}_tok_s"] / result["hf_tok_s"],
                   ratio_fp32=result["engine_float32_tok_s"] / result["hf_tok_s"],  # int8 is lossy here
-                  peak_flops=matmul_peak_flops(fastest))
+                  peak_flops=matmul_peak_flops(fastest), peak_flops_fp32=matmul_peak_flops("float32"))
     result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
+    result["roofline_frac_fp32"] = result["engine_float32_flops"] / result["peak_flops_fp32"]
+    print(json.dumps(result))
+    return result
+
+
+def bench_round(cfg):
+    """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.bench_n
+    (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token budget;
+    greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order, left-padded batches of
+    cfg.batch_size) and then the engine's continuous batching (deliberate.run_llm's call); each side builds
+    its refine prompts from its own round-0 texts."""
+    n = cfg.bench_n or 200
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    engine = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.batch_size)
+    model, tokenizer = engine.model, engine.tokenizer
+    game = deliberate.GameConfig(agents=cfg.agents, rounds=1, temperature=0.0, max_new_tokens=cfg.max_new_tokens,
+                                 seed=cfg.seed)
+    with torch.inference_mode():  # warm up both paths
+        hf_generate(model, tokenizer, [engine.chat("Hi"), engine.chat("Hello there")], 4, engine.eos_ids, 2)
+        engine.generate([engine.chat("Hi"), engine.chat("Hello there")], [0, 0], max_new_tokens=4, temperature=0)
+    calls = deliberate.solve_calls(examples, game)
+    requests = {"hf": calls, "engine": calls}
+    seconds, tokens, outputs = {"hf": 0.0, "engine": 0.0}, {"hf": [], "engine": []}, {"hf": [], "engine": []}
+    start_stats = dict(engine.stats)
+    for t in (0, 1):
+        for side in ("hf", "engine"):
+            prompts = [engine.chat(prompt) for _, prompt, _ in requests[side]]
+            start = time.time()
+            if side == "hf":
+                with torch.inference_mode():
+                    rows = hf_generate(model, tokenizer, prompts, game.max_new_tokens, engine.eos_ids, cfg.batch_size)
+            else:
+                rows = [c.token_ids for c in engine.generate(
+                    prompts, [seed for _, _, seed in requests[side]], max_new_tokens=game.max_new_tokens,
+                    temperature=0.0, top_p=game.top_p, return_tokens=True)]
+            seconds[side] += time.time() - start
+            outputs[side] += rows
+            if t == 0:  # REFINE: every agent sees its own round-0 solution and its peers' answers
+                teams = deliberate.per_question([parse_solution(tokenizer.decode(r, skip_special_tokens=True),
+                                                                ex.task) for (ex, _, _), r in zip(calls, rows)],
+                                                game.agents)
+                requests[side] = [(ex, deliberate.refine_prompt(ex, team, i), call_seed(cfg.seed, ex.id, i, 1, "refine"))
+                                  for ex, team in zip(examples, teams) for i in range(game.agents)]
+            print(f"round {t} {side}: {seconds[side]:.0f} s so far", file=sys.stderr, flush=True)
+    generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
+    executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
+    result = {"questions": n, "agents": game.agents, "generations": len(outputs["engine"]),
+              "max_new_tokens": game.max_new_tokens, "hf_s": seconds["hf"], "engine_s": seconds["engine"],
+              "hf_tok_s": generated["hf"] / seconds["hf"], "engine_tok_s": generated["engine"] / seconds["engine"],
+              "prompt_tokens": engine.stats["prompt_tokens"] - start_stats["prompt_tokens"],
+              "engine_prompt_tokens_run": executed, "generated_tokens": generated["engine"],
+              "rows_matching": sum(a == b for a, b in zip(outputs["hf"], outputs["engine"]))}
+    result["outputs_match"] = result["rows_matching"] == result["generations"]
+    result["ratio"] = result["engine_tok_s"] / result["hf_tok_s"]
+    result["engine_flops"] = matmul_flops(model, executed, generated["engine"], result["generations"]) / seconds["engine"]
+    result["peak_flops"] = matmul_peak_flops("float32")
+    result["roofline_frac"] = result["engine_flops"] / result["peak_flops"]
     print(json.dumps(result))
     return result
 
@@ -140,4 +210,4 @@ def bench_debate(cfg):
     return result
 
 
-BENCHMARKS = {"generate": bench_generate, "debate": bench_debate}
+BENCHMARKS = {"generate": bench_generate, "round": bench_round, "debate": bench_debate}

@@ -54,7 +54,7 @@ def check_against_hf(engine, prompts, max_new_tokens):
     ids = [engine.encode(p) for p in prompts]
     expected = hf_greedy(engine.model, engine.tokenizer, prompts, max_new_tokens, engine.eos_ids)
     got = engine.sample(ids, seeds=list(range(len(prompts))), max_new_tokens=max_new_tokens, temperature=0)
-    for row, ((tokens, finish, n), want) in enumerate(zip(got, expected)):
+    for row, ((tokens, finish, n, _), want) in enumerate(zip(got, expected)):
         assert tokens == want, f"row {row}: engine {tokens} != HF {want}"
         if len(want) < max_new_tokens:   # HF stopped on an EOS
             assert (finish, n) == ("eos", len(want) + 1), row
@@ -94,7 +94,7 @@ def test_greedy_matches_hf_generate_when_rows_finish_at_different_times(tiny_eng
     set_prefill_chunk(tiny_engine, prefill_tokens)
     prompts = tiny_prompts(tiny_engine)
     tiny_engine.eos_ids = set()   # the random model never stops by itself: first get the free-running text
-    free = [t for t, _, _ in tiny_engine.sample([tiny_engine.encode(p) for p in prompts], [0] * 8,
+    free = [s.tokens for s in tiny_engine.sample([tiny_engine.encode(p) for p in prompts], [0] * 8,
                                                  max_new_tokens=32, temperature=0)]
     # make three rows stop early, at different steps, by declaring some of their tokens EOS
     eos = {free[0][3], free[2][10], free[5][20]}
@@ -119,7 +119,7 @@ def test_greedy_matches_hf_generate_default_backbone(default_engine):
                e.chat("Tom has 3 apples and buys 4 more. How many apples does he have?",
                       system="Answer with a number.")]
     expected, got = check_against_hf(e, prompts, 24)
-    assert any(f == "eos" for _, f, _ in got)   # the real model does stop by itself
+    assert any(s.finish == "eos" for s in got)   # the real model does stop by itself
     assert any(toks for toks in expected)
 
 
@@ -478,7 +478,8 @@ def test_shared_prefix_matches_hf_generate(tiny_engine, prefill_tokens):
         unshared = tiny_engine.sample(ids, [0] * 4, max_new_tokens=24, temperature=0)
     finally:
         tiny_engine.share_prefix = True
-    assert tiny_engine.sample(ids, [0] * 4, max_new_tokens=24, temperature=0) == unshared
+    shared = tiny_engine.sample(ids, [0] * 4, max_new_tokens=24, temperature=0)
+    assert [s.tokens for s in shared] == [s.tokens for s in unshared]
 
 
 def test_common_prefix_length():
@@ -505,3 +506,145 @@ def test_grouped_prefixes_match_hf_generate(tiny_engine):
     ids = sorted(tiny_engine.encode(p) for p in prompts)
     assert len([g for g in prefix_groups(ids) if g[2]]) == 2
     check_against_hf(tiny_engine, [tiny_engine.tokenizer.decode(x) for x in ids], 16)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# continuous batching: a row's output never depends on its batch-mates or on when it joined the batch
+
+def many_prompts(engine):
+    """Twelve prompts: the tiny ones, plus two teams of three that share a long prefix."""
+    head = "Problem: {}. Agent 1: 3 * 4 = 12. Agent 2: 12 - 2 = 10. Agent 3: 10 + 1 = 11. " * 2
+    return tiny_prompts(engine)[:6] + [engine.chat(head.replace("{}", q) + f"You are Agent {i}.")
+                                       for q in ("apples", "pears") for i in (1, 2, 3)]
+
+
+def stop_early(engine, prompts, max_new_tokens):
+    """Declare EOS some tokens the greedy texts emit, so rows finish at many different steps."""
+    engine.eos_ids = set()
+    free = [s.tokens for s in engine.sample([engine.encode(p) for p in prompts], [0] * len(prompts),
+                                            max_new_tokens=max_new_tokens, temperature=0)]
+    engine.eos_ids = {free[0][3], free[2][9], free[7][5]}
+    return [cut_at_eos(row, engine.eos_ids) for row in free]
+
+
+@pytest.mark.parametrize("batch_size", [2, 5])
+def test_continuous_batching_greedy_matches_one_prompt_at_a_time(tiny_model, batch_size):
+    """Few slots, many prompts: rows leave at different steps, the queue refills their slots, and the KV
+    window slides back to the start of its buffer; each row is still what it is alone, and HF's."""
+    model, tokenizer = tiny_model
+    engine = Engine(model=model, tokenizer=tokenizer, batch_size=batch_size)
+    prompts = many_prompts(engine)
+    expected = stop_early(engine, prompts, 24)
+    assert len({len(e) for e in expected}) >= 3
+    got = engine.sample([engine.encode(p) for p in prompts], list(range(12)), max_new_tokens=24, temperature=0)
+    assert [s.tokens for s in got] == expected
+    for i in (0, 2, 7, 11):
+        alone = engine.sample([engine.encode(prompts[i])], [i], max_new_tokens=24, temperature=0)[0]
+        assert alone.tokens == got[i].tokens, i
+    assert hf_greedy(model, tokenizer, prompts, 24, engine.eos_ids) == expected
+
+
+def test_continuous_batching_sampling_float64_matches_one_prompt_at_a_time(tiny_model):
+    model, tokenizer = tiny_model
+    model64 = type(model)(model.config).eval()
+    model64.load_state_dict(model.state_dict())
+    engine = Engine(model=model64.double(), tokenizer=tokenizer, batch_size=3)
+    prompts = many_prompts(engine)
+    engine.eos_ids = set(range(0, len(tokenizer), 9))   # the random model's samples end at random steps
+    ids, seeds = [engine.encode(p) for p in prompts], [100 + k for k in range(12)]
+    for top_p in (1.0, 0.9):
+        batch = engine.sample(ids, seeds, max_new_tokens=20, temperature=0.8, top_p=top_p)
+        assert len({s.n_generated for s in batch}) >= 3
+        for i in range(12):
+            assert engine.sample([ids[i]], [seeds[i]], max_new_tokens=20, temperature=0.8, top_p=top_p)[0] == batch[i]
+
+
+def test_sample_calls_on_finish_once_per_prompt(tiny_engine):
+    seen = []
+    ids = [tiny_engine.encode(p) for p in tiny_prompts(tiny_engine)]
+    out = tiny_engine.sample(ids, [0] * 8, max_new_tokens=6, temperature=0.7, on_finish=lambda i, s: seen.append((i, s)))
+    assert sorted(i for i, _ in seen) == list(range(8)) and all(out[i] == s for i, s in seen)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# token log-probs (the generation's confidence)
+
+def teacher_forced_logprobs(model, prompt_ids, completion_ids):
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], -1)
+    return logprobs.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.3])
+def test_token_logprobs_match_a_teacher_forced_forward(tiny_model, temperature):
+    """Untempered log p of each sampled token, the EOS included, whatever the sampling temperature."""
+    model, tokenizer = tiny_model
+    engine = Engine(model=model, tokenizer=tokenizer, batch_size=3)
+    prompts = many_prompts(engine)
+    stop_early(engine, prompts, 16)
+    if temperature:   # the random model's samples end at random steps
+        engine.eos_ids = set(range(0, len(tokenizer), 17))
+    out = engine.generate(prompts, seeds=list(range(12)), max_new_tokens=16, temperature=temperature,
+                          return_tokens=True)
+    assert any(c.finish == "eos" for c in out) and any(c.finish == "length" for c in out)
+    for prompt, c in zip(prompts, out):
+        assert len(c.token_logprobs) == c.completion_tokens == len(c.token_ids)
+        want = teacher_forced_logprobs(model, engine.encode(prompt), c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.token_logprobs), want, atol=1e-4, rtol=1e-4)
+
+
+def test_cache_returns_the_logprobs_it_stored_and_old_entries_are_misses(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts = tiny_prompts(engine)[:4]
+    first = engine.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert all(len(c.token_logprobs) == c.completion_tokens for c in first)
+    again = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    second = again.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert all(c.cached for c in second) and again.stats["calls"] == 0
+    assert [c.token_logprobs for c in second] == [c.token_logprobs for c in first]
+    # an entry from before the engine kept log-probs is recomputed, never returned without them
+    (path,) = tmp_path.glob("*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for entry in lines:
+        del entry["value"]["token_logprobs"]
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in lines))
+    old = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    third = old.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    assert not any(c.cached for c in third) and old.stats["calls"] == 4
+    assert [c.token_logprobs for c in third] == [c.token_logprobs for c in first]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# continuation_logprobs (a verdict scored by its whole token sequence)
+
+@pytest.mark.parametrize("prefill_tokens", [None, 64])
+def test_continuation_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens):
+    set_prefill_chunk(tiny_engine, prefill_tokens)
+    prompts = many_prompts(tiny_engine)
+    continuations = ["Correct", "Incorrect", [17], [17, 40000, 5]]
+    got = tiny_engine.continuation_logprobs(prompts, continuations)
+    assert got.shape == (12, 4)
+    assert len(tiny_engine.encode("Incorrect")) == 2   # the case this method exists for
+    for row, prompt in enumerate(prompts):
+        ids = tiny_engine.encode(prompt)
+        for col, c in enumerate(continuations):
+            c = tiny_engine.encode(c) if isinstance(c, str) else c
+            want = teacher_forced_logprobs(tiny_engine.model, ids, c).sum()
+            torch.testing.assert_close(got[row, col], want, atol=1e-4, rtol=1e-4)
+    # one-token continuations are next_token_logprobs
+    torch.testing.assert_close(tiny_engine.next_token_logprobs(prompts, [17]), got[:, 2:3])
+
+
+def test_continuation_logprobs_are_cached_and_counted(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts = tiny_prompts(engine)[:3]
+    first = engine.continuation_logprobs(prompts, ["Correct", "Incorrect"])
+    assert engine.stats["calls"] == 3 and engine.stats["prompt_tokens"] == sum(len(engine.encode(p)) for p in prompts)
+    again = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    assert torch.equal(again.continuation_logprobs(prompts, ["Correct", "Incorrect"]), first)
+    assert again.stats["calls"] == 0 and again.stats["cache_hits"] == 3
+    again.continuation_logprobs(prompts, ["Correct", "Wrong"])   # other continuations: other keys
+    assert again.stats["calls"] == 3
+    with pytest.raises(ValueError, match="empty continuation"):
+        engine.continuation_logprobs(prompts, ["Correct", []])
