@@ -84,17 +84,7 @@ def critic_prompt(example, solution):
             "Is the proposed solution correct? Reply with one word: Correct or Incorrect.")
 
 
-def verdict_token_ids(tokenizer):
-    """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often two
-    tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after their
-    common prefix (returned too: the prompt must end with it)."""
-    good, bad = (tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect"))
-    k = 0
-    while k < min(len(good), len(bad)) - 1 and good[k] == bad[k]:
-        k += 1
-    if good[k] == bad[k]:
-        raise ValueError("the tokenizer cannot tell 'Correct' from 'Incorrect'")
-    return good[k], bad[k], tokenizer.decode(good[:k])
+VERDICTS = ("Correct", "Incorrect")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -128,12 +118,15 @@ def run_llm(engine, requests, cfg, temperature=None):
 
 
 def run_critic(engine, items):
-    """Sets `critic` = p(Correct) on each (example, solution); returns the prompt tokens of each pass."""
+    """Sets `critic` = p(Correct) on each (example, solution): each verdict scored by the log-probability of
+    its whole token sequence after the critic prompt (one teacher-forced pass, no sampling), then a softmax
+    over the two. (`Incorrect` is `In` + `correct` on the default tokenizer: comparing first tokens scored
+    `Correct` against `In`, the start of any reply "In ...", and ranked right solutions below wrong ones.)
+    Returns the prompt tokens of each pass."""
     if not items:
         return []
-    good, bad, prefix = verdict_token_ids(engine.tokenizer)
-    prompts = [engine.chat(critic_prompt(ex, s)) + prefix for ex, s in items]
-    p_correct = torch.softmax(engine.next_token_logprobs(prompts, [good, bad]), -1)[:, 0].tolist()
+    prompts = [engine.chat(critic_prompt(ex, s)) for ex, s in items]
+    p_correct = torch.softmax(engine.continuation_logprobs(prompts, list(VERDICTS)), -1)[:, 0].tolist()
     for (_, solution), p in zip(items, p_correct):
         solution.critic = p
     return [len(engine.encode(p)) for p in prompts]

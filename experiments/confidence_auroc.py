@@ -42,9 +42,22 @@ class Config:
     out: str = ""
 
 
+def verdict_token_ids(tokenizer):
+    """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often two
+    tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after their
+    common prefix (returned too: the prompt must end with it)."""
+    good, bad = (tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect"))
+    k = 0
+    while k < min(len(good), len(bad)) - 1 and good[k] == bad[k]:
+        k += 1
+    if good[k] == bad[k]:
+        raise ValueError("the tokenizer cannot tell 'Correct' from 'Incorrect'")
+    return good[k], bad[k], tokenizer.decode(good[:k])
+
+
 def first_token_critic(engine, items):
     """The critic before issue 17: softmax over the first tokens where the two verdicts differ."""
-    good, bad, prefix = deliberate.verdict_token_ids(engine.tokenizer)
+    good, bad, prefix = verdict_token_ids(engine.tokenizer)
     prompts = [engine.chat(deliberate.critic_prompt(ex, s)) + prefix for ex, s in items]
     return torch.softmax(engine.next_token_logprobs(prompts, [good, bad]), -1)[:, 0].tolist()
 

@@ -28,6 +28,7 @@ MAWPS = "../shared/data/mawps_asdiv/train.csv"
 # The demo's budget (Makefile): 3 agents, 2 rounds, 32 training questions, 8 for validation.
 DEMO_GAME = ["--task", "arith", "--agents", "3", "--rounds", "2"]
 DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
+DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
 
 
 def trained(name, script, args):
@@ -63,9 +64,9 @@ PIECES = {
     # issue 17: the demo-budget policies under the bounded objective, then the protocols on 200 arith questions
     "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN),
     "train-arith-demo-grpo": trained("arith-demo-grpo", "train_rl.py",
-                                     DEMO_TRAIN + ["--algo", "grpo", "--init", DEMO_POLICIES["sft"]]),
+                                     DEMO_TRAIN + DEMO_RL + ["--algo", "grpo", "--init", DEMO_POLICIES["sft"]]),
     "train-arith-demo-softrank": trained("arith-demo-softrank", "train_rl.py",
-                                         DEMO_TRAIN + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
+                                         DEMO_TRAIN + DEMO_RL + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
     # issue 19: how many MAGRPO groups are flat (all rollouts the same reward) on the untrained model
     "llm-flat-L1-a3-T1.0": flat_groups("L1-a3-T1.0", ["--level", "1", "--agents", "3", "--temperature", "1.0"]),
     "llm-flat-L1-a3-T0.7": flat_groups("L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]),

@@ -45,7 +45,8 @@ class ScriptedEngine:
             completions.append(Completion(text, len(p.split()), 5, "eos", token_logprobs=[math.log(confidence)] * 5))
         return completions
 
-    def next_token_logprobs(self, prompts, ids):
+    def continuation_logprobs(self, prompts, continuations):
+        """The critic's verdicts (`Correct`, `Incorrect`): p(Correct) = 0.7."""
         self.critic_calls += len(prompts)
         return torch.log(torch.tensor([[0.7, 0.3]] * len(prompts)))
 

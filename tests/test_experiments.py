@@ -61,3 +61,12 @@ def test_runner_pieces_name_existing_scripts():
     listing = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "--list"], capture_output=True,
                              text=True, timeout=60)
     assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
+
+
+def test_the_old_critic_compared_first_differing_tokens(tiny_model):
+    """experiments/confidence_auroc.py keeps the critic as it was, to measure it: on the default tokenizer
+    `Correct` and `Incorrect` differ at their first token (`Correct` vs `In`)."""
+    import confidence_auroc
+    good, bad, prefix = confidence_auroc.verdict_token_ids(tiny_model[1])
+    assert good != bad and prefix == ""
+    assert tiny_model[1].decode([bad]) == "In"

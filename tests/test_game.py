@@ -171,11 +171,6 @@ def test_make_policy_errors():
 
 
 # ---------------------------------------------------------------- play() with a scripted engine
-def test_verdict_tokens_of_default_tokenizer(tiny_model):
-    good, bad, prefix = D.verdict_token_ids(tiny_model[1])
-    assert good != bad and prefix == ""
-
-
 def make_examples(n=2):
     return [data.Example(question=f"What is {k} + 5?", answer=str(k + 5), task="arith", id=f"t/{k}")
             for k in range(n)]
