@@ -30,16 +30,18 @@ def fmt(value, digits=3):
 
 
 def auroc_table():
-    runs = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps")}
-    if not all(runs.values()):
-        return missing(*(f"auroc/{t}.json" for t, r in runs.items() if not r))
+    found = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps")}
+    runs = {task: r for task, r in found.items() if r}
+    if not runs:
+        return missing(*(f"auroc/{t}.json" for t in found))
     signals = list(next(iter(runs.values()))["auroc"])
     columns = [f"{task} ({r['solutions']} solutions, {r['right']} right)" for task, r in runs.items()]
     lines = ["| AUROC of | " + " | ".join(columns) + " |", "|---|" + "---|" * len(runs)]
     lines += [f"| {name} | " + " | ".join(fmt(r["auroc"][name]) for r in runs.values()) + " |" for name in signals]
     lines.append("| critic prompt tokens per solution | "
                  + " | ".join(f"{r['critic_prompt_tokens_per_solution']:.0f}" for r in runs.values()) + " |")
-    return "\n".join(lines)
+    absent = [f"auroc/{t}.json" for t, r in found.items() if not r]
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
 def protocol_table(name):

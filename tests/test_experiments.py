@@ -16,6 +16,10 @@ def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     assert "not computed yet" in report.auroc_table() and "auroc/mawps.json" in report.auroc_table()
     (tmp_path / "auroc").mkdir()
+    (tmp_path / "auroc" / "arith.json").write_text(json.dumps(
+        {"solutions": 6, "right": 2, "critic_prompt_tokens_per_solution": 100.0, "auroc": {"min_prob": 0.7}}))
+    partial = report.auroc_table()
+    assert "| min_prob | 0.700 |" in partial and "not computed yet: `results/auroc/mawps.json`" in partial
     for task, value in (("arith", 0.61), ("mawps", 0.48)):
         (tmp_path / "auroc" / f"{task}.json").write_text(json.dumps(
             {"solutions": 600, "right": 60, "critic_prompt_tokens_per_solution": 141.2,
