@@ -27,8 +27,8 @@ model: $(STAMP)
 DEMO_GAME := --task arith --agents 3 --rounds 2
 demo: model
 	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 32 --val-n 8 --out-dir runs/demo/sft
-	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 32 --val-n 8 --init runs/demo/sft/policy.pt \
-		--out-dir runs/demo/rl
+	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 32 --val-n 8 --epochs 50 --batch-size 64 \
+		--init runs/demo/sft/policy.pt --out-dir runs/demo/rl
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 24 --seed 0 \
 		--protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-oracle,mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \
 		--out runs/demo/results.json
