@@ -40,6 +40,16 @@ def parse_config(config_class, argv=None, description=None):
     return config_class(**vars(parser.parse_args(argv)))
 
 
+def write_result(result, out):
+    """Prints a result as JSON and, when `out` names a file, writes it there (folders created)."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+    return result
+
+
 # ----------------------------------------------------------------------------------------------------
 # Distributed: `python` runs one process; `torchrun` sets RANK / WORLD_SIZE / LOCAL_RANK.
 # ----------------------------------------------------------------------------------------------------

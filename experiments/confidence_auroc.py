@@ -11,7 +11,6 @@ the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs `In`)
 signals (state.generation_confidence). AUROC 0.5 is chance; below 0.5 the signal points the wrong way.
 """
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import deliberate  # noqa: E402
 from engine import Engine  # noqa: E402
 from eval import auroc  # noqa: E402
 from state import CONFIDENCE_SIGNALS  # noqa: E402
-from training import parse_config  # noqa: E402
+from training import parse_config, write_result  # noqa: E402
 
 
 @dataclass
@@ -81,11 +80,7 @@ def main(cfg):
               "critic_prompt_tokens_per_solution": sum(critic_tokens) / len(items),
               "completion_tokens_per_solution": sum(s.completion_tokens for s in solutions) / len(items),
               "auroc": {name: auroc(values, labels) for name, values in scores.items()}}
-    print(json.dumps(result, indent=1))
-    if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(result, indent=1))
-    return result
+    return write_result(result, cfg.out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ its correctness. The 8 rollouts of a question are sampled once through the engin
 use the first G of them.
 """
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import data  # noqa: E402
 import deliberate  # noqa: E402
 from engine import Engine, call_seed  # noqa: E402
 from state import majority_vote  # noqa: E402
-from training import parse_config  # noqa: E402
+from training import parse_config, write_result  # noqa: E402
 
 GROUPS = (2, 4, 8)
 
@@ -76,11 +75,7 @@ def main(cfg):
               "frac_all_wrong": {G: sum(not any(r[:G]) for r in rewards) / len(rewards) for G in GROUPS}}
     if cfg.target == "leader":
         result.update(candidates=len(peer_right), peer_accuracy=sum(peer_right) / len(peer_right))
-    print(json.dumps(result, indent=1))
-    if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(result, indent=1))
-    return result
+    return write_result(result, cfg.out)
 
 
 if __name__ == "__main__":
