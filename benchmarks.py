@@ -6,7 +6,6 @@ measured in one process: this machine is shared and noisy.
                    batches of 64 vs the engine's continuous batching
   bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question per round
 """
-import json
 import sys
 import time
 import warnings
@@ -20,6 +19,7 @@ import deliberate
 from engine import Engine
 from engine import call_seed
 from state import parse_solution
+from training import machine, write_result
 
 
 def matmul_peak_flops(dtype):
@@ -116,8 +116,7 @@ def bench_generate(cfg):
                   peak_flops=matmul_peak_flops(fastest), peak_flops_fp32=matmul_peak_flops("float32"))
     result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
     result["roofline_frac_fp32"] = result["engine_float32_flops"] / result["peak_flops_fp32"]
-    print(json.dumps(result))
-    return result
+    return write_result({**result, "machine": machine()}, cfg.out)
 
 
 def bench_round(cfg):
@@ -137,7 +136,7 @@ def bench_round(cfg):
         engine.generate([engine.chat("Hi"), engine.chat("Hello there")], [0, 0], max_new_tokens=4, temperature=0)
     calls = deliberate.solve_calls(examples, game)
     requests = {"hf": calls, "engine": calls}
-    seconds, tokens, outputs = {"hf": 0.0, "engine": 0.0}, {"hf": [], "engine": []}, {"hf": [], "engine": []}
+    seconds, outputs = {"hf": 0.0, "engine": 0.0}, {"hf": [], "engine": []}
     start_stats = dict(engine.stats)
     for t in (0, 1):
         for side in ("hf", "engine"):
@@ -156,7 +155,8 @@ def bench_round(cfg):
                 teams = deliberate.per_question([parse_solution(tokenizer.decode(r, skip_special_tokens=True),
                                                                 ex.task) for (ex, _, _), r in zip(calls, rows)],
                                                 game.agents)
-                requests[side] = [(ex, deliberate.refine_prompt(ex, team, i), call_seed(cfg.seed, ex.id, i, 1, "refine"))
+                requests[side] = [(ex, deliberate.refine_prompt(ex, team, i),
+                                   call_seed(cfg.seed, ex.id, i, 1, "refine"))
                                   for ex, team in zip(examples, teams) for i in range(game.agents)]
             print(f"round {t} {side}: {seconds[side]:.0f} s so far", file=sys.stderr, flush=True)
     generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
@@ -169,11 +169,11 @@ def bench_round(cfg):
               "rows_matching": sum(a == b for a, b in zip(outputs["hf"], outputs["engine"]))}
     result["outputs_match"] = result["rows_matching"] == result["generations"]
     result["ratio"] = result["engine_tok_s"] / result["hf_tok_s"]
-    result["engine_flops"] = matmul_flops(model, executed, generated["engine"], result["generations"]) / seconds["engine"]
+    flops = matmul_flops(model, executed, generated["engine"], result["generations"])
+    result["engine_flops"] = flops / seconds["engine"]
     result["peak_flops"] = matmul_peak_flops("float32")
     result["roofline_frac"] = result["engine_flops"] / result["peak_flops"]
-    print(json.dumps(result))
-    return result
+    return write_result({**result, "machine": machine()}, cfg.out)
 
 
 def bench_debate(cfg):
@@ -206,8 +206,7 @@ def bench_debate(cfg):
     usual_s = time.time() - start
     result = {"questions": n, "agents": game.agents, "rounds": game.rounds, "engine_s": engine_s,
               "usual_s": usual_s, "ratio": usual_s / engine_s}
-    print(json.dumps(result))
-    return result
+    return write_result({**result, "machine": machine()}, cfg.out)
 
 
 BENCHMARKS = {"generate": bench_generate, "round": bench_round, "debate": bench_debate}

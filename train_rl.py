@@ -139,6 +139,19 @@ def objective_loss(logits, advantages, ref_logits, cfg):
     return loss_fn(logits, advantages, ref_logits, cfg.beta, cfg.lam)
 
 
+def corpus_objective(logits, tensors, cfg):
+    """The objective over the whole corpus at `logits`, and its analytic minimum (the expected-advantage
+    objective only: softrank.optimal_policy); None for the sampled-action algorithms."""
+    if cfg.algo not in ("softrank", "grpo") or cfg.objective != "expected":
+        return None, None
+    rewards = transform_rewards(tensors["rewards"], cfg)
+    advantages = (softrank.softrank_advantages(rewards, cfg.tau) if cfg.algo == "softrank"
+                  else softrank.grpo_advantages(rewards))
+    best = softrank.optimal_policy(advantages, tensors["ref_logits"], cfg.beta, cfg.lam).log()
+    return (objective_loss(logits, advantages, tensors["ref_logits"], cfg)[0].item(),
+            objective_loss(best, advantages, tensors["ref_logits"], cfg)[0].item())
+
+
 def make_loss(cfg):
     def loss_fn(model, batch):
         logits = model(batch["own"], batch["peers"], batch["agent"])
@@ -247,8 +260,11 @@ def train_policy(cfg, rank, world, device):
         # the next iteration starts from here
         save_checkpoint(out, policy, optimizer, {"iteration": iteration + 1, "step": 0, "global_step": base}, cfg,
                         rank)
-        greedy = policy_logits(snapshot(), tensors).argmax(-1)
+        final_logits = policy_logits(snapshot(), tensors)
+        greedy = final_logits.argmax(-1)
+        objective, minimum = corpus_objective(final_logits, tensors, cfg)
         summary = {"iteration": iteration, "corpus": corpus_stats,
+                   "objective_on_corpus": objective, "objective_minimum": minimum,  # the bound the loss approaches
                    "policy_actions_on_corpus": action_distribution(greedy, k),
                    "reward_of_greedy_action": float(tensors["rewards"].gather(-1, greedy[:, None]).mean())}
     summary.update(validate(base))  # the final policy

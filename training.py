@@ -41,13 +41,21 @@ def parse_config(config_class, argv=None, description=None):
 
 
 def write_result(result, out):
-    """Prints a result as JSON and, when `out` names a file, writes it there (folders created)."""
-    text = json.dumps(result, indent=1)
-    print(text)
+    """Prints a result as one JSON line (the last line of the output) and, when `out` names a file, writes it
+    there (folders created)."""
+    print(json.dumps(result))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text)
+        Path(out).write_text(json.dumps(result, indent=1))
     return result
+
+
+def machine():
+    """What produced a result: the GPU when one is visible, else this CPU."""
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    return "cpu: " + next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                           if line.startswith("model name")), "unknown")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -87,7 +87,51 @@ def corpus_table(names):
     return "\n".join(lines)
 
 
+def bench_table():
+    """The engine against HF generate: --bench generate and --bench round, one row each."""
+    gen, rnd = load("bench/generate.json"), load("bench/round.json")
+    if not gen and not rnd:
+        return missing("bench/generate.json", "bench/round.json")
+    lines = ["| benchmark | HF generate tok/s | engine fp32 tok/s | ratio | outputs match | roofline (fp32) |",
+             "|---|---|---|---|---|---|"]
+    if gen:
+        lines.append(f"| generate: {gen['prompts']} fixed prompts, 128 tokens | {gen['hf_tok_s']:.1f} | "
+                     f"{gen['engine_float32_tok_s']:.1f} | {gen['ratio_fp32']:.2f} | {gen['outputs_match']} "
+                     f"({gen['rows_matching']}/{gen['prompts']}) | {gen['roofline_frac_fp32']:.2f} |")
+    if rnd:
+        lines.append(f"| round: {rnd['questions']} questions × {rnd['agents']} agents, round 0 + REFINE "
+                     f"({rnd['generations']} generations) | {rnd['hf_tok_s']:.1f} | {rnd['engine_tok_s']:.1f} | "
+                     f"{rnd['ratio']:.2f} | {rnd['outputs_match']} ({rnd['rows_matching']}/{rnd['generations']}) | "
+                     f"{rnd['roofline_frac']:.2f} |")
+    notes = [f"int8 engine (lossy, not the default) in `generate`: {gen['engine_int8_tok_s']:.1f} tok/s; "
+             f"{gen['machine']}." if gen else "",
+             f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
+             missing(*(f"bench/{n}.json" for n, r in (("generate", gen), ("round", rnd)) if not r))
+             if not (gen and rnd) else ""]
+    return "\n".join(lines) + "\n\n" + " ".join(n for n in notes if n)
+
+
+def profile_table():
+    """One decode step at batch 64 before (the static-batch engine) and after, by bucket."""
+    run = load("bench/profile.json")
+    if run is None:
+        return missing("bench/profile.json")
+    before, after = run["before"], run["after"]
+    buckets = list(dict.fromkeys([*before["buckets_ms"], *after["buckets_ms"]]))
+    lines = [f"| one decode step, {run['rows']} rows, T = {run['temperature']} | before (ms) | after (ms) |",
+             "|---|---|---|"]
+    lines += [f"| {b} | {before['buckets_ms'].get(b, 0):.1f} | {after['buckets_ms'].get(b, 0):.1f} |" for b in buckets]
+    lines.append(f"| **whole step** | **{before['decode_step_ms']:.1f}** | **{after['decode_step_ms']:.1f}** |")
+    lines.append(f"| tokens/s | {before['tokens_per_s']:.0f} | {after['tokens_per_s']:.0f} |")
+    lines.append(f"\nBefore: engine.py at `{run['before_rev']}`; each the fastest of {run['repeats']} alternating "
+                 f"turns (all: before {before['all_step_ms']} ms, after {after['all_step_ms']} ms); "
+                 f"{run['mean_prompt_tokens']:.0f} prompt tokens per row; {run['machine']}.")
+    return "\n".join(lines)
+
+
 TABLES = {
+    "bench": bench_table,
+    "profile": profile_table,
     "auroc": auroc_table,
     "table-arith200-demo": lambda: protocol_table("arith200-demo-seed0"),
     "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank"]),

@@ -13,12 +13,14 @@ piece that replays games another piece played costs no LLM call.
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from training import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -46,6 +48,12 @@ def table(name, args):
             "outputs": [f"results/tables/{name}.json"]}
 
 
+def bench(name, args):
+    """An engine speed benchmark (eval.py --bench): its JSON, which records the machine it ran on."""
+    return {"command": [PY, "eval.py", "--bench", name, *args, "--out", f"results/bench/{name}.json"],
+            "outputs": [f"results/bench/{name}.json"]}
+
+
 def auroc(name, args):
     return {"command": [PY, "experiments/confidence_auroc.py", *args, "--out", f"results/auroc/{name}.json"],
             "outputs": [f"results/auroc/{name}.json"]}
@@ -58,6 +66,11 @@ def flat_groups(name, args):
 
 DEMO_POLICIES = {algo: f"results/policies/arith-demo-{algo}.pt" for algo in ("sft", "grpo", "softrank")}
 PIECES = {
+    # issue 16: the engine against HF generate (run each on a quiet machine: they are timings)
+    "bench-generate": bench("generate", []),
+    "bench-round": bench("round", []),
+    "profile": {"command": [PY, "experiments/profile_decode.py", "--out", "results/bench/profile.json"],
+                "outputs": ["results/bench/profile.json"]},
     # issue 17: which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)
     "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
     "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),
@@ -81,19 +94,6 @@ PIECES = {
 
 def outputs(piece):
     return [Path(p) for p in piece.get("outputs", [])] + [Path(p) for p in piece.get("copies", {}).values()]
-
-
-def machine():
-    """What produced a piece: this CPU, or the GPU when one is visible."""
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return f"cuda: {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                 platform.processor())
-    return f"cpu: {model}"
 
 
 def run_piece(name, piece, commit):

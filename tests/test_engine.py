@@ -562,7 +562,8 @@ def test_continuous_batching_sampling_float64_matches_one_prompt_at_a_time(tiny_
 def test_sample_calls_on_finish_once_per_prompt(tiny_engine):
     seen = []
     ids = [tiny_engine.encode(p) for p in tiny_prompts(tiny_engine)]
-    out = tiny_engine.sample(ids, [0] * 8, max_new_tokens=6, temperature=0.7, on_finish=lambda i, s: seen.append((i, s)))
+    out = tiny_engine.sample(ids, [0] * 8, max_new_tokens=6, temperature=0.7,
+                             on_finish=lambda i, s: seen.append((i, s)))
     assert sorted(i for i, _ in seen) == list(range(8)) and all(out[i] == s for i, s in seen)
 
 

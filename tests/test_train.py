@@ -52,6 +52,30 @@ def test_every_algo_moves_toward_the_best_action(algo, objective):
     assert after > before + 0.1 and stats["frac_zero_std"] == 0.0
 
 
+@pytest.mark.parametrize("algo", ["softrank", "grpo"])
+def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
+    """The summary's objective_minimum: no logits do better, and free logits descended on the loss reach it."""
+    g = torch.Generator().manual_seed(1)
+    rewards = torch.randint(-1, 3, (32, 4), generator=g).float()  # ties, flat rows and several distinct values
+    tensors = {"rewards": rewards, "ref_logits": torch.randn(32, 4, generator=g)}
+    cfg = train_rl.Config(algo=algo, beta=0.1, lam=0.02)
+    _, minimum = train_rl.corpus_objective(torch.zeros(32, 4), tensors, cfg)
+    logits = torch.randn(32, 4, generator=g, requires_grad=True)
+    assert train_rl.corpus_objective(logits.detach(), tensors, cfg)[0] > minimum + 0.1  # far from it at first
+    optimizer = torch.optim.Adam([logits], lr=0.05)
+    for _ in range(1500):
+        value, _ = train_rl.corpus_objective(logits, tensors, cfg)
+        assert value >= minimum - 1e-6
+        advantages = (softrank.softrank_advantages(rewards, cfg.tau) if algo == "softrank"
+                      else softrank.grpo_advantages(rewards))
+        loss, _ = train_rl.objective_loss(logits, advantages, tensors["ref_logits"], cfg)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert abs(value - minimum) < 1e-3
+    assert train_rl.corpus_objective(logits, tensors, train_rl.Config(algo="ppo")) == (None, None)
+
+
 def test_all_equal_rewards_teach_nothing_and_are_counted():
     policy = P.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
