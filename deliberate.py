@@ -101,7 +101,7 @@ class GameConfig:
     trailer: bool = False        # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
     greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
     critic: bool = False         # run the critic pass (always for a policy trained with it: reads_critic)
-    vote: str = "min_prob"       # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
+    vote: str = "mean_prob"      # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
     refine_cost: float = 0.0     # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
 
 

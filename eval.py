@@ -47,7 +47,7 @@ class Config:
     max_new_tokens: int = 192
     trailer: bool = False          # ask the agents for the Steps / Confidence / Answer trailer
     critic: bool = False           # run the critic pass for every game protocol (to report its AUROC)
-    vote: str = "min_prob"         # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
+    vote: str = "mean_prob"        # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"
     batch_size: int = 64

@@ -50,7 +50,7 @@ class Config:
     max_new_tokens: int = 192
     trailer: bool = False          # ask for the Steps / Confidence / Answer trailer
     critic: bool = False           # the policy's state carries the critic's p(Correct) (the game runs it)
-    vote: str = "min_prob"         # the vote's tie-break signal (state.VOTE_RULES)
+    vote: str = "mean_prob"        # the vote's tie-break signal (state.VOTE_RULES)
     behaviour: str = "random"      # the policy that plays the labelled games (a fixed policy or a checkpoint)
     hidden: int = 64
     heads: int = 4

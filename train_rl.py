@@ -95,7 +95,7 @@ class Config:
     temperature: float = 0.7
     max_new_tokens: int = 192
     trailer: bool = False
-    vote: str = "min_prob"         # the vote's tie-break signal (state.VOTE_RULES); the critic: as --init's policy
+    vote: str = "mean_prob"        # the vote's tie-break signal (state.VOTE_RULES); the critic: as --init's policy
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"        # the frozen backbone's; --target agents/leader: bfloat16 = autocast (fp32 weights)
     engine_batch_size: int = 64
