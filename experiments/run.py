@@ -80,6 +80,9 @@ PIECES = {
                                      DEMO_TRAIN + DEMO_RL + ["--algo", "grpo", "--init", DEMO_POLICIES["sft"]]),
     "train-arith-demo-softrank": trained("arith-demo-softrank", "train_rl.py",
                                          DEMO_TRAIN + DEMO_RL + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
+    # issue 17: the same run 20x longer, to see where the bounded loss levels off against its analytic minimum
+    "train-arith-demo-softrank-long": trained("arith-demo-softrank-long", "train_rl.py", DEMO_TRAIN + [
+        "--epochs", "1000", "--batch-size", "64", "--algo", "softrank", "--init", DEMO_POLICIES["sft"]]),
     # issue 19: how many MAGRPO groups are flat (all rollouts the same reward) on the untrained model
     "llm-flat-L1-a3-T1.0": flat_groups("L1-a3-T1.0", ["--level", "1", "--agents", "3", "--temperature", "1.0"]),
     "llm-flat-L1-a3-T0.7": flat_groups("L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]),
