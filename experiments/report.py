@@ -76,15 +76,27 @@ def corpus_table(names):
     if not all(rows.values()):
         return missing(*(f"training/{n}.json" for n, r in rows.items() if not r))
     lines = ["| run | states | all-equal rewards | ≥ 3 distinct rewards | policy actions on the corpus p/r/c | "
-             "validation accuracy |", "|---|---|---|---|---|---|"]
+             "objective at the end / its minimum | validation accuracy |", "|---|---|---|---|---|---|---|"]
     for name, summary in rows.items():
         corpus = summary.get("corpus", {})
         actions = summary.get("policy_actions_on_corpus") or summary.get("policy_distribution", {})
         lines.append(f"| {name} | {corpus.get('states', summary.get('states'))} | {fmt(corpus.get('frac_zero_std'))} | "
                      f"{fmt(corpus.get('frac_multi_valued'))} | "
                      + "/".join(f"{actions.get(k, 0):.2f}" for k in ("persist", "refine", "concede"))
+                     + f" | {fmt(summary.get('objective_on_corpus'))} / {fmt(summary.get('objective_minimum'))}"
                      + f" | {fmt(summary.get('val_accuracy'))} |")
-    return "\n".join(lines)
+    curves = [loss_curve(name) for name in names if "objective_minimum" in rows[name]]
+    return "\n".join(lines) + ("\n\nTraining loss, mean over each tenth of the steps:\n\n" + "\n".join(curves)
+                               if curves else "")
+
+
+def loss_curve(name, parts=10):
+    """One line: the training loss averaged over each tenth of a run's steps (does it level off?)."""
+    path = RESULTS / "training" / f"{name}.metrics.jsonl"
+    losses = [row["loss"] for row in map(json.loads, path.read_text().splitlines()) if "loss" in row]
+    size = max(1, len(losses) // parts)
+    means = [sum(losses[k:k + size]) / len(losses[k:k + size]) for k in range(0, size * parts, size)]
+    return f"- {name} ({len(losses)} steps): " + ", ".join(f"{m:+.3f}" for m in means)
 
 
 def bench_table():
@@ -134,7 +146,8 @@ TABLES = {
     "profile": profile_table,
     "auroc": auroc_table,
     "table-arith200-demo": lambda: protocol_table("arith200-demo-seed0"),
-    "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank"]),
+    "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank",
+                                               "arith-demo-softrank-long"]),
 }
 
 
