@@ -290,7 +290,7 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
 # 4. Demo: SoftRank depends only on the order of the rewards, GRPO on their values
 # ----------------------------------------------------------------------------------------------------
 
-def objective_demo(steps=3000, lr=1e-2, lam=0.01, seed=0):
+def objective_demo(steps=3000, lr=5e-2, lam=0.01, seed=0):
     """Adam on 64 random states (the logits themselves are the parameters), SoftRank advantages of random
     rewards: the expected-advantage objective levels off at pi*, the literal form falls for ever. The six runs
     (3 betas x 2 objectives) share one optimizer: Adam is elementwise, so each run is as if alone."""

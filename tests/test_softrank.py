@@ -298,13 +298,14 @@ def descend(loss_fn, logits, steps, lr=0.05, **kw):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("beta,lam", [(0.5, 0.0), (1.0, 0.2), (2.0, 0.5)])
+@pytest.mark.parametrize("beta,lam", [(0.05, 0.01), (0.5, 0.0), (1.0, 0.2), (2.0, 0.5)])
 def test_softrank_loss_descends_to_its_analytic_optimum(masked, beta, lam):
     """Gradient descent on the expected-advantage objective reaches pi* ∝ exp((A + beta log pi_ref) /
-    (beta + lam)) on 64 random states, and the logits stay bounded."""
+    (beta + lam)) on 64 random states, and the logits stay bounded. (0.05, 0.01): train_rl's defaults, a
+    sharp optimum that takes longer to reach."""
     logits, ref_logits, advantages, mask = random_problem(64, 5, seed=21, masked=masked)
     mask = mask if masked else None
-    x, losses = descend(softrank_loss, logits, 3000, advantages=advantages.float(), ref_logits=ref_logits.float(),
+    x, losses = descend(softrank_loss, logits, 6000 if beta + lam < 0.1 else 3000, advantages=advantages.float(), ref_logits=ref_logits.float(),
                         beta=beta, lam=lam, mask=mask)
     target = optimal_policy(advantages, ref_logits, beta, lam, mask=mask).float()
     pi = torch.softmax(x.masked_fill(~mask, -torch.inf) if masked else x, -1)
