@@ -14,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
+sys.path.insert(0, str(ROOT))
+from eval import paired_difference  # noqa: E402
 
 
 def load(path):
@@ -44,26 +46,30 @@ def auroc_table():
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
-def protocol_table(name):
-    run = load(f"tables/{name}.json")
-    if run is None:
-        return missing(f"tables/{name}.json")
-    protocols = [p for p, s in run.items() if isinstance(s, dict) and "accuracy" in s]
-    reference = run["config"].get("reference")
+def protocol_table(name, parts, reference):
+    """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary JSON), with
+    its paired accuracy difference to the `reference` part on the same questions (eval.paired_difference)."""
+    runs = {part: load(f"tables/{name}-{part}.json") for part in parts}
+    done = {part: next(s for s in run.values() if isinstance(s, dict) and "accuracy" in s)
+            for part, run in runs.items() if run}
+    if not done:
+        return missing(*(f"tables/{name}-{part}.json" for part in parts))
     header = "| protocol | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c |"
-    header += f" vs {short(reference)} [95% CI] (disagree) |" if reference else ""
+    header += f" vs {reference} [95% CI] (disagree) |" if reference in done else ""
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    for p in protocols:
-        s = run[p]
+    for part, s in done.items():
         actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
         rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
-        row = (f"| {short(p)} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
+        row = (f"| {part} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
                f"{s['calls_per_question']:.1f} | {rounds} | {actions} |")
-        if reference:
-            v = s["vs_reference"]
+        if reference in done:
+            v = paired_difference(s, done[reference])
             row += f" {v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']}) |"
         lines.append(row)
-    return "\n".join(lines)
+    vote = next(iter(r for r in runs.values() if r))["config"].get("vote")
+    absent = [f"tables/{name}-{part}.json" for part, run in runs.items() if not run]
+    return "\n".join(lines) + f"\n\nVote rule: majority, ties to the higher `{vote}`, then the lower agent index." + (
+        "\n\n" + missing(*absent) if absent else "")
 
 
 def short(protocol):
@@ -145,7 +151,8 @@ TABLES = {
     "bench": bench_table,
     "profile": profile_table,
     "auroc": auroc_table,
-    "table-arith200-demo": lambda: protocol_table("arith200-demo-seed0"),
+    "table-arith200-demo": lambda: protocol_table(
+        "arith200-demo-seed0", ["vanilla", "sc", "debate", "persist", "sft", "grpo", "softrank"], "softrank"),
     "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank",
                                                "arith-demo-softrank-long"]),
 }

@@ -65,6 +65,10 @@ def flat_groups(name, args):
 
 
 DEMO_POLICIES = {algo: f"results/policies/arith-demo-{algo}.pt" for algo in ("sft", "grpo", "softrank")}
+# the issue-17 table, cheapest first: file name -> eval.py protocol
+DEMO_PROTOCOLS = {"vanilla": "vanilla", "persist": "mpdf-persist",
+                  **{algo: f"mpdf={path}" for algo, path in reversed(DEMO_POLICIES.items())},
+                  "sc": "sc", "debate": "debate"}
 PIECES = {
     # issue 16: the engine against HF generate (run each on a quiet machine: they are timings)
     "bench-generate": bench("generate", []),
@@ -88,10 +92,10 @@ PIECES = {
     "llm-flat-L1-a3-T0.7": flat_groups("L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]),
     "llm-flat-leader-L1-T0.7": flat_groups("leader-L1-T0.7", ["--target", "leader", "--n", "64",
                                                               "--temperature", "0.7"]),
-    "table-arith200-demo-seed0": table("arith200-demo-seed0", DEMO_GAME + [
-        "--split", "test", "--n", "200", "--seed", "0", "--reference", f"mpdf={DEMO_POLICIES['softrank']}",
-        "--protocols", ",".join(["vanilla", "sc", "debate", "mpdf-persist"]
-                                + [f"mpdf={DEMO_POLICIES[a]}" for a in ("sft", "grpo", "softrank")])]),
+    # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
+    **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
+        "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])
+       for short, protocol in DEMO_PROTOCOLS.items()},
 }
 
 

@@ -27,17 +27,21 @@ def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
     table = report.auroc_table()
     assert "| min_prob | 0.710 | 0.580 |" in table and "arith (600 solutions, 60 right)" in table
     (tmp_path / "tables").mkdir()
-    (tmp_path / "tables" / "t.json").write_text(json.dumps({
-        "config": {"reference": "mpdf=results/policies/x.pt"},
-        "vanilla": {"accuracy": 0.2, "stderr": 0.03, "tokens_per_question": 110, "calls_per_question": 1,
-                    "vs_reference": {"diff": -0.05, "ci95": [-0.1, 0.0], "disagree": 12}},
-        "mpdf=results/policies/x.pt": {"accuracy": 0.25, "stderr": 0.03, "tokens_per_question": 400,
-                                       "calls_per_question": 3, "accuracy_per_round": [0.2, 0.25],
-                                       "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
-                                       "vs_reference": {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}}}))
-    table = report.protocol_table("t")
-    assert "vs mpdf=x [95% CI]" in table and "| vanilla | 0.200 ± 0.030 | 110 | 1.0 |" in table
-    assert "-0.050 [-0.100, +0.000] (12)" in table and "0.50/0.10/0.40" in table
+
+    def table_file(part, protocol, summary):
+        (tmp_path / "tables" / f"t-{part}.json").write_text(json.dumps({"config": {"vote": "mean_prob"},
+                                                                        protocol: summary}))
+    table_file("vanilla", "vanilla", {"accuracy": 0.5, "stderr": 0.03, "tokens_per_question": 110,
+                                      "calls_per_question": 1, "question_ids": [1, 2, 3, 4],
+                                      "correct": [True, True, False, False]})
+    assert "vs softrank" not in report.protocol_table("t", ["vanilla", "softrank"], "softrank")
+    table_file("softrank", "mpdf=results/policies/x.pt", {
+        "accuracy": 0.25, "stderr": 0.03, "tokens_per_question": 400, "calls_per_question": 3,
+        "accuracy_per_round": [0.2, 0.25], "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
+        "question_ids": [4, 3, 2, 1], "correct": [False, False, False, True]})  # paired by id, not by position
+    table = report.protocol_table("t", ["vanilla", "softrank"], "softrank")
+    assert "vs softrank [95% CI]" in table and "| vanilla | 0.500 ± 0.030 | 110 | 1.0 |" in table
+    assert "+0.250 [" in table and "(1) |" in table and "0.50/0.10/0.40" in table and "`mean_prob`" in table
 
 
 def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch):

@@ -305,7 +305,8 @@ def test_softrank_loss_descends_to_its_analytic_optimum(masked, beta, lam):
     sharp optimum that takes longer to reach."""
     logits, ref_logits, advantages, mask = random_problem(64, 5, seed=21, masked=masked)
     mask = mask if masked else None
-    x, losses = descend(softrank_loss, logits, 6000 if beta + lam < 0.1 else 3000, advantages=advantages.float(), ref_logits=ref_logits.float(),
+    steps = 6000 if beta + lam < 0.1 else 3000
+    x, losses = descend(softrank_loss, logits, steps, advantages=advantages.float(), ref_logits=ref_logits.float(),
                         beta=beta, lam=lam, mask=mask)
     target = optimal_policy(advantages, ref_logits, beta, lam, mask=mask).float()
     pi = torch.softmax(x.masked_fill(~mask, -torch.inf) if masked else x, -1)
