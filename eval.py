@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 
 import benchmarks
 import data
 import deliberate
 from engine import Engine
+from stats import auroc, paired_difference, sample_std
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
 from training import parse_config
 
@@ -95,29 +95,6 @@ def summarize(results, wall_s):
         if all(critic is not None for _, _, critic, _ in first):
             summary["confidence_auroc"]["critic"] = auroc([critic for _, _, critic, _ in first], labels)
     return summary
-
-
-def auroc(scores, labels):
-    """P(score of a positive > score of a negative), ties counting half; None without both classes."""
-    positives = [s for s, y in zip(scores, labels) if y]
-    negatives = [s for s, y in zip(scores, labels) if not y]
-    if not positives or not negatives:
-        return None
-    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
-    return wins / (len(positives) * len(negatives))
-
-
-def paired_difference(summary, reference, resamples=10_000, seed=0):
-    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean difference,
-    its 95% percentile bootstrap interval (questions resampled with replacement) and the number of questions
-    on which the two disagree (only those move the difference)."""
-    theirs = dict(zip(reference["question_ids"], reference["correct"]))
-    if set(theirs) != set(summary["question_ids"]):
-        raise ValueError("a paired difference needs both protocols on the same questions")
-    d = np.array([float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])])
-    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return {"diff": float(d.mean()), "ci95": [float(low), float(high)], "disagree": int((d != 0).sum())}
 
 
 def add_paired(summaries, reference):
@@ -216,11 +193,6 @@ def over_seeds(cfg):
         with open(cfg.out, "w") as f:
             json.dump({"config": dataclasses.asdict(cfg), **table}, f, indent=1)
     return table
-
-
-def sample_std(values):
-    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the spread."""
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 if __name__ == "__main__":

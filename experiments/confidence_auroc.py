@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
 from engine import Engine  # noqa: E402
-from eval import auroc  # noqa: E402
+from stats import auroc  # noqa: E402
 from state import CONFIDENCE_SIGNALS  # noqa: E402
 from training import parse_config, write_result  # noqa: E402
 

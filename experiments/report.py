@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT))
-from eval import paired_difference  # noqa: E402
+from stats import paired_difference  # noqa: E402
 
 
 def load(path):
@@ -48,7 +48,7 @@ def auroc_table():
 
 def protocol_table(name, parts, reference):
     """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary JSON), with
-    its paired accuracy difference to the `reference` part on the same questions (eval.paired_difference)."""
+    its paired accuracy difference to the `reference` part on the same questions (stats.paired_difference)."""
     runs = {part: load(f"tables/{name}-{part}.json") for part in parts}
     done = {part: next(s for s in run.values() if isinstance(s, dict) and "accuracy" in s)
             for part, run in runs.items() if run}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import eval as evaluation
+import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,22 +18,22 @@ def outcomes(correct, ids=None):
 
 def test_paired_difference_hand_values():
     better, worse = outcomes([1, 1, 1, 0, 1, 1]), outcomes([0, 1, 0, 0, 1, 0])
-    v = evaluation.paired_difference(better, worse)
+    v = stats.paired_difference(better, worse)
     assert v["diff"] == pytest.approx(3 / 6) and v["disagree"] == 3
     assert 0 < v["ci95"][0] < 0.5 < v["ci95"][1] <= 1.0
-    assert evaluation.paired_difference(worse, better)["diff"] == pytest.approx(-0.5)
+    assert stats.paired_difference(worse, better)["diff"] == pytest.approx(-0.5)
     # identical outcomes: no difference and no uncertainty
-    assert evaluation.paired_difference(better, better) == {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}
+    assert stats.paired_difference(better, better) == {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}
     # always right against always wrong: the interval is the single point 1
-    assert evaluation.paired_difference(outcomes([1] * 5), outcomes([0] * 5))["ci95"] == [1.0, 1.0]
+    assert stats.paired_difference(outcomes([1] * 5), outcomes([0] * 5))["ci95"] == [1.0, 1.0]
 
 
 def test_paired_difference_matches_questions_by_id_not_position():
     a = outcomes([1, 0, 0], ids=["x", "y", "z"])
     b = outcomes([0, 0, 1], ids=["z", "y", "x"])  # the same answers, listed in another order
-    assert evaluation.paired_difference(a, b) == {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}
+    assert stats.paired_difference(a, b) == {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}
     with pytest.raises(ValueError, match="same questions"):
-        evaluation.paired_difference(a, outcomes([1, 0, 0], ids=["x", "y", "w"]))
+        stats.paired_difference(a, outcomes([1, 0, 0], ids=["x", "y", "w"]))
 
 
 def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly():
@@ -41,15 +41,15 @@ def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly()
     paired interval excludes 0; two independent standard errors would not."""
     a = outcomes([1] * 45 + [0] * 55)
     b = outcomes([1] * 40 + [0] * 60)
-    v = evaluation.paired_difference(a, b)
+    v = stats.paired_difference(a, b)
     assert v["diff"] == pytest.approx(0.05) and v["disagree"] == 5 and v["ci95"][0] > 0
     unpaired_se = (0.45 * 0.55 / 100 + 0.40 * 0.60 / 100) ** 0.5
     assert v["diff"] - 1.96 * unpaired_se < 0
 
 
 def test_sample_std():
-    assert evaluation.sample_std([0.1, 0.2, 0.3]) == pytest.approx(0.1)   # n - 1, not n
-    assert evaluation.sample_std([0.2]) == 0.0
+    assert stats.sample_std([0.1, 0.2, 0.3]) == pytest.approx(0.1)   # n - 1, not n
+    assert stats.sample_std([0.2]) == 0.0
 
 
 def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):

@@ -1,0 +1,33 @@
+"""The statistics every reported number goes through: AUROC of a confidence signal, the paired bootstrap
+difference of two protocols on the same questions, and the sample std over seeds."""
+import statistics
+
+import numpy as np
+
+
+def auroc(scores, labels):
+    """P(score of a positive > score of a negative), ties counting half; None without both classes."""
+    positives = [s for s, y in zip(scores, labels) if y]
+    negatives = [s for s, y in zip(scores, labels) if not y]
+    if not positives or not negatives:
+        return None
+    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def paired_difference(summary, reference, resamples=10_000, seed=0):
+    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean difference,
+    its 95% percentile bootstrap interval (questions resampled with replacement) and the number of questions
+    on which the two disagree (only those move the difference)."""
+    theirs = dict(zip(reference["question_ids"], reference["correct"]))
+    if set(theirs) != set(summary["question_ids"]):
+        raise ValueError("a paired difference needs both protocols on the same questions")
+    d = np.array([float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])])
+    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"diff": float(d.mean()), "ci95": [float(low), float(high)], "disagree": int((d != 0).sum())}
+
+
+def sample_std(values):
+    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the spread."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
