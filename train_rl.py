@@ -139,14 +139,19 @@ def objective_loss(logits, advantages, ref_logits, cfg):
     return loss_fn(logits, advantages, ref_logits, cfg.beta, cfg.lam)
 
 
+def action_advantages(rewards, cfg):
+    """The advantage of every action of a state (the full-action-set algorithms): SoftRank's or GRPO's."""
+    if cfg.algo == "softrank":
+        return softrank.softrank_advantages(rewards, cfg.tau)
+    return softrank.grpo_advantages(rewards)
+
+
 def corpus_objective(logits, tensors, cfg):
     """The objective over the whole corpus at `logits`, and its analytic minimum (the expected-advantage
     objective only: softrank.optimal_policy); None for the sampled-action algorithms."""
     if cfg.algo not in ("softrank", "grpo") or cfg.objective != "expected":
         return None, None
-    rewards = transform_rewards(tensors["rewards"], cfg)
-    advantages = (softrank.softrank_advantages(rewards, cfg.tau) if cfg.algo == "softrank"
-                  else softrank.grpo_advantages(rewards))
+    advantages = action_advantages(transform_rewards(tensors["rewards"], cfg), cfg)
     best = softrank.optimal_policy(advantages, tensors["ref_logits"], cfg.beta, cfg.lam).log()
     return (objective_loss(logits, advantages, tensors["ref_logits"], cfg)[0].item(),
             objective_loss(best, advantages, tensors["ref_logits"], cfg)[0].item())
@@ -157,8 +162,7 @@ def make_loss(cfg):
         logits = model(batch["own"], batch["peers"], batch["agent"])
         rewards = transform_rewards(batch["rewards"], cfg)
         if cfg.algo in ("softrank", "grpo"):
-            advantages = (softrank.softrank_advantages(rewards, cfg.tau) if cfg.algo == "softrank"
-                          else softrank.grpo_advantages(rewards))
+            advantages = action_advantages(rewards, cfg)
             loss, stats = objective_loss(logits, advantages, batch["ref_logits"], cfg)
         else:
             taken = batch["action"][:, None]

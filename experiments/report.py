@@ -72,11 +72,6 @@ def protocol_table(name, parts, reference):
         "\n\n" + missing(*absent) if absent else "")
 
 
-def short(protocol):
-    """mpdf=results/policies/arith-demo-softrank.pt -> mpdf=arith-demo-softrank"""
-    return re.sub(r"=.*/([^/]+)\.pt$", r"=\1", protocol)
-
-
 def corpus_table(names):
     rows = {name: load(f"training/{name}.json") for name in names}
     if not all(rows.values()):

@@ -66,9 +66,7 @@ def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
     for _ in range(1500):
         value, _ = train_rl.corpus_objective(logits, tensors, cfg)
         assert value >= minimum - 1e-6
-        advantages = (softrank.softrank_advantages(rewards, cfg.tau) if algo == "softrank"
-                      else softrank.grpo_advantages(rewards))
-        loss, _ = train_rl.objective_loss(logits, advantages, tensors["ref_logits"], cfg)
+        loss, _ = train_rl.objective_loss(logits, train_rl.action_advantages(rewards, cfg), tensors["ref_logits"], cfg)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
