@@ -18,22 +18,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-
 import benchmarks
 import data
 import deliberate
+from corpus import training_pool
 from engine import Engine
 from stats import auroc, paired_difference, sample_std
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
-from training import parse_config
+from training import machine, parse_config
 
 
 @dataclass
 class Config:
     task: str = "arith"
     path: str = ""                 # data file for file-based tasks
-    split: str = ""                # "" = test for arith, all for a file; train/test of a file: see data.split_of
+    split: str = ""                # "" = test for arith, all for a file; train/test of a file: see data.split_of;
+    #                                val: the first n validation questions of the training pool (corpus.training_pool,
+    #                                --seed): held out by sft.py / train_rl.py runs of that seed with val_n >= n
     level: int = 0                 # arith difficulty 1..4 (0: the task's default, easy)
     n: int = 200                   # questions (a seeded random subset)
     seed: int = 0                  # question subset, every LLM call's seed and the random policy
@@ -88,6 +89,8 @@ def summarize(results, wall_s):
             r["rounds"][0]["signals"])]
         summary["trailer_compliance"] = sum(t for _, t, _, _ in first) / len(first)
         summary["agent_accuracy_round0"] = sum(ok for ok, _, _, _ in first) / len(first)
+        # a perfect selector's bound before any REFINE: some agent of the team was right in round 0
+        summary["any_agent_right_round0"] = sum(any(r["rounds"][0]["agent_correct"]) for r in results) / n
         # how well each confidence signal tells a right round-0 solution from a wrong one
         labels = [ok for ok, _, _, _ in first]
         summary["confidence_auroc"] = {name: auroc([signals[name] for _, _, _, signals in first], labels)
@@ -126,6 +129,15 @@ def print_table(summaries):
         print(row.rstrip())
 
 
+def load_examples(cfg):
+    """The questions of cfg.split; "val" is the validation slice of the training pool (the levers are studied
+    on it, never on the test questions)."""
+    if cfg.split == "val":
+        return training_pool(cfg)[:cfg.n]
+    kw = {"level": cfg.level} if cfg.level else {}
+    return data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
+
+
 def main(cfg):
     protocols = [p.strip() for p in cfg.protocols.split(",") if p.strip()]
     if cfg.vote not in VOTE_RULES:
@@ -134,8 +146,7 @@ def main(cfg):
         sys.exit(f"--reference {cfg.reference!r} is not one of --protocols: {', '.join(protocols)}")
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
     cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all"))
-    kw = {"level": cfg.level} if cfg.level else {}
-    examples = data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
+    examples = load_examples(cfg)
     engine = Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
                     cache_dir=cfg.cache_dir or None, progress=True)
     game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
@@ -157,7 +168,7 @@ def main(cfg):
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         with open(cfg.out, "w") as f:
-            json.dump({"config": dataclasses.asdict(cfg), "engine": engine.stats, **summaries,
+            json.dump({"config": dataclasses.asdict(cfg), "machine": machine(), "engine": engine.stats, **summaries,
                        **({"details": details} if cfg.details else {})}, f, indent=1)
     return summaries
 

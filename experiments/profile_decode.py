@@ -11,6 +11,12 @@ output is the vocabulary); "python and the rest" is the wall time no op accounts
 engine.py as it was at git revision `--before` (everything else from this checkout), the "after" engine is
 this checkout's. This machine is shared: the two engines take turns `repeats` times and each reports its
 fastest turn (the least disturbed).
+
+    python experiments/profile_decode.py --compile --out results/bench/compile.json
+
+compares this checkout's engine eager ("before") with the same engine whose model forward is wrapped in
+torch.compile ("after"; dynamic shapes, since the batch and the cache length change every step). Compiled
+kernels do not show as aten ops, so only the wall time of the step is comparable there, not the buckets.
 """
 import importlib.util
 import subprocess
@@ -38,6 +44,7 @@ class Config:
     rows: int = 64
     steps: int = 32          # decode steps profiled
     temperature: float = 0.7
+    compile: bool = False    # before = this engine eager, after = this engine with torch.compile'd forward
     out: str = ""
 
 
@@ -92,9 +99,9 @@ def profiled(engine, ids, seeds, new_tokens, temperature):
     return buckets, wall
 
 
-def decode_step(engine, ids, seeds, cfg):
+def decode_step(engine, ids, seeds, cfg, grad_off):
     """One decode step (ms) by bucket: the difference of a 1 + steps token run and a 1 token run."""
-    with torch.inference_mode():
+    with grad_off():
         short, short_wall = profiled(engine, ids, seeds, 1, cfg.temperature)
         long, long_wall = profiled(engine, ids, seeds, 1 + cfg.steps, cfg.temperature)
     step_ms = (long_wall - short_wall) / cfg.steps
@@ -104,20 +111,29 @@ def decode_step(engine, ids, seeds, cfg):
 
 
 def main(cfg):
-    engines = {"before": load_engine(cfg.before).Engine(batch_size=cfg.rows),
+    engines = {"before": load_engine("" if cfg.compile else cfg.before).Engine(batch_size=cfg.rows),
                "after": load_engine("").Engine(batch_size=cfg.rows)}
+    grad_off = {name: torch.inference_mode for name in engines}
+    if cfg.compile:  # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
+        after = engines["after"]
+        after.sample = torch.no_grad()(type(after).sample.__wrapped__.__get__(after))
+        after.model.forward = torch.compile(after.model.forward, dynamic=True)
+        grad_off["after"] = torch.no_grad
+        print("compiling (the first calls take minutes) ...", file=sys.stderr)
     examples = data.load_task("arith", split="test", n=cfg.rows, seed=0)
     ids = [engines["after"].encode(p) for p in deliberation_prompts(engines["after"], examples)]
     seeds = list(range(cfg.rows))
     turns = {name: [] for name in engines}
-    for engine in engines.values():
+    for name, engine in engines.items():
         engine.eos_ids = set()  # every row decodes every step
-        with torch.inference_mode():
-            engine.sample(ids[:2], seeds[:2], max_new_tokens=4, temperature=cfg.temperature)  # warm-up
+        with grad_off[name]():  # warm-up (and compilation) at the profiled batch and a small one
+            engine.sample(ids[:2], seeds[:2], max_new_tokens=4, temperature=cfg.temperature)
+            engine.sample(ids, seeds, max_new_tokens=4, temperature=cfg.temperature)
     for _ in range(cfg.repeats):
         for name, engine in engines.items():
-            turns[name].append(decode_step(engine, ids, seeds, cfg))
-    result = {"before_rev": cfg.before, "rows": cfg.rows, "steps": cfg.steps, "repeats": cfg.repeats,
+            turns[name].append(decode_step(engine, ids, seeds, cfg, grad_off[name]))
+    result = {"before_rev": "eager (this checkout)" if cfg.compile else cfg.before, "compiled_after": cfg.compile,
+              "rows": cfg.rows, "steps": cfg.steps, "repeats": cfg.repeats,
               "mean_prompt_tokens": sum(map(len, ids)) / len(ids), "temperature": cfg.temperature,
               "threads": torch.get_num_threads(), "machine": machine()}
     for name in engines:

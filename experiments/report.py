@@ -142,7 +142,28 @@ def profile_table():
     return "\n".join(lines)
 
 
+def temperature_table():
+    """Issue 18's study: the agents' sampling temperature, on validation questions."""
+    greedy = load("study/temperature-greedy.json")
+    runs = {t: load(f"study/temperature-T{t}.json") for t in ("0.3", "0.5", "0.7", "1.0")}
+    done = {t: r["mpdf-persist"] for t, r in runs.items() if r}
+    lines = ["| agents' temperature | one agent right (round 0) | the team's vote | some agent right | tokens/q |",
+             "|---|---|---|---|---|"]
+    if greedy:
+        v = greedy["vanilla"]
+        lines.append(f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} |")
+    lines += [f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
+              f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} |" for t, r in done.items()]
+    first = greedy or next(iter(runs.values()), None) or {}
+    note = (f"\n\n{first['vanilla' if greedy else 'mpdf-persist']['n']} validation questions (arith, `--split val`, "
+            f"seed 0), 3 agents; {first.get('machine', '')}" if first else "")
+    absent = ([] if greedy else ["study/temperature-greedy.json"]) + [
+        f"study/temperature-T{t}.json" for t, r in runs.items() if not r]
+    return "\n".join(lines) + note + ("\n\n" + missing(*absent) if absent else "")
+
+
 TABLES = {
+    "study-temperature": temperature_table,
     "bench": bench_table,
     "profile": profile_table,
     "auroc": auroc_table,

@@ -30,6 +30,9 @@ MAWPS = "../shared/data/mawps_asdiv/train.csv"
 # The demo's budget (Makefile): 3 agents, 2 rounds, 32 training questions, 8 for validation.
 DEMO_GAME = ["--task", "arith", "--agents", "3", "--rounds", "2"]
 DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
+# issue 18's study: 200 validation questions of the arith training pool (seed 0), 3 agents
+STUDY_GAME = ["--task", "arith", "--split", "val", "--n", "200", "--seed", "0", "--agents", "3", "--rounds", "2"]
+STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
 DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
 
 
@@ -46,6 +49,12 @@ def table(name, args):
     """An evaluation piece: eval.py's summary JSON (per-question outcomes, no transcripts)."""
     return {"command": [PY, "eval.py", *args, "--no-details", "--out", f"results/tables/{name}.json"],
             "outputs": [f"results/tables/{name}.json"]}
+
+
+def study(name, args):
+    """A lever of issue 18's study: eval.py on the validation questions (--split val), never the test ones."""
+    return {"command": [PY, "eval.py", *STUDY_GAME, *args, "--no-details", "--out", f"results/study/{name}.json"],
+            "outputs": [f"results/study/{name}.json"]}
 
 
 def bench(name, args):
@@ -92,6 +101,11 @@ PIECES = {
     "llm-flat-L1-a3-T0.7": flat_groups("L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]),
     "llm-flat-leader-L1-T0.7": flat_groups("leader-L1-T0.7", ["--target", "leader", "--n", "64",
                                                               "--temperature", "0.7"]),
+    # issue 18's study, lever 1: the agents' sampling temperature (round 0 of 3 agents and their vote; the
+    # share of questions some agent gets right is what a perfect selector could reach before any REFINE)
+    "study-temperature-greedy": study("temperature-greedy", ["--protocols", "vanilla"]),
+    **{f"study-temperature-T{t}": study(f"temperature-T{t}", ["--temperature", t, "--protocols", "mpdf-persist"])
+       for t in STUDY_TEMPERATURES},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])

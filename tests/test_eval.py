@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,3 +118,39 @@ def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
     assert (result["questions"], result["agents"], result["rounds"]) == (2, 2, 1)
     assert result["engine_s"] > 0 and result["usual_s"] > 0
     assert result["ratio"] == pytest.approx(result["usual_s"] / result["engine_s"])
+
+
+def test_split_val_is_the_validation_slice_training_holds_out():
+    """The levers are studied on `--split val`: the questions a training run of the same seed validates on
+    (corpus.training_questions), never the ones it trains on, and never test questions."""
+    import eval as evaluate
+    from corpus import training_questions
+    val = evaluate.load_examples(evaluate.Config(task="arith", split="val", n=16, seed=3))
+    train, held_out = training_questions(SimpleNamespace(task="arith", path="", level=0, seed=3, val_n=16,
+                                                         questions=64))
+    assert len(val) == 16 and [ex.id for ex in val] == [ex.id for ex in held_out]
+    assert not {ex.question for ex in val} & {ex.question for ex in train}
+    test = evaluate.load_examples(evaluate.Config(task="arith", split="test", n=200))
+    assert not {ex.question for ex in val} & {ex.question for ex in test}
+
+
+def test_summary_round0_accuracies_on_hand_made_games():
+    """One agent's round-0 accuracy, the share of questions some agent got right (a perfect selector's bound
+    before any REFINE) and the vote's accuracy per round, on three 3-agent games written by hand."""
+    import eval as evaluate
+
+    def game(agents_right, vote_right):
+        signals = [dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.8 if right else 0.2)
+                   for right in agents_right]
+        round0 = {"agent_correct": agents_right, "trailer_ok": [False] * 3, "critic": [None] * 3,
+                  "signals": signals, "correct": vote_right, "actions": []}
+        return {"id": str(len(agents_right)), "correct": vote_right, "pred": "1", "tokens": 100, "calls": 3,
+                "rounds": [round0]}
+
+    games = [game([True, False, False], False), game([False, False, False], False), game([True, True, False], True)]
+    s = evaluate.summarize(games, wall_s=1.0)
+    assert s["agent_accuracy_round0"] == pytest.approx(3 / 9)
+    assert s["any_agent_right_round0"] == pytest.approx(2 / 3)
+    assert s["accuracy"] == s["accuracy_per_round"][0] == pytest.approx(1 / 3)
+    # right solutions carry the higher confidence here: every signal separates them perfectly
+    assert s["confidence_auroc"]["mean_prob"] == pytest.approx(1.0)
