@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT))
-from stats import paired_difference  # noqa: E402
+from stats import paired_difference, sample_std  # noqa: E402
 
 
 def load(path):
@@ -162,6 +162,58 @@ def temperature_table():
     return "\n".join(lines) + note + ("\n\n" + missing(*absent) if absent else "")
 
 
+def read_metrics(path):
+    """(validation points [(step, accuracy)], training records) of one LLM run's metrics.jsonl."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return ([(r["step"], r["val_accuracy"]) for r in records if "val_accuracy" in r],
+            [r for r in records if "mean_reward" in r])
+
+
+def plot_curves(runs, png):
+    """Held-out accuracy and mean training reward over steps, one line per run (needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, (val, train) in runs.items():
+        left.plot(*zip(*val), marker="o", label=name)
+        right.plot([r["step"] for r in train], [r["mean_reward"] for r in train], label=name)
+    left.set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", title="validation")
+    right.set(xlabel="optimizer step", ylabel="mean reward of the rollouts", title="training")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / png, dpi=110)
+    plt.close(fig)
+    return f"![curves](results/{png})"
+
+
+def llm_curves(prefix, title):
+    """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before and after,
+    their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
+    paths = sorted((RESULTS / "llm").glob(f"{prefix}-seed*.metrics.jsonl"))
+    if not paths:
+        return missing(f"llm/{prefix}-seed0.metrics.jsonl")
+    runs = {path.name.split(".")[0]: read_metrics(path) for path in paths}
+    lines = [f"| {title} | held-out accuracy at steps | before → after | mean reward, first → last quarter of "
+             "the steps | flat groups | wall time | tokens trained |", "|---|---|---|---|---|---|---|"]
+    for name, (val, train) in runs.items():
+        quarter = max(1, len(train) // 4)
+        reward = [sum(r["mean_reward"] for r in part) / len(part) for part in (train[:quarter], train[-quarter:])]
+        flat = sum(r["frac_zero_std"] for r in train) / len(train)
+        curve = ", ".join(f"{step}: {accuracy:.2f}" for step, accuracy in val)
+        minutes, tokens = sum(r["step_s"] for r in train) / 60, sum(r["tokens"] for r in train)
+        lines.append(f"| {name} | {curve} | {val[0][1]:.3f} → {val[-1][1]:.3f} | {reward[0]:.3f} → "
+                     f"{reward[1]:.3f} | {flat:.2f} | {minutes:.0f} min | {tokens} |")
+    if len(runs) > 1:
+        gains = [val[-1][1] - val[0][1] for val, _ in runs.values()]
+        lines.append(f"\nGain in held-out accuracy over {len(runs)} seeds: {sum(gains) / len(gains):+.3f} "
+                     f"(sample std {sample_std(gains):.3f}).")
+    return "\n".join(lines) + "\n\n" + plot_curves(runs, f"llm/{prefix}.png")
+
+
 TABLES = {
     "study-temperature": temperature_table,
     "bench": bench_table,
@@ -169,6 +221,7 @@ TABLES = {
     "auroc": auroc_table,
     "table-arith200-demo": lambda: protocol_table(
         "arith200-demo-seed0", ["vanilla", "sc", "debate", "persist", "sft", "grpo", "softrank"], "softrank"),
+    "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
     "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank",
                                                "arith-demo-softrank-long"]),
 }

@@ -33,6 +33,13 @@ DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
 # issue 18's study: 200 validation questions of the arith training pool (seed 0), 3 agents
 STUDY_GAME = ["--task", "arith", "--split", "val", "--n", "200", "--seed", "0", "--agents", "3", "--rounds", "2"]
 STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
+# issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith, G = 8 joint
+# rollouts at T = 0.7 (about half the groups are flat there: results/llm/flat_groups-L1-a3-T0.7.json), arith
+# answers need far fewer than 192 tokens; the team's greedy vote on 100 held-out questions every 6 steps
+MAGRPO_PRESET = ["--target", "agents", "--algo", "magrpo", "--protocol", "parallel", "--agents", "3",
+                 "--task", "arith", "--level", "1", "--group", "8", "--questions-per-step", "4",
+                 "--rollout-temperature", "0.7", "--max-new-tokens", "96", "--llm-lr", "1e-5", "--steps", "24",
+                 "--eval-every", "6", "--val-n", "100"]
 DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
 
 
@@ -43,6 +50,14 @@ def trained(name, script, args):
             "copies": {out / "policy.pt": f"results/policies/{name}.pt",
                        out / "summary.json": f"results/training/{name}.json",
                        out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl"}}
+
+
+def llm_run(name, args):
+    """An LLM-weights run (train_rl.py --target agents | leader): its metrics (training reward, held-out
+    accuracy every --eval-every steps, wall time, tokens) go to results/llm/; the weights stay out of git."""
+    out = RUNS / name
+    return {"command": [PY, "train_rl.py", *args, "--out-dir", str(out)],
+            "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl"}}
 
 
 def table(name, args):
@@ -106,6 +121,9 @@ PIECES = {
     "study-temperature-greedy": study("temperature-greedy", ["--protocols", "vanilla"]),
     **{f"study-temperature-T{t}": study(f"temperature-T{t}", ["--temperature", t, "--protocols", "mpdf-persist"])
        for t in STUDY_TEMPERATURES},
+    # issue 19: MAGRPO learning curves, one piece per seed
+    **{f"llm-magrpo-L1-seed{seed}": llm_run(f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)])
+       for seed in (0, 1, 2)},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])

@@ -44,6 +44,28 @@ def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
     assert "+0.250 [" in table and "(1) |" in table and "0.50/0.10/0.40" in table and "`mean_prob`" in table
 
 
+def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "not computed yet" in report.llm_curves("m", "run")
+    (tmp_path / "llm").mkdir()
+    for seed, final in ((0, 0.30), (1, 0.20)):
+        lines = [{"step": 0, "val_accuracy": 0.10}]
+        lines += [{"step": k, "mean_reward": 0.1 * k, "frac_zero_std": 0.5, "step_s": 60.0, "tokens": 100}
+                  for k in range(1, 5)]
+        lines.append({"step": 4, "val_accuracy": final})
+        (tmp_path / "llm" / f"m-seed{seed}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    table = report.llm_curves("m", "run")
+    assert "| m-seed0 | 0: 0.10, 4: 0.30 | 0.100 → 0.300 | 0.100 → 0.400 | 0.50 | 4 min | 400 |" in table
+    assert "over 2 seeds: +0.150 (sample std 0.071)" in table
+    assert "not computed yet" in report.temperature_table()
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "temperature-T0.3.json").write_text(json.dumps({"machine": "cpu", "mpdf-persist": {
+        "n": 200, "accuracy": 0.2, "stderr": 0.03, "agent_accuracy_round0": 0.15, "any_agent_right_round0": 0.3,
+        "tokens_per_question": 300}}))
+    table = report.temperature_table()
+    assert "| 0.3 | 0.150 | 0.200 ± 0.030 | 0.300 | 300 |" in table and "temperature-T0.7.json" in table
+
+
 def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "results" / "x.json"
