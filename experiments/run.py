@@ -39,7 +39,7 @@ STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
 MAGRPO_PRESET = ["--target", "agents", "--algo", "magrpo", "--protocol", "parallel", "--agents", "3",
                  "--task", "arith", "--level", "1", "--group", "8", "--questions-per-step", "4",
                  "--rollout-temperature", "0.7", "--max-new-tokens", "96", "--llm-lr", "1e-5", "--steps", "24",
-                 "--eval-every", "6", "--val-n", "100"]
+                 "--eval-every", "6", "--val-n", "100", "--save-every", "6"]
 DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
 
 
