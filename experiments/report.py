@@ -147,13 +147,19 @@ def temperature_table():
     greedy = load("study/temperature-greedy.json")
     runs = {t: load(f"study/temperature-T{t}.json") for t in ("0.3", "0.5", "0.7", "1.0")}
     done = {t: r["mpdf-persist"] for t, r in runs.items() if r}
-    lines = ["| agents' temperature | one agent right (round 0) | the team's vote | some agent right | tokens/q |",
-             "|---|---|---|---|---|"]
+    lines = ["| agents' temperature | one agent right (round 0) | the team's vote | some agent right | tokens/q "
+             "| vote vs one greedy answer [95% CI] (disagree) |", "|---|---|---|---|---|---|"]
     if greedy:
         v = greedy["vanilla"]
-        lines.append(f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} |")
-    lines += [f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
-              f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} |" for t, r in done.items()]
+        lines.append(f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} "
+                     "| |")
+    for t, r in done.items():
+        paired = ""
+        if greedy:
+            d = paired_difference(r, greedy["vanilla"])
+            paired = f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['disagree']})"
+        lines.append(f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
+                     f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} | {paired} |")
     first = greedy or next(iter(runs.values()), None) or {}
     note = (f"\n\n{first['vanilla' if greedy else 'mpdf-persist']['n']} validation questions (arith, `--split val`, "
             f"seed 0), 3 agents; {first.get('machine', '')}" if first else "")

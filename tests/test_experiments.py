@@ -60,10 +60,15 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
     assert "not computed yet" in report.temperature_table()
     (tmp_path / "study").mkdir()
     (tmp_path / "study" / "temperature-T0.3.json").write_text(json.dumps({"machine": "cpu", "mpdf-persist": {
-        "n": 200, "accuracy": 0.2, "stderr": 0.03, "agent_accuracy_round0": 0.15, "any_agent_right_round0": 0.3,
-        "tokens_per_question": 300}}))
+        "n": 4, "accuracy": 0.5, "stderr": 0.03, "agent_accuracy_round0": 0.15, "any_agent_right_round0": 0.75,
+        "tokens_per_question": 300, "question_ids": [1, 2, 3, 4], "correct": [True, True, False, False]}}))
     table = report.temperature_table()
-    assert "| 0.3 | 0.150 | 0.200 ± 0.030 | 0.300 | 300 |" in table and "temperature-T0.7.json" in table
+    assert "| 0.3 | 0.150 | 0.500 ± 0.030 | 0.750 | 300 |  |" in table and "temperature-T0.7.json" in table
+    (tmp_path / "study" / "temperature-greedy.json").write_text(json.dumps({"machine": "cpu", "vanilla": {
+        "n": 4, "accuracy": 0.25, "tokens_per_question": 100, "question_ids": [4, 3, 2, 1],
+        "correct": [False, False, False, True]}}))
+    table = report.temperature_table()
+    assert "| one greedy answer (vanilla) | 0.250 |" in table and "| 300 | +0.250 [" in table and "(1) |" in table
 
 
 def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch):
