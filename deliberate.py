@@ -94,7 +94,7 @@ VERDICTS = ("Correct", "Incorrect")
 class GameConfig:
     agents: int = 3
     rounds: int = 3
-    temperature: float = 0.7     # sampling temperature of every agent's LLM call
+    temperature: float = 0.5     # sampling temperature of every agent's LLM call (README: the temperature study)
     top_p: float = 1.0
     max_new_tokens: int = 192
     seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy

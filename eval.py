@@ -43,7 +43,7 @@ class Config:
     reference: str = ""            # a protocol of the list: every other one's paired accuracy difference to it
     agents: int = 3
     rounds: int = 3
-    temperature: float = 0.7
+    temperature: float = 0.5       # the agents' (README: the temperature study on validation questions)
     top_p: float = 1.0
     max_new_tokens: int = 192
     trailer: bool = False          # ask the agents for the Steps / Confidence / Answer trailer

@@ -46,7 +46,7 @@ class Config:
     seed: int = 0                  # question split, LLM calls, data order, initialization
     agents: int = 3
     rounds: int = 3
-    temperature: float = 0.7
+    temperature: float = 0.5       # the agents' (README: the temperature study on validation questions)
     max_new_tokens: int = 192
     trailer: bool = False          # ask for the Steps / Confidence / Answer trailer
     critic: bool = False           # the policy's state carries the critic's p(Correct) (the game runs it)

@@ -92,7 +92,7 @@ class Config:
     seed: int = 0
     agents: int = 3
     rounds: int = 3
-    temperature: float = 0.7
+    temperature: float = 0.5       # the agents' (README: the temperature study on validation questions)
     max_new_tokens: int = 192
     trailer: bool = False
     vote: str = "mean_prob"        # the vote's tie-break signal (state.VOTE_RULES); the critic: as --init's policy
