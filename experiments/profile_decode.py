@@ -17,6 +17,7 @@ fastest turn (the least disturbed).
 compares this checkout's engine eager ("before") with the same engine whose model forward is wrapped in
 torch.compile ("after"; dynamic shapes, since the batch and the cache length change every step). Compiled
 kernels do not show as aten ops, so only the wall time of the step is comparable there, not the buckets.
+In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry on a later torch.
 """
 import importlib.util
 import subprocess
