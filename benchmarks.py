@@ -136,7 +136,7 @@ def bench_round(cfg):
         engine.generate([engine.chat("Hi"), engine.chat("Hello there")], [0, 0], max_new_tokens=4, temperature=0)
     calls = deliberate.solve_calls(examples, game)
     requests = {"hf": calls, "engine": calls}
-    seconds, outputs = {"hf": 0.0, "engine": 0.0}, {"hf": [], "engine": []}
+    round_s, outputs = {"hf": [], "engine": []}, {"hf": [], "engine": []}
     start_stats = dict(engine.stats)
     for t in (0, 1):
         for side in ("hf", "engine"):
@@ -149,7 +149,7 @@ def bench_round(cfg):
                 rows = [c.token_ids for c in engine.generate(
                     prompts, [seed for _, _, seed in requests[side]], max_new_tokens=game.max_new_tokens,
                     temperature=0.0, top_p=game.top_p, return_tokens=True)]
-            seconds[side] += time.time() - start
+            round_s[side].append(time.time() - start)
             outputs[side] += rows
             if t == 0:  # REFINE: every agent sees its own round-0 solution and its peers' answers
                 teams = deliberate.per_question([parse_solution(tokenizer.decode(r, skip_special_tokens=True),
@@ -158,11 +158,13 @@ def bench_round(cfg):
                 requests[side] = [(ex, deliberate.refine_prompt(ex, team, i),
                                    call_seed(cfg.seed, ex.id, i, 1, "refine"))
                                   for ex, team in zip(examples, teams) for i in range(game.agents)]
-            print(f"round {t} {side}: {seconds[side]:.0f} s so far", file=sys.stderr, flush=True)
+            print(f"round {t} {side}: {round_s[side][-1]:.0f} s", file=sys.stderr, flush=True)
+    seconds = {side: sum(times) for side, times in round_s.items()}
     generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
     executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
     result = {"questions": n, "agents": game.agents, "generations": len(outputs["engine"]),
               "max_new_tokens": game.max_new_tokens, "hf_s": seconds["hf"], "engine_s": seconds["engine"],
+              "hf_round_s": round_s["hf"], "engine_round_s": round_s["engine"],  # round 0, then the REFINE round
               "hf_tok_s": generated["hf"] / seconds["hf"], "engine_tok_s": generated["engine"] / seconds["engine"],
               "prompt_tokens": engine.stats["prompt_tokens"] - start_stats["prompt_tokens"],
               "engine_prompt_tokens_run": executed, "generated_tokens": generated["engine"],

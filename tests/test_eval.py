@@ -110,6 +110,7 @@ def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
     assert result["outputs_match"] is True and result["rows_matching"] == 30
     assert result["ratio"] == pytest.approx(result["engine_tok_s"] / result["hf_tok_s"])
     assert result["generated_tokens"] > 0 and 0 < result["roofline_frac"]
+    assert result["engine_s"] == pytest.approx(sum(result["engine_round_s"])) and len(result["hf_round_s"]) == 2
 
 
 def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
