@@ -204,7 +204,7 @@ def llm_curves(prefix, title):
         return missing(f"llm/{prefix}-seed0.metrics.jsonl")
     runs = {path.name.split(".")[0]: read_metrics(path) for path in paths}
     lines = [f"| {title} | held-out accuracy at steps | before → after | mean reward, first → last quarter of "
-             "the steps | flat groups | wall time | tokens trained |", "|---|---|---|---|---|---|---|"]
+             "the steps | flat groups | wall time of the steps | tokens trained |", "|---|---|---|---|---|---|---|"]
     for name, (val, train) in runs.items():
         quarter = max(1, len(train) // 4)
         reward = [sum(r["mean_reward"] for r in part) / len(part) for part in (train[:quarter], train[-quarter:])]
@@ -212,7 +212,7 @@ def llm_curves(prefix, title):
         curve = ", ".join(f"{step}: {accuracy:.2f}" for step, accuracy in val)
         minutes, tokens = sum(r["step_s"] for r in train) / 60, sum(r["tokens"] for r in train)
         lines.append(f"| {name} | {curve} | {val[0][1]:.3f} → {val[-1][1]:.3f} | {reward[0]:.3f} → "
-                     f"{reward[1]:.3f} | {flat:.2f} | {minutes:.0f} min | {tokens} |")
+                     f"{reward[1]:.3f} | {flat:.2f} | {minutes:.0f} min | {tokens:.0f} |")
     if len(runs) > 1:
         gains = [val[-1][1] - val[0][1] for val, _ in runs.values()]
         lines.append(f"\nGain in held-out accuracy over {len(runs)} seeds: {sum(gains) / len(gains):+.3f} "
