@@ -22,7 +22,7 @@ setup: $(STAMP)
 model: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -c "import backbone; print('default model:', backbone.default_model_path())"
 
-# The whole pipeline on small budgets (about 11 minutes on 2 CPU cores, cold cache): stage 1, stage 2, then every
+# The whole pipeline on small budgets (about 10 minutes on 2 CPU cores, cold cache): stage 1, stage 2, then every
 # protocol side by side on held-out questions. Generations are cached under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
 demo: model
