@@ -23,7 +23,7 @@ import data
 import deliberate
 from corpus import training_pool
 from engine import Engine
-from stats import auroc, paired_difference, sample_std
+from stats import auroc, format_paired, paired_difference, sample_std
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
 from training import machine, parse_config
 
@@ -104,10 +104,6 @@ def add_paired(summaries, reference):
     """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0], 0)."""
     for summary in summaries.values():
         summary["vs_reference"] = {"reference": reference, **paired_difference(summary, summaries[reference])}
-
-
-def format_paired(v):
-    return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
 
 
 def print_table(summaries):

@@ -28,6 +28,11 @@ def paired_difference(summary, reference, resamples=10_000, seed=0):
     return {"diff": float(d.mean()), "ci95": [float(low), float(high)], "disagree": int((d != 0).sum())}
 
 
+def format_paired(v):
+    """A paired_difference as the tables print it: +0.050 [-0.025, +0.120] (54 questions disagree)."""
+    return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
+
+
 def sample_std(values):
     """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the spread."""
     return statistics.stdev(values) if len(values) > 1 else 0.0

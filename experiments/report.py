@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT))
-from stats import paired_difference, sample_std  # noqa: E402
+from stats import format_paired, paired_difference, sample_std  # noqa: E402
 
 
 def load(path):
@@ -64,7 +64,7 @@ def protocol_table(name, parts, reference):
                f"{s['calls_per_question']:.1f} | {rounds} | {actions} |")
         if reference in done:
             v = paired_difference(s, done[reference])
-            row += f" {v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']}) |"
+            row += f" {format_paired(v)} |"
         lines.append(row)
     vote = next(iter(r for r in runs.values() if r))["config"].get("vote")
     absent = [f"tables/{name}-{part}.json" for part, run in runs.items() if not run]
@@ -154,10 +154,7 @@ def temperature_table():
         lines.append(f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} "
                      "| |")
     for t, r in done.items():
-        paired = ""
-        if greedy:
-            d = paired_difference(r, greedy["vanilla"])
-            paired = f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['disagree']})"
+        paired = format_paired(paired_difference(r, greedy["vanilla"])) if greedy else ""
         lines.append(f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
                      f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} | {paired} |")
     first = greedy or next(iter(runs.values()), None) or {}
