@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 import data
+from backbone import default_model_path
 from engine import Engine, call_seed
 from policy import FixedPolicy, make_policy
 from state import (ACTION_KINDS, PERSIST, REFINE, action_kind, adopted_agent, majority_vote, n_actions, observe,
@@ -346,7 +347,7 @@ def lead(engine, leader, examples, cfg):
 
 
 PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle", "mpdf=PATH",
-             "leader=PATH")
+             "leader=PATH", "leader=default")
 
 
 def run_protocol(engine, examples, protocol, cfg):
@@ -374,6 +375,7 @@ def run_protocol(engine, examples, protocol, cfg):
         return play(engine, examples, make_policy(protocol[len("mpdf="):]), cfg)
     if protocol.startswith("leader="):
         path = protocol[len("leader="):]
+        path = str(default_model_path()) if path == "default" else path  # the untrained backbone as leader
         if not Path(path, "config.json").is_file():
             raise ValueError(f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target leader)")
         return lead(engine, Engine(model_path=path, **engine.settings), examples, cfg)

@@ -5,8 +5,8 @@
 
 `--path` for file tasks (gsm8k, mawps, svamp, mc, math), `--model` for any HF causal-LM directory,
 `mpdf=PATH` for a trained policy checkpoint, `leader=PATH` for MLPO (the agents answer, the leader model at
-PATH reads them and answers; `--rounds` more rounds let the agents revise after reading the leader's answer).
-Generations are cached on disk (`--cache-dir`), so a second
+PATH reads them and answers; `leader=default`: the untrained backbone leads; `--rounds` more rounds let the
+agents revise after reading the leader's answer). Generations are cached on disk (`--cache-dir`), so a second
 identical evaluation makes no LLM call.
 """
 import dataclasses
@@ -73,6 +73,7 @@ def summarize(results, wall_s):
                "question_ids": [r["id"] for r in results], "correct": [bool(r["correct"]) for r in results]}
     if "leader_correct" in results[0]:  # MLPO: the peers' own vote, then the leader after each round
         summary["peer_vote_accuracy"] = sum(r["peer_vote_correct"] for r in results) / n
+        summary["peer_vote_correct"] = [bool(r["peer_vote_correct"]) for r in results]  # paired with `correct`
         summary["accuracy_per_round"] = [sum(r["leader_correct"][t] for r in results) / n
                                          for t in range(len(results[0]["leader_correct"]))]
     if "rounds" in results[0]:  # a game: action statistics, accuracy per round, trailer and critic quality

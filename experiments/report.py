@@ -214,7 +214,63 @@ def llm_curves(prefix, title):
         gains = [val[-1][1] - val[0][1] for val, _ in runs.values()]
         lines.append(f"\nGain in held-out accuracy over {len(runs)} seeds: {sum(gains) / len(gains):+.3f} "
                      f"(sample std {sample_std(gains):.3f}).")
+        by_step = {}
+        for val, _ in runs.values():
+            for step, accuracy in val:
+                by_step.setdefault(step, []).append(accuracy)
+        lines.append("Held-out accuracy, mean ± sample std over the seeds, by step: " + ", ".join(
+            f"{step}: {sum(a) / len(a):.3f} ± {sample_std(a):.3f}" for step, a in by_step.items()) + ".")
     return "\n".join(lines) + "\n\n" + plot_curves(runs, f"llm/{prefix}.png")
+
+
+def summary_of(run, protocol):
+    return None if run is None else run.get(protocol)
+
+
+def after_table(seeds=(0, 1, 2)):
+    """Issue 19 after training: each trained run against the untrained model on the same 300 test questions
+    (results/after/, experiments/run.py after-), the paired difference per seed and its mean over seeds."""
+    untrained = {"parallel": load("after/untrained-parallel.json"), "debate": load("after/untrained-debate.json"),
+                 "leader": load("after/untrained-leader.json")}
+    comparisons = []  # (label, file of the trained run, its protocol, the reference: (file, protocol) or peers)
+    for part, protocol, label in (("parallel", "vanilla", "MAGRPO: one greedy answer"),
+                                  ("parallel", "mpdf-persist", "MAGRPO: the parallel vote of 3 agents"),
+                                  ("debate", "debate", "MAGRPO: debate, round 0 + one REFINE")):
+        comparisons.append((label, "magrpo-L1-seed{}-" + part, protocol, (untrained[part], protocol)))
+    leader = "leader=runs/results/mlpo-L1-seed{}/model"
+    comparisons += [("MLPO: trained leader vs its untrained peers' vote", "mlpo-L1-seed{}-leader", leader, "peers"),
+                    ("MLPO: trained leader vs the untrained leader", "mlpo-L1-seed{}-leader", leader,
+                     (untrained["leader"], "leader=default")),
+                    ("MLPO: trained leader alone vs the untrained model alone", "mlpo-L1-seed{}-alone", "vanilla",
+                     (untrained["parallel"], "vanilla"))]
+    lines = ["| comparison (300 arith test questions) | seed | trained | untrained | trained − untrained [95% CI] "
+             "(disagree) | tokens/q trained / untrained |", "|---|---|---|---|---|---|"]
+    for label, name, protocol, reference in comparisons:
+        diffs = []
+        for seed in seeds:
+            mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol.format(seed))
+            if reference == "peers":
+                theirs = None if mine is None else {"question_ids": mine["question_ids"],
+                                                    "correct": mine["peer_vote_correct"], "tokens_per_question": 0}
+            else:
+                theirs = summary_of(*reference)
+            if mine is None or theirs is None:
+                continue
+            v = paired_difference(mine, theirs)
+            diffs.append(v["diff"])
+            tokens = (f"{mine['tokens_per_question']:.0f} / " + (
+                "(the same peers)" if reference == "peers" else f"{theirs['tokens_per_question']:.0f}"))
+            their_accuracy = sum(theirs["correct"]) / len(theirs["correct"])
+            lines.append(f"| {label} | {seed} | {mine['accuracy']:.3f} | {their_accuracy:.3f} | {format_paired(v)} "
+                         f"| {tokens} |")
+        if len(diffs) > 1:
+            lines.append(f"| {label} | mean of {len(diffs)} | | | {sum(diffs) / len(diffs):+.3f} "
+                         f"(sample std {sample_std(diffs):.3f}) | |")
+    if len(lines) == 2:
+        return missing("after/untrained-parallel.json", "after/magrpo-L1-seed0-parallel.json")
+    return "\n".join(lines) + ("\n\nSettings: `experiments/run.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
+                               "96 new tokens, seed-0 test questions for every run); leaders and single answers "
+                               "greedy.")
 
 
 TABLES = {
@@ -225,6 +281,8 @@ TABLES = {
     "table-arith200-demo": lambda: protocol_table(
         "arith200-demo-seed0", ["vanilla", "sc", "debate", "persist", "sft", "grpo", "softrank"], "softrank"),
     "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
+    "llm-mlpo": lambda: llm_curves("mlpo-L1", "MLPO run"),
+    "llm-after": after_table,
     "corpus-arith-demo": lambda: corpus_table(["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank",
                                                "arith-demo-softrank-long"]),
 }

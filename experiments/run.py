@@ -41,6 +41,18 @@ MAGRPO_PRESET = ["--target", "agents", "--algo", "magrpo", "--protocol", "parall
                  "--task", "arith", "--level", "1", "--group", "8", "--questions-per-step", "4",
                  "--rollout-temperature", "0.7", "--max-new-tokens", "96", "--llm-lr", "1e-5", "--steps", "24",
                  "--eval-every", "6", "--val-n", "100", "--save-every", "6"]
+# issue 19's MLPO preset: one leader over 3 frozen peers (the untrained backbone at the agents' T = 0.5) on easy
+# arith, the peers' solutions to 256 candidate questions generated once, questions all 3 peers get right dropped;
+# G = 8 leader samples at T = 0.7 (two thirds of the groups are flat there: flat_groups-leader-L1-T0.7.json, so
+# 8 questions per step); the leader's greedy answer over its peers on 100 held-out questions every 6 steps
+MLPO_PRESET = ["--target", "leader", "--algo", "magrpo", "--agents", "3", "--task", "arith", "--level", "1",
+               "--questions", "256", "--group", "8", "--questions-per-step", "8", "--rollout-temperature", "0.7",
+               "--max-new-tokens", "96", "--llm-lr", "1e-5", "--steps", "24", "--eval-every", "6", "--val-n", "100",
+               "--save-every", "6"]
+# issue 19 after training: 300 arith test questions (the same for every run), 3 agents, the training's
+# 96-token budget; debate = round 0 + one REFINE round; MLPO's leader decides once over round 0 (as trained)
+AFTER_GAME = ["--task", "arith", "--split", "test", "--n", "300", "--seed", "0", "--agents", "3",
+              "--max-new-tokens", "96"]
 DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
 
 
@@ -59,6 +71,17 @@ def llm_run(name, args):
     out = RUNS / name
     return {"command": [PY, "train_rl.py", *args, "--out-dir", str(out)],
             "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl"}}
+
+
+def after(name, args, model=""):
+    """An evaluation of LLM weights after training (issue 19): eval.py's summary JSON in results/after/.
+    `model`: a trained run's weights (runs/results/<run>/model, out of git: the piece needs them there)."""
+    piece = {"command": [PY, "eval.py", *AFTER_GAME, *args, "--no-details", "--out", f"results/after/{name}.json"],
+             "outputs": [f"results/after/{name}.json"]}
+    if model:
+        piece["command"][2:2] = ["--model", model]
+    needs = [model] + [a.split("=", 1)[1] for a in args if a.startswith("leader=runs/")]
+    return {**piece, "needs": [n for n in needs if n]}
 
 
 def table(name, args):
@@ -125,6 +148,21 @@ PIECES = {
     # issue 19: MAGRPO learning curves, one piece per seed
     **{f"llm-magrpo-L1-seed{seed}": llm_run(f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)])
        for seed in (0, 1, 2)},
+    # issue 19: MLPO learning curves, one piece per seed
+    **{f"llm-mlpo-L1-seed{seed}": llm_run(f"mlpo-L1-seed{seed}", MLPO_PRESET + ["--seed", str(seed)])
+       for seed in (0, 1, 2)},
+    # issue 19 after training, paired on the same 300 test questions: the untrained team (one greedy answer,
+    # the parallel vote, debate; the untrained backbone leading its peers), then each trained run
+    "after-untrained-parallel": after("untrained-parallel", ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"]),
+    "after-untrained-debate": after("untrained-debate", ["--rounds", "1", "--protocols", "debate"]),
+    "after-untrained-leader": after("untrained-leader", ["--rounds", "0", "--protocols", "leader=default"]),
+    **{f"after-magrpo-L1-seed{seed}-{part}": after(f"magrpo-L1-seed{seed}-{part}", [
+        "--rounds", "1", "--protocols", protocols], model=f"{RUNS}/magrpo-L1-seed{seed}/model")
+       for seed in (0, 1, 2) for part, protocols in (("parallel", "vanilla,mpdf-persist"), ("debate", "debate"))},
+    **{f"after-mlpo-L1-seed{seed}-{part}": after(f"mlpo-L1-seed{seed}-{part}", args, model=model)
+       for seed in (0, 1, 2) for part, args, model in (
+           ("leader", ["--rounds", "0", "--protocols", f"leader={RUNS}/mlpo-L1-seed{seed}/model"], ""),
+           ("alone", ["--rounds", "0", "--protocols", "vanilla"], f"{RUNS}/mlpo-L1-seed{seed}/model"))},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])
@@ -168,6 +206,10 @@ def main():
         done = all(p.exists() for p in outputs(piece))
         if args.list:
             print(f"{'done   ' if done else 'missing'}  {name}")
+        elif not done and not all(Path(p).exists() for p in piece.get("needs", [])):
+            # trained weights stay out of git: a later session may not have them
+            print(f"== {name}: skipped, needs {', '.join(piece['needs'])} (its training piece writes it; delete "
+                  "that piece's results file to train again)", file=sys.stderr)
         elif not done:
             run_piece(name, piece, args.commit)
 

@@ -1,5 +1,6 @@
 """eval.py as users run it: a subprocess on a tiny random model, twice (the second run is all cache hits)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_eval(tmp_path, model_dir, *extra):
+def run_eval(tmp_path, model_dir, *extra, env=None):
     out = tmp_path / "results.json"
     cmd = [sys.executable, str(ROOT / "eval.py"), "--model", model_dir, "--n", "3", "--agents", "2",
            "--rounds", "1", "--max-new-tokens", "6", "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
            "--protocols", "vanilla,sc,debate,mpdf-persist,mpdf-oracle", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, json.loads(out.read_text())
 
@@ -75,6 +76,12 @@ def test_eval_leader_protocol(tmp_path, tiny_model_dir):
     assert s["calls_per_question"] == 2 + 1 + 2 + 1  # peers, leader, peers revise, leader again
     # the peers' round 0 is debate's round 0: the same calls, so the same vote
     assert s["peer_vote_accuracy"] == results["debate"]["accuracy_per_round"][0]
+    assert len(s["peer_vote_correct"]) == 3 and sum(s["peer_vote_correct"]) / 3 == s["peer_vote_accuracy"]
+    # leader=default: the default backbone ($MPDF_MODEL_DIR, here the tiny model) leads, the same games
+    _, by_default = run_eval(tmp_path, tiny_model_dir, "--protocols", "leader=default",
+                             env={**os.environ, "MPDF_MODEL_DIR": tiny_model_dir})
+    texts = [r["texts"] for r in results["details"][f"leader={tiny_model_dir}"]]
+    assert [r["texts"] for r in by_default["details"]["leader=default"]] == texts and texts[0][0]
     cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "1", "--protocols",
            f"leader={tmp_path / 'nowhere'}", "--cache-dir", ""]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)

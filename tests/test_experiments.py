@@ -57,6 +57,7 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
     table = report.llm_curves("m", "run")
     assert "| m-seed0 | 0: 0.10, 4: 0.30 | 0.100 → 0.300 | 0.100 → 0.400 | 0.50 | 4 min | 400 |" in table
     assert "over 2 seeds: +0.150 (sample std 0.071)" in table
+    assert "by step: 0: 0.100 ± 0.000, 4: 0.250 ± 0.071." in table
     assert "not computed yet" in report.temperature_table()
     (tmp_path / "study").mkdir()
     (tmp_path / "study" / "temperature-T0.3.json").write_text(json.dumps({"machine": "cpu", "mpdf-persist": {
@@ -71,16 +72,20 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
     assert "| one greedy answer (vanilla) | 0.250 |" in table and "| 300 | +0.250 [" in table and "(1) |" in table
 
 
-def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch):
+def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / "results" / "x.json"
-    monkeypatch.setattr(runner, "PIECES", {"demo-x": {"command": [sys.executable, "-c", f"open({str(out)!r}, 'w')"],
-                                                      "outputs": [str(out)]}})
+    out, blocked = tmp_path / "results" / "x.json", tmp_path / "results" / "y.json"
+    monkeypatch.setattr(runner, "PIECES", {
+        "demo-x": {"command": [sys.executable, "-c", f"open({str(out)!r}, 'w')"], "outputs": [str(out)]},
+        # trained weights that are not there (out of git): skipped with a message, not failed
+        "demo-y": {"command": [sys.executable, "-c", f"open({str(blocked)!r}, 'w')"], "outputs": [str(blocked)],
+                   "needs": [str(tmp_path / "runs" / "model")]}})
     monkeypatch.setattr(runner, "ROOT", tmp_path)
     (tmp_path / "results").mkdir()
     monkeypatch.setattr(sys, "argv", ["run.py"])
     runner.main()
     assert out.exists() and json.loads((tmp_path / "results" / "pieces.jsonl").read_text())["piece"] == "demo-x"
+    assert not blocked.exists() and "demo-y: skipped, needs" in capsys.readouterr().err
     out.write_text("kept")
     runner.main()  # done: not run again
     assert out.read_text() == "kept" and len((tmp_path / "results" / "pieces.jsonl").read_text().splitlines()) == 1
@@ -105,3 +110,34 @@ def test_the_old_critic_compared_first_differing_tokens(tiny_model):
     good, bad, prefix = confidence_auroc.verdict_token_ids(tiny_model[1])
     assert good != bad and prefix == ""
     assert tiny_model[1].decode([bad]) == "In"
+
+
+def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "not computed yet" in report.after_table()
+    (tmp_path / "after").mkdir()
+
+    def summary(correct, tokens=100, **extra):
+        return {"accuracy": sum(correct) / len(correct), "tokens_per_question": tokens,
+                "question_ids": [1, 2, 3, 4], "correct": correct, **extra}
+
+    def write(name, **protocols):
+        (tmp_path / "after" / f"{name}.json").write_text(json.dumps(protocols))
+
+    write("untrained-parallel", vanilla=summary([True, False, False, False]),
+          **{"mpdf-persist": summary([True, False, False, False], 300)})
+    write("untrained-leader", **{"leader=default": summary([False, False, False, False])})
+    write("magrpo-L1-seed0-parallel", vanilla=summary([True, True, False, False]),
+          **{"mpdf-persist": summary([True, True, True, False], 250)})
+    write("magrpo-L1-seed1-parallel", vanilla=summary([True, True, True, False]),
+          **{"mpdf-persist": summary([True, False, False, False], 250)})
+    write("mlpo-L1-seed0-leader", **{"leader=runs/results/mlpo-L1-seed0/model": summary(
+        [True, True, False, False], 400, peer_vote_correct=[True, False, False, False])})
+    table = report.after_table()
+    assert "| MAGRPO: one greedy answer | 0 | 0.500 | 0.250 | +0.250 [" in table
+    assert "| MAGRPO: the parallel vote of 3 agents | 0 | 0.750 | 0.250 | +0.500 [" in table
+    assert "| 250 / 300 |" in table
+    assert "| MAGRPO: one greedy answer | mean of 2 | | | +0.375 (sample std 0.177) | |" in table
+    assert "| MLPO: trained leader vs its untrained peers' vote | 0 | 0.500 | 0.250 | +0.250 [" in table
+    assert "| MLPO: trained leader vs the untrained leader | 0 | 0.500 | 0.000 | +0.500 [" in table
+    assert "debate" not in table.split("Settings")[0]  # no file, no row
