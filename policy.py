@@ -12,7 +12,20 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from state import OWN_FEATURES, PEER_FEATURES, PERSIST, REFINE, concede, n_actions
+from state import CONFIDENCE_SIGNALS, OWN_FEATURES, PEER_FEATURES, PERSIST, REFINE, concede, n_actions
+
+# Which state features a policy reads (issue 18's state lever); the others are zeroed before its first layer.
+#   all        every feature of state.py
+#   paper      the paper's: no generation confidence (the token log-probs' mean_prob, min_prob, tail_prob)
+#   confidence the generation confidence and the team's agreement, no self-report, critic or text statistics
+_SELF_REPORTED = ("trailer_ok", "steps", "self_confidence", "critic", "length", "operations", "consistent")
+FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
+
+
+def feature_mask(names, features):
+    if features not in FEATURE_SETS:
+        raise ValueError(f"unknown feature set {features!r}: choose one of {', '.join(FEATURE_SETS)}")
+    return torch.tensor([float(name not in FEATURE_SETS[features]) for name in names])
 
 
 class PolicyNet(nn.Module):
@@ -46,10 +59,13 @@ class MetaPolicy(nn.Module):
     """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`).
     critic: trained on states that carry the critic's p(Correct), so the game must run the critic for it."""
 
-    def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False):
+    def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False, features="all"):
         super().__init__()
-        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate, "critic": critic}
+        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate, "critic": critic,
+                       "features": features}
         self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
+        self.register_buffer("own_mask", feature_mask(OWN_FEATURES, features), persistent=False)
+        self.register_buffer("peer_mask", feature_mask(PEER_FEATURES, features), persistent=False)
 
     @property
     def reads_critic(self):
@@ -57,6 +73,7 @@ class MetaPolicy(nn.Module):
 
     def forward(self, own, peers, agent_index):
         """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
+        own, peers = own * self.own_mask, peers * self.peer_mask
         if len(self.nets) == 1:
             return self.nets[0](own, peers)
         logits = own.new_zeros(own.shape[0], n_actions(1 + peers.shape[1]))

@@ -28,7 +28,7 @@ import softrank
 from corpus import (action_distribution, collect_states, load_or_collect, make_engine, states_to_tensors,
                     training_questions)
 from engine import call_seed
-from policy import MetaPolicy, make_policy, save_policy
+from policy import FEATURE_SETS, MetaPolicy, make_policy, save_policy
 from state import VOTE_RULES, n_actions, parse_solution
 from training import (MetricsLog, accumulating, all_gather_list, all_reduce_sum, batch_schedule, completion_batch,
                       completion_logprobs, crash_if_asked, load_checkpoint, parse_config, run_distributed,
@@ -50,6 +50,7 @@ class Config:
     max_new_tokens: int = 192
     trailer: bool = False          # ask for the Steps / Confidence / Answer trailer
     critic: bool = False           # the policy's state carries the critic's p(Correct) (the game runs it)
+    features: str = "all"          # the state features the policy reads: all | paper | confidence (policy.py)
     vote: str = "mean_prob"        # the vote's tie-break signal (state.VOTE_RULES)
     behaviour: str = "random"      # the policy that plays the labelled games (a fixed policy or a checkpoint)
     hidden: int = 64
@@ -88,7 +89,7 @@ def train_policy(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = MetaPolicy(agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate,
-                        critic=cfg.critic)
+                        critic=cfg.critic, features=cfg.features)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
@@ -200,6 +201,8 @@ def main(cfg):
         sys.exit(f"unknown --target {cfg.target!r}: choose policy or llm")
     if cfg.vote not in VOTE_RULES:
         sys.exit(f"unknown --vote {cfg.vote!r}: choose one of {', '.join(VOTE_RULES)}")
+    if cfg.features not in FEATURE_SETS:
+        sys.exit(f"unknown --features {cfg.features!r}: choose one of {', '.join(FEATURE_SETS)}")
     return run_distributed(train_policy if cfg.target == "policy" else train_llm, cfg)
 
 

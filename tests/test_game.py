@@ -165,6 +165,27 @@ def test_policy_size_and_separate_copies(tmp_path):
     torch.testing.assert_close(P.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
 
 
+def test_policy_feature_sets_read_only_their_features(tmp_path):
+    """features=paper never sees the generation confidence, features=confidence never the self-report; a
+    checkpoint keeps its set."""
+    torch.manual_seed(0)
+    own, peers = torch.rand(4, len(S.OWN_FEATURES)), torch.rand(4, 2, len(S.PEER_FEATURES))
+    index = torch.zeros(4, dtype=torch.long)
+    for features, hidden_name, seen_name in (("paper", "mean_prob", "self_confidence"),
+                                             ("confidence", "self_confidence", "mean_prob")):
+        policy = P.MetaPolicy(agents=3, features=features)
+        for name, changes in ((hidden_name, False), (seen_name, True)):
+            own2, peers2 = own.clone(), peers.clone()
+            own2[:, S.OWN_FEATURES.index(name)] += 0.5
+            peers2[:, :, S.PEER_FEATURES.index(name)] += 0.5
+            moved = not torch.allclose(policy(own2, peers2, index), policy(own, peers, index))
+            assert moved == changes, (features, name)
+        P.save_policy(policy, tmp_path / "p.pt")
+        assert P.load_policy(tmp_path / "p.pt").config["features"] == features
+    with pytest.raises(ValueError, match="unknown feature set"):
+        P.MetaPolicy(features="nope")
+
+
 def test_make_policy_errors():
     with pytest.raises(FileNotFoundError, match="neither a fixed policy"):
         P.make_policy("no/such/policy.pt")
