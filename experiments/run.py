@@ -34,6 +34,18 @@ DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
 # issue 18's study: 200 validation questions of the arith training pool (seed 0), 3 agents
 STUDY_GAME = ["--task", "arith", "--split", "val", "--n", "200", "--seed", "0", "--agents", "3", "--rounds", "2"]
 STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
+# the study's training runs: 128 training questions after the 200 validation ones (--val-n 200 keeps them out),
+# the same game; the base run is SoftRankPO with the defaults of train_rl.py, each lever changes one setting
+STUDY_TRAIN = ["--task", "arith", "--seed", "0", "--agents", "3", "--rounds", "2", "--val-n", "200",
+               "--questions", "128"]
+STUDY_RL = STUDY_TRAIN + ["--epochs", "50", "--batch-size", "64"]
+STUDY_LEVERS = {  # name -> train_rl.py flags on top of the base run (init: the base SFT policy)
+    "softrank": [], "grpo": ["--algo", "grpo"], "eq4": ["--objective", "eq4"],
+    "tau0.2": ["--tau", "0.2"], "tau0.8": ["--tau", "0.8"], "beta0.01": ["--beta", "0.01"],
+    "beta0.5": ["--beta", "0.5"], "lam0": ["--lam", "0"], "lam0.1": ["--lam", "0.1"],
+    "cost0.5": ["--refine-cost", "0.5"], "cost2": ["--refine-cost", "2"],
+    "q32": ["--questions", "32"], "q64": ["--questions", "64"], "iter3": ["--iterations", "3"]}
+STUDY_FEATURES = ("paper", "confidence")  # their own SFT and SoftRankPO runs (the base reads every feature)
 # issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith, G = 8 joint
 # rollouts at T = 0.7 (about half the groups are flat there: results/llm/flat_groups-L1-a3-T0.7.json), arith
 # answers need far fewer than 192 tokens; the team's greedy vote on 100 held-out questions every 6 steps
@@ -145,6 +157,22 @@ PIECES = {
     "study-temperature-greedy": study("temperature-greedy", ["--protocols", "vanilla"]),
     **{f"study-temperature-T{t}": study(f"temperature-T{t}", ["--temperature", t, "--protocols", "mpdf-persist"])
        for t in STUDY_TEMPERATURES},
+    # issue 18's study, the fixed protocols on the validation questions at the default T = 0.5
+    **{f"study-baseline-{protocol}": study(f"baseline-{protocol}", ["--protocols", protocol])
+       for protocol in ("debate", "sc")},
+    # issue 18's study, the policy levers: a training piece (its policy in results/policies/study-*.pt), then
+    # the policy's games on the validation questions
+    "study-train-sft": trained("study-sft", "sft.py", STUDY_TRAIN),
+    **{f"study-train-{lever}": trained(f"study-{lever}", "train_rl.py", STUDY_RL + [
+        "--init", "results/policies/study-sft.pt", *flags]) for lever, flags in STUDY_LEVERS.items()},
+    **{f"study-train-features-{f}": trained(f"study-sft-{f}", "sft.py", STUDY_TRAIN + ["--features", f])
+       for f in STUDY_FEATURES},
+    **{f"study-train-features-{f}-softrank": trained(f"study-softrank-{f}", "train_rl.py", STUDY_RL + [
+        "--init", f"results/policies/study-sft-{f}.pt"]) for f in STUDY_FEATURES},
+    **{f"study-policy-{name}": {**study(f"policy-{name}", ["--protocols", f"mpdf=results/policies/study-{name}.pt"]),
+                                 "needs": [f"results/policies/study-{name}.pt"]}
+       for name in ["sft", *STUDY_LEVERS, *(f"sft-{f}" for f in STUDY_FEATURES),
+                    *(f"softrank-{f}" for f in STUDY_FEATURES)]},
     # issue 19: MAGRPO learning curves, one piece per seed
     **{f"llm-magrpo-L1-seed{seed}": llm_run(f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)])
        for seed in (0, 1, 2)},
@@ -208,8 +236,9 @@ def main():
             print(f"{'done   ' if done else 'missing'}  {name}")
         elif not done and not all(Path(p).exists() for p in piece.get("needs", [])):
             # trained weights stay out of git: a later session may not have them
-            print(f"== {name}: skipped, needs {', '.join(piece['needs'])} (its training piece writes it; delete "
-                  "that piece's results file to train again)", file=sys.stderr)
+            print(f"== {name}: skipped, needs {', '.join(piece['needs'])}: run the piece that writes it first (LLM "
+                  "weights stay out of git: if that piece is done, delete its results file to train again)",
+                  file=sys.stderr)
         elif not done:
             run_piece(name, piece, args.commit)
 
