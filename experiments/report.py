@@ -251,7 +251,7 @@ def after_table(seeds=(0, 1, 2)):
             mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol.format(seed))
             if reference == "peers":
                 theirs = None if mine is None else {"question_ids": mine["question_ids"],
-                                                    "correct": mine["peer_vote_correct"], "tokens_per_question": 0}
+                                                    "correct": mine["peer_vote_correct"]}
             else:
                 theirs = summary_of(*reference)
             if mine is None or theirs is None:

@@ -85,15 +85,14 @@ def llm_run(name, args):
             "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl"}}
 
 
-def after(name, args, model=""):
+def after(name, args, model="", leader=""):
     """An evaluation of LLM weights after training (issue 19): eval.py's summary JSON in results/after/.
-    `model`: a trained run's weights (runs/results/<run>/model, out of git: the piece needs them there)."""
-    piece = {"command": [PY, "eval.py", *AFTER_GAME, *args, "--no-details", "--out", f"results/after/{name}.json"],
-             "outputs": [f"results/after/{name}.json"]}
-    if model:
-        piece["command"][2:2] = ["--model", model]
-    needs = [model] + [a.split("=", 1)[1] for a in args if a.startswith("leader=runs/")]
-    return {**piece, "needs": [n for n in needs if n]}
+    `model` (the agents) and `leader` (MLPO's): a trained run's weights, runs/results/<run>/model, out of git,
+    so the piece needs them there."""
+    protocols = ["--protocols", f"leader={leader}"] if leader else []
+    return {"command": [PY, "eval.py", *(["--model", model] if model else []), *AFTER_GAME, *args, *protocols,
+                        "--no-details", "--out", f"results/after/{name}.json"],
+            "outputs": [f"results/after/{name}.json"], "needs": [p for p in (model, leader) if p]}
 
 
 def table(name, args):
@@ -187,10 +186,11 @@ PIECES = {
     **{f"after-magrpo-L1-seed{seed}-{part}": after(f"magrpo-L1-seed{seed}-{part}", [
         "--rounds", "1", "--protocols", protocols], model=f"{RUNS}/magrpo-L1-seed{seed}/model")
        for seed in (0, 1, 2) for part, protocols in (("parallel", "vanilla,mpdf-persist"), ("debate", "debate"))},
-    **{f"after-mlpo-L1-seed{seed}-{part}": after(f"mlpo-L1-seed{seed}-{part}", args, model=model)
-       for seed in (0, 1, 2) for part, args, model in (
-           ("leader", ["--rounds", "0", "--protocols", f"leader={RUNS}/mlpo-L1-seed{seed}/model"], ""),
-           ("alone", ["--rounds", "0", "--protocols", "vanilla"], f"{RUNS}/mlpo-L1-seed{seed}/model"))},
+    **{f"after-mlpo-L1-seed{seed}-leader": after(f"mlpo-L1-seed{seed}-leader", ["--rounds", "0"],
+                                                 leader=f"{RUNS}/mlpo-L1-seed{seed}/model") for seed in (0, 1, 2)},
+    **{f"after-mlpo-L1-seed{seed}-alone": after(f"mlpo-L1-seed{seed}-alone", ["--rounds", "0", "--protocols",
+                                                                              "vanilla"],
+                                                model=f"{RUNS}/mlpo-L1-seed{seed}/model") for seed in (0, 1, 2)},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])
