@@ -50,8 +50,7 @@ def protocol_table(name, parts, reference):
     """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary JSON), with
     its paired accuracy difference to the `reference` part on the same questions (stats.paired_difference)."""
     runs = {part: load(f"tables/{name}-{part}.json") for part in parts}
-    done = {part: next(s for s in run.values() if isinstance(s, dict) and "accuracy" in s)
-            for part, run in runs.items() if run}
+    done = {part: summary_of(run) for part, run in runs.items() if run}
     if not done:
         return missing(*(f"tables/{name}-{part}.json" for part in parts))
     header = "| protocol | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c |"
@@ -223,8 +222,11 @@ def llm_curves(prefix, title):
     return "\n".join(lines) + "\n\n" + plot_curves(runs, f"llm/{prefix}.png")
 
 
-def summary_of(run, protocol):
-    return None if run is None else run.get(protocol)
+def summary_of(run, protocol=None):
+    """One protocol's summary in an eval.py JSON; protocol None: its first (a file of one protocol)."""
+    if run is None:
+        return None
+    return run.get(protocol) if protocol else next(s for s in run.values() if isinstance(s, dict) and "accuracy" in s)
 
 
 def after_table(seeds=(0, 1, 2)):
@@ -237,7 +239,7 @@ def after_table(seeds=(0, 1, 2)):
                                   ("parallel", "mpdf-persist", "MAGRPO: the parallel vote of 3 agents"),
                                   ("debate", "debate", "MAGRPO: debate, round 0 + one REFINE")):
         comparisons.append((label, "magrpo-L1-seed{}-" + part, protocol, (untrained[part], protocol)))
-    leader = "leader=runs/results/mlpo-L1-seed{}/model"
+    leader = None  # the leader's protocol names its weights' path: the file's one summary
     comparisons += [("MLPO: trained leader vs its untrained peers' vote", "mlpo-L1-seed{}-leader", leader, "peers"),
                     ("MLPO: trained leader vs the untrained leader", "mlpo-L1-seed{}-leader", leader,
                      (untrained["leader"], "leader=default")),
@@ -248,7 +250,7 @@ def after_table(seeds=(0, 1, 2)):
     for label, name, protocol, reference in comparisons:
         diffs = []
         for seed in seeds:
-            mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol.format(seed))
+            mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol)
             if reference == "peers":
                 theirs = None if mine is None else {"question_ids": mine["question_ids"],
                                                     "correct": mine["peer_vote_correct"]}
