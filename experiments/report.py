@@ -164,6 +164,41 @@ def temperature_table():
     return "\n".join(lines) + note + ("\n\n" + missing(*absent) if absent else "")
 
 
+STUDY_FIXED = {"one greedy answer (vanilla)": ("temperature-greedy", "vanilla"),
+               "the team's vote (persist)": ("temperature-T0.5", "mpdf-persist"),
+               "debate": ("baseline-debate", "debate"), "self-consistency (sc)": ("baseline-sc", "sc")}
+STUDY_POLICIES = ["sft", "softrank", "grpo", "eq4", "tau0.2", "tau0.8", "beta0.01", "beta0.5", "lam0", "lam0.1",
+                  "cost0.5", "cost2", "q32", "q64", "iter3", "sft-paper", "softrank-paper", "sft-confidence",
+                  "softrank-confidence"]
+
+
+def study_table():
+    """Issue 18's study, the policy levers: every fixed protocol and every study policy on the same 200 validation
+    questions at T = 0.5, each paired against the strongest fixed protocol there."""
+    fixed = {label: summary_of(load(f"study/{name}.json"), protocol) for label, (name, protocol) in STUDY_FIXED.items()}
+    fixed = {label: s for label, s in fixed.items() if s}
+    learned = {name: summary_of(load(f"study/policy-{name}.json")) for name in STUDY_POLICIES}
+    learned = {name: s for name, s in learned.items() if s}
+    if not fixed and not learned:
+        return missing("study/baseline-debate.json", "study/policy-softrank.json")
+    best = max(fixed, key=lambda label: fixed[label]["accuracy"]) if fixed else None
+    lines = ["| protocol or policy (`study-<name>`) | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | "
+             f"actions p/r/c | training states, all-equal rewards | vs {best or 'the strongest fixed'} [95% CI] "
+             "(disagree) |", "|---|---|---|---|---|---|---|---|"]
+    for label, s in [*fixed.items(), *learned.items()]:
+        actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
+        rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
+        training = load(f"training/study-{label}.json") or {}
+        corpus = training.get("corpus", {})
+        states = f"{corpus['states']}, {fmt(corpus.get('frac_zero_std'), 2)}" if corpus else ""
+        paired = format_paired(paired_difference(s, fixed[best])) if best and label != best else ""
+        lines.append(f"| {label} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
+                     f"{s['calls_per_question']:.1f} | {rounds} | {actions} | {states} | {paired} |")
+    absent = [f"study/{name}.json" for label, (name, _) in STUDY_FIXED.items() if label not in fixed] + [
+        f"study/policy-{name}.json" for name in STUDY_POLICIES if name not in learned]
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
 def read_metrics(path):
     """(validation points [(step, accuracy)], training records) of one LLM run's metrics.jsonl."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -277,6 +312,7 @@ def after_table(seeds=(0, 1, 2)):
 
 TABLES = {
     "study-temperature": temperature_table,
+    "study-levers": study_table,
     "bench": bench_table,
     "profile": profile_table,
     "auroc": auroc_table,

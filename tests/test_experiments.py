@@ -141,3 +141,28 @@ def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path,
     assert "| MLPO: trained leader vs its untrained peers' vote | 0 | 0.500 | 0.250 | +0.250 [" in table
     assert "| MLPO: trained leader vs the untrained leader | 0 | 0.500 | 0.000 | +0.500 [" in table
     assert "debate" not in table.split("Settings")[0]  # no file, no row
+
+
+def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "not computed yet" in report.study_table()
+    for folder in ("study", "training"):
+        (tmp_path / folder).mkdir()
+
+    def summary(accuracy, correct, **extra):
+        return {"accuracy": accuracy, "stderr": 0.02, "tokens_per_question": 100 * (1 + len(extra)),
+                "calls_per_question": 3, "question_ids": [1, 2, 3, 4], "correct": correct, **extra}
+    (tmp_path / "study" / "temperature-greedy.json").write_text(json.dumps(
+        {"vanilla": summary(0.25, [True, False, False, False])}))
+    (tmp_path / "study" / "baseline-debate.json").write_text(json.dumps(
+        {"debate": summary(0.5, [True, True, False, False])}))  # the strongest fixed protocol here
+    (tmp_path / "study" / "policy-softrank.json").write_text(json.dumps({"mpdf=results/policies/study-softrank.pt":
+        summary(0.75, [True, True, True, False], actions={"persist": 0.6, "refine": 0.3, "concede": 0.1},
+                accuracy_per_round=[0.5, 0.75])}))
+    (tmp_path / "training" / "study-softrank.json").write_text(json.dumps(
+        {"corpus": {"states": 768, "frac_zero_std": 0.61}}))
+    table = report.study_table()
+    assert "vs debate [95% CI]" in table and "| debate | 0.500 ± 0.020 | 100 | 3.0 |  |  |  |  |" in table
+    assert "| one greedy answer (vanilla) | 0.250 ± 0.020 |" in table and "| -0.250 [" in table
+    assert "| softrank | 0.750 ± 0.020 | 300 | 3.0 | 0.50/0.75 | 0.60/0.30/0.10 | 768, 0.61 | +0.250 [" in table
+    assert "study/baseline-sc.json" in table and "study/policy-grpo.json" in table  # the missing pieces, named
