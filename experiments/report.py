@@ -46,6 +46,15 @@ def auroc_table():
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
+def protocol_cells(s):
+    """accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c of one eval.py summary (the last
+    two for the game's protocols only)."""
+    actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
+    rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
+    return (f"{s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
+            f"{s['calls_per_question']:.1f} | {rounds} | {actions}")
+
+
 def protocol_table(name, parts, reference):
     """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary JSON), with
     its paired accuracy difference to the `reference` part on the same questions (stats.paired_difference)."""
@@ -57,10 +66,7 @@ def protocol_table(name, parts, reference):
     header += f" vs {reference} [95% CI] (disagree) |" if reference in done else ""
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for part, s in done.items():
-        actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
-        rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
-        row = (f"| {part} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
-               f"{s['calls_per_question']:.1f} | {rounds} | {actions} |")
+        row = f"| {part} | {protocol_cells(s)} |"
         if reference in done:
             v = paired_difference(s, done[reference])
             row += f" {format_paired(v)} |"
@@ -186,14 +192,10 @@ def study_table():
              f"actions p/r/c | training states, all-equal rewards | vs {best or 'the strongest fixed'} [95% CI] "
              "(disagree) |", "|---|---|---|---|---|---|---|---|"]
     for label, s in [*fixed.items(), *learned.items()]:
-        actions = "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede")) if "actions" in s else ""
-        rounds = "/".join(f"{a:.2f}" for a in s.get("accuracy_per_round", [])) if "actions" in s else ""
-        training = load(f"training/study-{label}.json") or {}
-        corpus = training.get("corpus", {})
+        corpus = (load(f"training/study-{label}.json") or {}).get("corpus") if label in learned else None
         states = f"{corpus['states']}, {fmt(corpus.get('frac_zero_std'), 2)}" if corpus else ""
         paired = format_paired(paired_difference(s, fixed[best])) if best and label != best else ""
-        lines.append(f"| {label} | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
-                     f"{s['calls_per_question']:.1f} | {rounds} | {actions} | {states} | {paired} |")
+        lines.append(f"| {label} | {protocol_cells(s)} | {states} | {paired} |")
     absent = [f"study/{name}.json" for label, (name, _) in STUDY_FIXED.items() if label not in fixed] + [
         f"study/policy-{name}.json" for name in STUDY_POLICIES if name not in learned]
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
