@@ -303,9 +303,11 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
     return [g.transcript() for g in games]
 
 
-def action_counts(transcripts):
-    """How often each kind of action was taken over every round of the transcripts."""
-    kinds = [action_kind(a) for r in transcripts for record in r["rounds"][1:] for a in record["actions"]]
+def action_counts(transcripts, round_index=None):
+    """How often each kind of action was taken over every round of the transcripts (or in round `round_index`
+    only: 1 = the first decision)."""
+    kinds = [action_kind(a) for r in transcripts for t, record in enumerate(r["rounds"]) if t > 0
+             and round_index in (None, t) for a in record["actions"]]
     return {kind: kinds.count(kind) for kind in ACTION_KINDS}
 
 

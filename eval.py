@@ -81,6 +81,10 @@ def summarize(results, wall_s):
         total = sum(counts.values()) or 1
         summary["actions"] = {kind: c / total for kind, c in counts.items()}
         max_rounds = max(len(r["rounds"]) for r in results)
+        # the shares of each decision round (games that stopped early have no later decisions)
+        summary["actions_by_round"] = [{kind: c / (sum(counts.values()) or 1) for kind, c in counts.items()}
+                                       for counts in (deliberate.action_counts(results, t)
+                                                      for t in range(1, max_rounds))]
         # a question that stopped early keeps its last vote in the later rounds
         summary["accuracy_per_round"] = [
             sum(r["rounds"][min(t, len(r["rounds"]) - 1)]["correct"] for r in results) / n

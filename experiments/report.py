@@ -77,6 +77,155 @@ def protocol_table(name, parts, reference):
         "\n\n" + missing(*absent) if absent else "")
 
 
+def pooled(by_seed):
+    """One protocol's per-seed summaries as one summary over every (seed, question) pair: the paired
+    difference pooled over seeds."""
+    return {"question_ids": [f"{seed}:{q}" for seed, s in by_seed.items() for q in s["question_ids"]],
+            "correct": [ok for s in by_seed.values() for ok in s["correct"]]}
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
+    """Tables a and b: one row per protocol from tables/<name>-seed<k>-<part>.json: accuracy mean ± sample std
+    over the seeds, cost, actions, and the paired difference to `reference`, pooled over the seeds both have.
+    pictures: the cost/accuracy frontier and the action shares by round as PNGs."""
+    runs = {part: {seed: summary_of(load(f"tables/{name}-seed{seed}-{part}.json")) for seed in seeds}
+            for part in parts}
+    runs = {part: {seed: s for seed, s in by_seed.items() if s} for part, by_seed in runs.items()}
+    absent = [f"tables/{name}-seed{seed}-{part}.json" for part in parts for seed in seeds if seed not in runs[part]]
+    runs = {part: by_seed for part, by_seed in runs.items() if by_seed}
+    if not runs:
+        return missing(*absent)
+    theirs = runs.get(reference, {})
+    lines = ["| protocol | seeds | accuracy, mean ± sample std | tokens/q | calls/q | actions p/r/c | "
+             f"vs {reference}, pooled over seeds [95% CI] (disagree) |", "|---|---|---|---|---|---|---|"]
+    for part, by_seed in runs.items():
+        accuracy = [s["accuracy"] for s in by_seed.values()]
+        actions = ("/".join(f"{mean([s['actions'][k] for s in by_seed.values()]):.2f}"
+                            for k in ("persist", "refine", "concede")) if "actions" in next(iter(by_seed.values()))
+                   else "")
+        shared = [seed for seed in by_seed if seed in theirs]
+        paired = (format_paired(paired_difference(pooled({k: by_seed[k] for k in shared}),
+                                                  pooled({k: theirs[k] for k in shared})))
+                  if shared and part != reference else "")
+        lines.append(f"| {part} | {len(by_seed)} | {mean(accuracy):.3f} ± {sample_std(accuracy):.3f} | "
+                     f"{mean([s['tokens_per_question'] for s in by_seed.values()]):.0f} | "
+                     f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | {paired} |")
+    text = "\n".join(lines)
+    if pictures:
+        text += "\n\n" + " ".join(filter(None, [frontier_plot(name, runs), actions_plot(name, runs)]))
+    return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def pyplot():
+    """matplotlib's pyplot, or None where it is not installed (the tables are written without their PNGs)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def frontier_plot(name, runs):
+    """Accuracy against tokens per question, one point per protocol (mean over its seeds, ± sample std)."""
+    plt = pyplot()
+    if plt is None:
+        return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for part, by_seed in runs.items():
+        accuracy = [s["accuracy"] for s in by_seed.values()]
+        tokens = mean([s["tokens_per_question"] for s in by_seed.values()])
+        ax.errorbar(tokens, mean(accuracy), yerr=sample_std(accuracy), marker="o", capsize=3)
+        ax.annotate(part, (tokens, mean(accuracy)), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set(xscale="log", xlabel="tokens per question (log)", ylabel="accuracy (mean over seeds)",
+           title=f"cost and accuracy: {name}")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "tables" / f"{name}-frontier.png", dpi=110)
+    plt.close(fig)
+    return f"![frontier](results/tables/{name}-frontier.png)"
+
+
+def actions_plot(name, runs):
+    """The share of each action in each decision round, one panel per game protocol that decides (mean over
+    seeds)."""
+    deciding = {part: by_seed for part, by_seed in runs.items()
+                if "actions_by_round" in next(iter(by_seed.values())) and part not in ("persist", "debate")}
+    plt = pyplot()
+    if plt is None or not deciding:
+        return ""
+    fig, axes = plt.subplots(1, len(deciding), figsize=(2.6 * len(deciding), 3.2), sharey=True, squeeze=False)
+    for ax, (part, by_seed) in zip(axes[0], deciding.items()):
+        rounds = min(len(s["actions_by_round"]) for s in by_seed.values())
+        bottom = [0.0] * rounds
+        for kind in ("persist", "refine", "concede"):
+            share = [mean([s["actions_by_round"][t][kind] for s in by_seed.values()]) for t in range(rounds)]
+            ax.bar(range(1, rounds + 1), share, bottom=bottom, label=kind)
+            bottom = [b + v for b, v in zip(bottom, share)]
+        ax.set(title=part, xlabel="decision round", xticks=range(1, rounds + 1))
+    axes[0][0].set(ylabel="share of the actions")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "tables" / f"{name}-actions.png", dpi=110)
+    plt.close(fig)
+    return f"![actions by round](results/tables/{name}-actions.png)"
+
+
+def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10", "exp")):
+    """Table c: validation accuracy over the steps of SoftRankPO and GRPO under scaled and transformed rewards
+    (results/training/arith-seed0-<algo>-<variant>.metrics.jsonl), as numbers and a PNG."""
+    curves = {}
+    for algo in algos:
+        for variant in variants:
+            path = RESULTS / "training" / f"arith-seed0-{algo}-{variant}.metrics.jsonl"
+            if path.exists():
+                curves[algo, variant] = read_metrics(path)[0]
+    absent = [f"training/arith-seed0-{a}-{v}.metrics.jsonl" for a in algos for v in variants if (a, v) not in curves]
+    if not curves:
+        return missing(*absent)
+    lines = ["| algorithm | rewards | validation accuracy at steps | last |", "|---|---|---|---|"]
+    lines += [f"| {algo} | {variant} | " + ", ".join(f"{step}: {a:.2f}" for step, a in points) +
+              f" | {points[-1][1]:.3f} |" for (algo, variant), points in curves.items()]
+    plt = pyplot()
+    if plt is not None:
+        fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True)
+        for ax, algo in zip(axes, algos):
+            for (a, variant), points in curves.items():
+                if a == algo:
+                    ax.plot(*zip(*points), marker="o", label=variant)
+            ax.set(title=algo, xlabel="optimizer step", ylabel="validation accuracy")
+            ax.legend(title="rewards", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(RESULTS / "training" / "reward-scale.png", dpi=110)
+        plt.close(fig)
+        lines.append("\n![reward scale](results/training/reward-scale.png)")
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def scaling_table(settings, protocols=("persist", "softrank", "debate")):
+    """Table d: the team's vote, the seed-0 SoftRankPO policy and debate with each (agents, rounds) on the same
+    300 questions (tables/scaling-a<agents>-r<rounds>-<protocol>.json), the policy paired with the vote."""
+    lines = ["| agents | rounds | " + " | ".join(f"{p}: accuracy (tokens/q)" for p in protocols)
+             + " | softrank vs persist [95% CI] (disagree) |", "|---|---|" + "---|" * (len(protocols) + 1)]
+    absent = []
+    for agents, rounds in settings:
+        found = {p: summary_of(load(f"tables/scaling-a{agents}-r{rounds}-{p}.json")) for p in protocols}
+        absent += [f"tables/scaling-a{agents}-r{rounds}-{p}.json" for p, s in found.items() if not s]
+        if not any(found.values()):
+            continue
+        cells = [f"{s['accuracy']:.3f} ({s['tokens_per_question']:.0f})" if s else "–" for s in found.values()]
+        paired = (format_paired(paired_difference(found["softrank"], found["persist"]))
+                  if found.get("softrank") and found.get("persist") else "")
+        lines.append(f"| {agents} | {rounds} | " + " | ".join(cells) + f" | {paired} |")
+    if len(lines) == 2:
+        return missing(*absent)
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
 def corpus_table(names):
     rows = {name: load(f"training/{name}.json") for name in names}
     if not all(rows.values()):
@@ -210,11 +359,8 @@ def read_metrics(path):
 
 def plot_curves(runs, png):
     """Held-out accuracy and mean training reward over steps, one line per run (needs matplotlib)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, (val, train) in runs.items():
@@ -320,6 +466,13 @@ TABLES = {
     "auroc": auroc_table,
     "table-arith200-demo": lambda: protocol_table(
         "arith200-demo-seed0", ["vanilla", "sc", "debate", "persist", "sft", "grpo", "softrank"], "softrank"),
+    "table-a": lambda: seeds_table("arith300", ["vanilla", "cot", "sc", "debate", "persist", "sft", "ppo", "grpo",
+                                                "softrank"], "softrank", pictures=True),
+    "table-b": lambda: seeds_table("mawps300", ["vanilla", "persist", "debate", "softrank-arith", "softrank-mawps"],
+                                   "softrank-mawps"),
+    "table-c": reward_scale_table,
+    "table-d": lambda: scaling_table([(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4,
+                                                                                                            5)]),
     "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
     "llm-mlpo": lambda: llm_curves("mlpo-L1", "MLPO run"),
     "llm-after": after_table,

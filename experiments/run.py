@@ -66,6 +66,25 @@ MLPO_PRESET = ["--target", "leader", "--algo", "magrpo", "--agents", "3", "--tas
 AFTER_GAME = ["--task", "arith", "--split", "test", "--n", "300", "--seed", "0", "--agents", "3",
               "--max-new-tokens", "96"]
 DEMO_RL = ["--epochs", "50", "--batch-size", "64"]  # about 150 steps on the demo corpus: the loss levels off
+# issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3 rounds; each seed
+# trains its own policies on the task's training split and is scored on 300 test questions of that seed
+TABLE_SEEDS = (0, 1, 2)
+TABLE_GAME = ["--agents", "3", "--rounds", "3"]
+TABLE_RL_ALGOS = ("softrank", "grpo", "ppo")
+TABLE_TASKS = {"arith": ["--task", "arith"], "mawps": ["--task", "mawps", "--path", MAWPS]}
+# table a, cheapest first: file name -> eval.py protocol ({task-algo}: the seed's policy trained on that task)
+TABLE_PROTOCOLS = {"vanilla": "vanilla", "cot": "cot", "persist": "mpdf-persist",
+                   **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *TABLE_RL_ALGOS)}, "sc": "sc",
+                   "debate": "debate"}
+# table b: mawps questions, the fixed protocols and the policies trained on arith and on mawps
+TRANSFER_PROTOCOLS = {"vanilla": "vanilla", "persist": "mpdf-persist", "softrank-arith": "mpdf={arith-softrank}",
+                      "softrank-mawps": "mpdf={mawps-softrank}", "debate": "debate"}
+# table c: the rewards' scale and transform (train_rl.py --reward-scale, --reward-transform), seed 0
+REWARD_VARIANTS = {"x0.1": ["--reward-scale", "0.1"], "x1": [], "x10": ["--reward-scale", "10"],
+                   "exp": ["--reward-transform", "exp"]}
+# table d: the seed-0 SoftRankPO policy with 2-5 agents (3 rounds) and 1-5 rounds (3 agents), next to the team's
+# vote and debate of the same team (the policy network is permutation-equivariant over peers)
+SCALING = [(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4, 5)]
 
 
 def trained(name, script, args):
@@ -93,6 +112,35 @@ def after(name, args, model="", leader=""):
     return {"command": [PY, "eval.py", *(["--model", model] if model else []), *AFTER_GAME, *args, *protocols,
                         "--no-details", "--out", f"results/after/{name}.json"],
             "outputs": [f"results/after/{name}.json"], "needs": [p for p in (model, leader) if p]}
+
+
+def table_policy(task, algo, seed):
+    return f"results/policies/{task}-seed{seed}-{algo}.pt"
+
+
+def policy_pieces(task, seed, algos):
+    """The seed's SFT policy, then each RL algorithm of `algos` from it (pi_ref = the SFT policy)."""
+    base = [*TABLE_TASKS[task], *TABLE_GAME, "--seed", str(seed)]
+    sft = table_policy(task, "sft", seed)
+    return {f"train-{task}-seed{seed}-sft": trained(f"{task}-seed{seed}-sft", "sft.py", base),
+            **{f"train-{task}-seed{seed}-{algo}": {**trained(f"{task}-seed{seed}-{algo}", "train_rl.py", base + [
+                "--algo", algo, "--init", sft]), "needs": [sft]} for algo in algos}}
+
+
+def table_pieces(name, task, seed, protocols, game=TABLE_GAME):
+    """One eval.py piece per protocol on 300 test questions of `task` (seed `seed`); {trained_on-algo} in a
+    protocol is the seed's policy of that algorithm trained on that task, which the piece needs."""
+    pieces = {}
+    for short, protocol in protocols.items():
+        needs = []
+        if "{" in protocol:
+            key = protocol[protocol.index("{") + 1:-1]
+            needs = [table_policy(*key.split("-"), seed)]
+            protocol = protocol.replace("{" + key + "}", needs[0])
+        pieces[f"table-{name}-{short}"] = {**table(name + "-" + short, [
+            *TABLE_TASKS[task], *game, "--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]),
+            "needs": needs}
+    return pieces
 
 
 def table(name, args):
@@ -191,6 +239,25 @@ PIECES = {
     **{f"after-mlpo-L1-seed{seed}-alone": after(f"mlpo-L1-seed{seed}-alone", ["--rounds", "0", "--protocols",
                                                                               "vanilla"],
                                                 model=f"{RUNS}/mlpo-L1-seed{seed}/model") for seed in (0, 1, 2)},
+    # issue 18's tables a-d, after the study has set the scripts' defaults. Policies: one per task, seed, algorithm
+    **{k: v for seed in TABLE_SEEDS for k, v in policy_pieces("arith", seed, TABLE_RL_ALGOS).items()},
+    **{k: v for seed in TABLE_SEEDS for k, v in policy_pieces("mawps", seed, ("softrank",)).items()},
+    # a: 300 arith test questions x 3 seeds
+    **{k: v for seed in TABLE_SEEDS for k, v in table_pieces(f"arith300-seed{seed}", "arith", seed,
+                                                               TABLE_PROTOCOLS).items()},
+    # b: 300 mawps questions x 3 seeds, with the arith policies and the mawps ones ({mawps-softrank})
+    **{k: v for seed in TABLE_SEEDS for k, v in table_pieces(f"mawps300-seed{seed}", "mawps", seed,
+                                                               TRANSFER_PROTOCOLS).items()},
+    # c: SoftRankPO and GRPO under scaled / transformed rewards, seed 0, validation accuracy every 20 steps
+    **{f"train-scale-{algo}-{variant}": {**trained(f"arith-seed0-{algo}-{variant}", "train_rl.py", [
+        *TABLE_TASKS["arith"], *TABLE_GAME, "--seed", "0", "--algo", algo, "--init", table_policy("arith", "sft", 0),
+        "--eval-every", "20", *flags]), "needs": [table_policy("arith", "sft", 0)]}
+       for algo in ("softrank", "grpo") for variant, flags in REWARD_VARIANTS.items()},
+    # d: team size and rounds, 300 arith test questions of seed 0
+    **{k: v for agents, rounds in SCALING for k, v in table_pieces(
+        f"scaling-a{agents}-r{rounds}", "arith", 0, {"persist": "mpdf-persist", "softrank": "mpdf={arith-softrank}",
+                                                     "debate": "debate"}, game=["--agents", str(agents), "--rounds",
+                                                                                str(rounds)]).items()},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])

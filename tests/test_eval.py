@@ -162,3 +162,24 @@ def test_summary_round0_accuracies_on_hand_made_games():
     assert s["accuracy"] == s["accuracy_per_round"][0] == pytest.approx(1 / 3)
     # right solutions carry the higher confidence here: every signal separates them perfectly
     assert s["confidence_auroc"]["mean_prob"] == pytest.approx(1.0)
+
+
+def test_summary_action_shares_by_round_on_hand_made_games():
+    """actions_by_round: each decision round's shares of PERSIST / REFINE / CONCEDE, counting only the games
+    still playing (one game here stops after its first decision round)."""
+    import eval as evaluate
+    from state import PERSIST, REFINE, concede
+
+    def round_record(actions):
+        return {"agent_correct": [False] * 3, "trailer_ok": [False] * 3, "critic": [None] * 3, "correct": False,
+                "signals": [dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.5)] * 3, "actions": actions}
+
+    two_rounds = {"id": "a", "correct": False, "pred": "1", "tokens": 100, "calls": 4, "rounds": [
+        round_record([]), round_record([REFINE, PERSIST, concede(0)]), round_record([PERSIST] * 3)]}
+    one_round = {"id": "b", "correct": False, "pred": "1", "tokens": 100, "calls": 3, "rounds": [
+        round_record([]), round_record([PERSIST] * 3)]}
+    s = evaluate.summarize([two_rounds, one_round], wall_s=1.0)
+    first, second = s["actions_by_round"]
+    assert first == pytest.approx({"persist": 4 / 6, "refine": 1 / 6, "concede": 1 / 6})
+    assert second == pytest.approx({"persist": 1.0, "refine": 0.0, "concede": 0.0})
+    assert s["actions"] == pytest.approx({"persist": 7 / 9, "refine": 1 / 9, "concede": 1 / 9})

@@ -166,3 +166,52 @@ def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(
     assert "| one greedy answer (vanilla) | 0.250 ± 0.020 |" in table and "| -0.250 [" in table
     assert "| softrank | 0.750 ± 0.020 | 300 | 3.0 | 0.50/0.75 | 0.60/0.30/0.10 | 768, 0.61 | +0.250 [" in table
     assert "study/baseline-sc.json" in table and "study/policy-grpo.json" in table  # the missing pieces, named
+
+
+def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypatch):
+    """Tables a/b: mean ± sample std over the seeds present and the paired difference pooled over the seeds
+    both protocols have; table c: validation curves per reward variant; table d: one row per team."""
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "training").mkdir()
+
+    def summary(correct, tokens, actions=None):
+        s = {"accuracy": sum(correct) / len(correct), "stderr": 0.1, "tokens_per_question": tokens,
+             "calls_per_question": 3.0, "question_ids": list(range(len(correct))), "correct": correct}
+        if actions:
+            s["actions"] = actions
+            s["actions_by_round"] = [actions, {"persist": 1.0, "refine": 0.0, "concede": 0.0}]
+        return s
+
+    def write(name, s):
+        (tmp_path / "tables" / f"{name}.json").write_text(json.dumps({"config": {}, "p": s}))
+
+    policy_actions = {"persist": 0.5, "refine": 0.25, "concede": 0.25}
+    write("a-seed0-softrank", summary([True, True, False, False], 400, policy_actions))
+    write("a-seed1-softrank", summary([True, True, True, False], 600, policy_actions))
+    write("a-seed0-persist", summary([True, False, False, False], 300))  # seed 1 missing: pairs on seed 0 only
+    table = report.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1), pictures=True)
+    assert "| softrank | 2 | 0.625 ± 0.177 | 500 | 3.0 | 0.50/0.25/0.25 |  |" in table
+    assert "| persist | 1 | 0.250 ± 0.000 | 300 | 3.0 |  | -0.250 [" in table and "(1) |" in table
+    assert "not computed yet: `results/tables/a-seed1-persist.json`" in table
+    if report.pyplot() is not None:
+        assert (tmp_path / "tables" / "a-frontier.png").exists() and (tmp_path / "tables" / "a-actions.png").exists()
+    write("a-seed1-persist", summary([False, False, False, True], 300))  # now pooled: 8 (seed, question) pairs
+    table = report.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1))
+    assert "| persist | 2 | 0.250 ± 0.000 |" in table and "-0.375 [" in table and "(5) |" in table
+
+    assert "not computed yet" in report.reward_scale_table()
+    for algo, variant, final in (("softrank", "x1", 0.4), ("grpo", "x10", 0.2)):
+        rows = [{"step": 0, "val_accuracy": 0.3}, {"step": 5, "loss": 1.0}, {"step": 10, "val_accuracy": final}]
+        (tmp_path / "training" / f"arith-seed0-{algo}-{variant}.metrics.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+    table = report.reward_scale_table()
+    assert "| softrank | x1 | 0: 0.30, 10: 0.40 | 0.400 |" in table
+    assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 |" in table
+    assert "arith-seed0-grpo-exp.metrics.jsonl" in table
+
+    write("scaling-a2-r3-persist", summary([True, False, False, False], 200))
+    write("scaling-a2-r3-softrank", summary([True, True, False, False], 250))
+    table = report.scaling_table([(2, 3), (3, 1)])
+    assert "| 2 | 3 | 0.250 (200) | 0.500 (250) | – | +0.250 [" in table and "| 3 | 1 |" not in table
+    assert "scaling-a3-r1-debate.json" in table
