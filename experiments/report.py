@@ -187,9 +187,10 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
     absent = [f"training/arith-seed0-{a}-{v}.metrics.jsonl" for a in algos for v in variants if (a, v) not in curves]
     if not curves:
         return missing(*absent)
-    lines = ["| algorithm | rewards | validation accuracy at steps | last |", "|---|---|---|---|"]
+    lines = ["| algorithm | rewards | validation accuracy at steps | last | final weights: max \\|Δw\\| vs × 1 |",
+             "|---|---|---|---|---|"]
     lines += [f"| {algo} | {variant} | " + ", ".join(f"{step}: {a:.2f}" for step, a in points) +
-              f" | {points[-1][1]:.3f} |" for (algo, variant), points in curves.items()]
+              f" | {points[-1][1]:.3f} | {weight_gap(algo, variant)} |" for (algo, variant), points in curves.items()]
     plt = pyplot()
     if plt is not None:
         fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True)
@@ -204,6 +205,17 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
         plt.close(fig)
         lines.append("\n![reward scale](results/training/reward-scale.png)")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def weight_gap(algo, variant):
+    """Max |w - w_x1| between a reward variant's final policy and its algorithm's unscaled one: 0 means the
+    variant did not change training at all (what a rank-based advantage promises for increasing maps)."""
+    paths = [RESULTS / "policies" / f"arith-seed0-{algo}-{v}.pt" for v in (variant, "x1")]
+    if not all(path.exists() for path in paths):
+        return "–"
+    import torch
+    mine, reference = (torch.load(path, map_location="cpu", weights_only=False)["state_dict"] for path in paths)
+    return f"{max((mine[k] - reference[k]).abs().max().item() for k in reference):.1e}"
 
 
 def scaling_table(settings, protocols=("persist", "softrank", "debate")):

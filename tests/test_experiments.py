@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -205,9 +206,12 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
         rows = [{"step": 0, "val_accuracy": 0.3}, {"step": 5, "loss": 1.0}, {"step": 10, "val_accuracy": final}]
         (tmp_path / "training" / f"arith-seed0-{algo}-{variant}.metrics.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "policies").mkdir()
+    for algo, variant, w in (("grpo", "x1", [1.0, 2.0]), ("grpo", "x10", [1.0, 2.5])):
+        torch.save({"state_dict": {"w": torch.tensor(w)}}, tmp_path / "policies" / f"arith-seed0-{algo}-{variant}.pt")
     table = report.reward_scale_table()
-    assert "| softrank | x1 | 0: 0.30, 10: 0.40 | 0.400 |" in table
-    assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 |" in table
+    assert "| softrank | x1 | 0: 0.30, 10: 0.40 | 0.400 | – |" in table
+    assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 | 5.0e-01 |" in table
     assert "arith-seed0-grpo-exp.metrics.jsonl" in table
 
     write("scaling-a2-r3-persist", summary([True, False, False, False], 200))
