@@ -302,10 +302,11 @@ def main():
         if args.list:
             print(f"{'done   ' if done else 'missing'}  {name}")
         elif not done and not all(Path(p).exists() for p in piece.get("needs", [])):
-            # trained weights stay out of git: a later session may not have them
-            print(f"== {name}: skipped, needs {', '.join(piece['needs'])}: run the piece that writes it first (LLM "
-                  "weights stay out of git: if that piece is done, delete its results file to train again)",
-                  file=sys.stderr)
+            # a policy not trained yet, or LLM weights (out of git: a later session may not have them)
+            llm = any(not p.startswith("results/") for p in piece["needs"])
+            print(f"== {name}: skipped, needs {', '.join(piece['needs'])}: run the piece that writes it first"
+                  + (" (LLM weights stay out of git: if that piece is done, delete its results file to train again)"
+                     if llm else ""), file=sys.stderr)
         elif not done:
             run_piece(name, piece, args.commit)
 
