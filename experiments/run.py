@@ -35,9 +35,13 @@ DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
 STUDY_GAME = ["--task", "arith", "--split", "val", "--n", "200", "--seed", "0", "--agents", "3", "--rounds", "2"]
 STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
 # the study's training runs: 128 training questions after the 200 validation ones (--val-n 200 keeps them out),
-# the same game; the base run is SoftRankPO with the defaults of train_rl.py, each lever changes one setting
+# the same game; the base run is SoftRankPO with train_rl.py's defaults when the study ran (spelled out here, so
+# the pieces keep their meaning when the defaults change), each lever changes one setting; "defaults": the
+# defaults the study chose, all at once
 STUDY_TRAIN = ["--task", "arith", "--seed", "0", "--agents", "3", "--rounds", "2", "--val-n", "200",
                "--questions", "128"]
+STUDY_BASE = ["--algo", "softrank", "--objective", "expected", "--tau", "0.5", "--beta", "0.05", "--lam", "0.01",
+              "--refine-cost", "0", "--iterations", "1"]
 STUDY_RL = STUDY_TRAIN + ["--epochs", "50", "--batch-size", "64"]
 STUDY_LEVERS = {  # name -> train_rl.py flags on top of the base run (init: the base SFT policy)
     "softrank": [], "grpo": ["--algo", "grpo"], "eq4": ["--objective", "eq4"],
@@ -209,16 +213,18 @@ PIECES = {
        for protocol in ("debate", "sc")},
     # issue 18's study, the policy levers: a training piece (its policy in results/policies/study-*.pt), then
     # the policy's games on the validation questions
-    "study-train-sft": trained("study-sft", "sft.py", STUDY_TRAIN),
+    "study-train-sft": trained("study-sft", "sft.py", STUDY_TRAIN + ["--features", "all"]),
     **{f"study-train-{lever}": trained(f"study-{lever}", "train_rl.py", STUDY_RL + [
-        "--init", "results/policies/study-sft.pt", *flags]) for lever, flags in STUDY_LEVERS.items()},
+        "--init", "results/policies/study-sft.pt", *STUDY_BASE, *flags]) for lever, flags in STUDY_LEVERS.items()},
+    "study-train-defaults": trained("study-defaults", "train_rl.py", STUDY_RL + [
+        "--init", "results/policies/study-sft.pt"]),
     **{f"study-train-features-{f}": trained(f"study-sft-{f}", "sft.py", STUDY_TRAIN + ["--features", f])
        for f in STUDY_FEATURES},
     **{f"study-train-features-{f}-softrank": trained(f"study-softrank-{f}", "train_rl.py", STUDY_RL + [
-        "--init", f"results/policies/study-sft-{f}.pt"]) for f in STUDY_FEATURES},
+        "--init", f"results/policies/study-sft-{f}.pt", *STUDY_BASE]) for f in STUDY_FEATURES},
     **{f"study-policy-{name}": {**study(f"policy-{name}", ["--protocols", f"mpdf=results/policies/study-{name}.pt"]),
                                  "needs": [f"results/policies/study-{name}.pt"]}
-       for name in ["sft", *STUDY_LEVERS, *(f"sft-{f}" for f in STUDY_FEATURES),
+       for name in ["sft", *STUDY_LEVERS, "defaults", *(f"sft-{f}" for f in STUDY_FEATURES),
                     *(f"softrank-{f}" for f in STUDY_FEATURES)]},
     # issue 19: MAGRPO learning curves, one piece per seed
     **{f"llm-magrpo-L1-seed{seed}": llm_run(f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)])
