@@ -336,7 +336,7 @@ STUDY_FIXED = {"one greedy answer (vanilla)": ("temperature-greedy", "vanilla"),
                "debate": ("baseline-debate", "debate"), "self-consistency (sc)": ("baseline-sc", "sc")}
 STUDY_POLICIES = ["sft", "softrank", "grpo", "eq4", "tau0.2", "tau0.8", "beta0.01", "beta0.5", "lam0", "lam0.1",
                   "cost0.5", "cost2", "q32", "q64", "iter3", "sft-paper", "softrank-paper", "sft-confidence",
-                  "softrank-confidence", "defaults"]
+                  "softrank-confidence", "combo", "defaults"]
 
 
 def study_table():

@@ -48,7 +48,9 @@ STUDY_LEVERS = {  # name -> train_rl.py flags on top of the base run (init: the 
     "tau0.2": ["--tau", "0.2"], "tau0.8": ["--tau", "0.8"], "beta0.01": ["--beta", "0.01"],
     "beta0.5": ["--beta", "0.5"], "lam0": ["--lam", "0"], "lam0.1": ["--lam", "0.1"],
     "cost0.5": ["--refine-cost", "0.5"], "cost2": ["--refine-cost", "2"],
-    "q32": ["--questions", "32"], "q64": ["--questions", "64"], "iter3": ["--iterations", "3"]}
+    "q32": ["--questions", "32"], "q64": ["--questions", "64"], "iter3": ["--iterations", "3"],
+    # the best measured value of four levers at once
+    "combo": ["--objective", "eq4", "--tau", "0.2", "--lam", "0.1", "--refine-cost", "0.5"]}
 STUDY_FEATURES = ("paper", "confidence")  # their own SFT and SoftRankPO runs (the base reads every feature)
 # issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith, G = 8 joint
 # rollouts at T = 0.7 (about half the groups are flat there: results/llm/flat_groups-L1-a3-T0.7.json), arith
