@@ -91,7 +91,7 @@ def train_policy(cfg, rank, world, device):
     policy = MetaPolicy(agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate,
                         critic=cfg.critic, features=cfg.features)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, policy, optimizer, rank) or {"step": 0}
+    counters = load_checkpoint(out, policy, optimizer, rank, cfg) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     engine = make_engine(cfg, rank)
     questions, _ = training_questions(cfg)
@@ -155,7 +155,7 @@ def train_llm(cfg, rank, world, device):
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.llm_lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, model, optimizer, rank) or {"step": 0}
+    counters = load_checkpoint(out, model, optimizer, rank, cfg) or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
     ddp = wrap_ddp(model, device, find_unused=False)

@@ -147,12 +147,20 @@ def set_rng_states(states):
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def load_checkpoint(out_dir, model, optimizer, rank):
-    """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when starting)."""
+def load_checkpoint(out_dir, model, optimizer, rank, cfg):
+    """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when starting). A
+    checkpoint written under other settings is refused: resuming it would silently train (or, finished, return)
+    the old run under the new name."""
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
         return {}
     state = torch.load(path, map_location="cpu", weights_only=False)
+    changed = {k: (v, getattr(cfg, k)) for k, v in state.get("config", {}).items()
+               if k != "crash_at_step" and hasattr(cfg, k) and getattr(cfg, k) != v}
+    if changed:
+        sys.exit(f"{path} was written with other settings (" + ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())
+            + "): resume with the same flags, or pass another --out-dir")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_states(state["rng"])

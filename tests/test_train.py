@@ -58,7 +58,7 @@ def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
     g = torch.Generator().manual_seed(1)
     rewards = torch.randint(-1, 3, (32, 4), generator=g).float()  # ties, flat rows and several distinct values
     tensors = {"rewards": rewards, "ref_logits": torch.randn(32, 4, generator=g)}
-    cfg = train_rl.Config(algo=algo, beta=0.1, lam=0.02)
+    cfg = train_rl.Config(algo=algo, objective="expected", beta=0.1, lam=0.02)
     _, minimum = train_rl.corpus_objective(torch.zeros(32, 4), tensors, cfg)
     logits = torch.randn(32, 4, generator=g, requires_grad=True)
     assert train_rl.corpus_objective(logits.detach(), tensors, cfg)[0] > minimum + 0.1  # far from it at first
@@ -244,6 +244,10 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
                                                                               "policy.pt")}
     again = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path, scripted=True)
     assert "resuming from" in again.stderr and "is finished" in again.stderr
+    assert before == {name: (tmp_path / "resumed" / name).read_bytes() for name in before}
+    # the same folder under other settings is refused, not passed off as a run of them
+    other = run(args + ["--out-dir", str(tmp_path / "resumed"), "--beta", "0.5"], tmp_path, check=False, scripted=True)
+    assert other.returncode != 0 and "beta: 0.05 there, 0.5 now" in other.stderr
     assert before == {name: (tmp_path / "resumed" / name).read_bytes() for name in before}
 
 
