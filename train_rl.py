@@ -79,8 +79,9 @@ class Config:
     reward_scale: float = 1.0      # R -> scale * R ...
     reward_transform: str = "none"  # ... then "exp": R -> exp(R)
     iterations: int = 1            # corpus collections (each followed by an update)
-    epochs: int = 10               # passes over each corpus
-    batch_size: int = 256          # states per optimizer step, over all ranks
+    # the study's update budget (experiments/run.py STUDY_RL): cheap, the corpus's LLM calls cost the time
+    epochs: int = 50               # passes over each corpus
+    batch_size: int = 64           # states per optimizer step, over all ranks
     lr: float = 1e-3
     weight_decay: float = 0.0
     task: str = "arith"
