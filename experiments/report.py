@@ -111,7 +111,8 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
         paired = (format_paired(paired_difference(pooled({k: by_seed[k] for k in shared}),
                                                   pooled({k: theirs[k] for k in shared})))
                   if shared and part != reference else "")
-        lines.append(f"| {part} | {len(by_seed)} | {mean(accuracy):.3f} ± {sample_std(accuracy):.3f} | "
+        spread = f"{sample_std(accuracy):.3f}" if len(accuracy) > 1 else "–"  # one seed has no spread
+        lines.append(f"| {part} | {len(by_seed)} | {mean(accuracy):.3f} ± {spread} | "
                      f"{mean([s['tokens_per_question'] for s in by_seed.values()]):.0f} | "
                      f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | {paired} |")
     text = "\n".join(lines)
