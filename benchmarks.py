@@ -5,6 +5,7 @@ measured in one process: this machine is shared and noisy.
   bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF `generate` in
                    batches of 64 vs the engine's continuous batching
   bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question per round
+  bench_slots    - the engine against itself: tokens/s at --batch-size slots and at half as many
 """
 import sys
 import time
@@ -211,4 +212,28 @@ def bench_debate(cfg):
     return write_result({**result, "machine": machine()}, cfg.out)
 
 
-BENCHMARKS = {"generate": bench_generate, "round": bench_round, "debate": bench_debate}
+def bench_slots(cfg, repeats=2):
+    """The engine's tokens/s with cfg.batch_size slots against half as many, on 4 x 64 fixed deliberation
+    prompts (the mix of bench_generate), greedy fp32, cfg.max_new_tokens: the two sizes take turns `repeats`
+    times and each reports its fastest turn (the least disturbed on a shared machine). Greedy fp32 output must
+    not depend on the batch size."""
+    n, sizes = cfg.bench_n or 256, (cfg.batch_size // 2, cfg.batch_size)
+    engine = Engine(model_path=cfg.model or None, dtype="float32")
+    ids = [engine.encode(p) for p in deliberation_prompts(engine, data.load_task("arith", split="test", n=n, seed=0))]
+    engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)  # warm-up
+    turns, outputs = {size: [] for size in sizes}, {}
+    for _ in range(repeats):
+        for size in sizes:
+            engine.batch_size, start = size, time.time()
+            out = engine.sample(ids, list(range(n)), max_new_tokens=cfg.max_new_tokens, temperature=0)
+            turns[size].append(sum(s.n_generated for s in out) / (time.time() - start))
+            outputs[size] = [s.tokens for s in out]
+            print(f"batch {size}: {turns[size][-1]:.1f} tok/s", file=sys.stderr, flush=True)
+    result = {"prompts": n, "max_new_tokens": cfg.max_new_tokens, "tok_s": {size: max(t) for size, t in turns.items()},
+              "all_tok_s": {size: [round(x, 1) for x in t] for size, t in turns.items()},
+              "outputs_match": outputs[sizes[0]] == outputs[sizes[1]]}
+    result["ratio"] = result["tok_s"][sizes[1]] / result["tok_s"][sizes[0]]
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
+BENCHMARKS = {"generate": bench_generate, "round": bench_round, "debate": bench_debate, "slots": bench_slots}

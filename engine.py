@@ -167,7 +167,7 @@ class Engine:
     slots, so the batch stays full until the queue is empty. Results are cached on disk when `cache_dir`
     is given."""
 
-    def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=64, cache_dir=None,
+    def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=128, cache_dir=None,
                  rank=0, model=None, tokenizer=None, prefill_tokens=2048, share_prefix=True,
                  progress=False):
         if model is None:

@@ -100,7 +100,7 @@ class Config:
     vote: str = "mean_prob"        # the vote's tie-break signal (state.VOTE_RULES); the critic: as --init's policy
     model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
     dtype: str = "float32"        # the frozen backbone's; --target agents/leader: bfloat16 = autocast (fp32 weights)
-    engine_batch_size: int = 64
+    engine_batch_size: int = 128   # engine slots (README, "The engine": 1.2x the tokens/s of 64)
     cache_dir: str = "cache/generations"
     out_dir: str = "runs/rl"
     save_every: int = 50

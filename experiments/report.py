@@ -268,8 +268,8 @@ def loss_curve(name, parts=10):
 
 
 def bench_table():
-    """The engine against HF generate: --bench generate and --bench round, one row each."""
-    gen, rnd = load("bench/generate.json"), load("bench/round.json")
+    """The engine against HF generate: --bench generate and --bench round, one row each; --bench slots in a note."""
+    gen, rnd, slots = load("bench/generate.json"), load("bench/round.json"), load("bench/slots.json")
     if not gen and not rnd:
         return missing("bench/generate.json", "bench/round.json")
     lines = ["| benchmark | HF generate tok/s | engine fp32 tok/s | ratio | outputs match | roofline (fp32) |",
@@ -286,6 +286,9 @@ def bench_table():
     notes = [f"int8 engine (lossy, not the default) in `generate`: {gen['engine_int8_tok_s']:.1f} tok/s; "
              f"{gen['machine']}." if gen else "",
              f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
+             "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; {ratio:.2f}x, "
+             "outputs identical: {outputs_match}.".format(**slots, sizes=", ".join(
+                 f"{size} slots {tok_s:.1f} tok/s" for size, tok_s in slots["tok_s"].items())) if slots else "",
              missing(*(f"bench/{n}.json" for n, r in (("generate", gen), ("round", rnd)) if not r))
              if not (gen and rnd) else ""]
     return "\n".join(lines) + "\n\n" + " ".join(n for n in notes if n)

@@ -185,7 +185,8 @@ DEMO_PROTOCOLS = {"vanilla": "vanilla", "persist": "mpdf-persist",
 PIECES = {
     # issue 16: the engine against HF generate (run each on a quiet machine: they are timings)
     "bench-generate": bench("generate", []),
-    "bench-round": bench("round", []),
+    "bench-round": bench("round", ["--batch-size", "64"]),  # the issue's setting (HF at 64, as is the engine)
+    "bench-slots": bench("slots", ["--batch-size", "128", "--max-new-tokens", "96"]),  # 128 slots against 64
     "profile": {"command": [PY, "experiments/profile_decode.py", "--out", "results/bench/profile.json"],
                 "outputs": ["results/bench/profile.json"]},
     # issue 17: which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)

@@ -128,6 +128,15 @@ def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
     assert result["ratio"] == pytest.approx(result["usual_s"] / result["engine_s"])
 
 
+def test_bench_slots_compares_two_batch_sizes_on_the_same_outputs(tmp_path, tiny_model_dir):
+    result = run_bench(tmp_path, "--bench", "slots", "--bench-n", "10", "--batch-size", "4", "--max-new-tokens", "6",
+                       "--model", tiny_model_dir)
+    # 10 prompts through 2 and 4 slots: rows come and go differently, greedy fp32 tokens may not change
+    assert set(result["tok_s"]) == {"2", "4"} and result["outputs_match"] is True
+    assert result["ratio"] == pytest.approx(result["tok_s"]["4"] / result["tok_s"]["2"])
+    assert all(len(turns) == 2 for turns in result["all_tok_s"].values())
+
+
 def test_split_val_is_the_validation_slice_training_holds_out():
     """The levers are studied on `--split val`: the questions a training run of the same seed validates on
     (corpus.training_questions), never the ones it trains on, and never test questions."""
