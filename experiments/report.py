@@ -227,7 +227,9 @@ def scaling_table(settings, protocols=("persist", "softrank", "debate")):
     absent = []
     for agents, rounds in settings:
         found = {p: summary_of(load(f"tables/scaling-a{agents}-r{rounds}-{p}.json")) for p in protocols}
-        absent += [f"tables/scaling-a{agents}-r{rounds}-{p}.json" for p, s in found.items() if not s]
+        # debate runs with 3 agents only (experiments/run.py scaling_protocols)
+        absent += [f"tables/scaling-a{agents}-r{rounds}-{p}.json" for p, s in found.items()
+                   if not s and (p != "debate" or agents == 3)]
         if not any(found.values()):
             continue
         cells = [f"{s['accuracy']:.3f} ({s['tokens_per_question']:.0f})" if s else "–" for s in found.values()]

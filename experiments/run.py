@@ -93,6 +93,13 @@ REWARD_VARIANTS = {"x0.1": ["--reward-scale", "0.1"], "x1": [], "x10": ["--rewar
 SCALING = [(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4, 5)]
 
 
+def scaling_protocols(agents):
+    """Table d's protocols for a team of `agents`: debate only for 3 agents, where the 1-5 round runs extend one
+    another through the generation cache (a 5-agent debate alone would take about 2 h of the two cores)."""
+    return {"persist": "mpdf-persist", "softrank": "mpdf={arith-softrank}", **({"debate": "debate"} if agents == 3
+                                                                               else {})}
+
+
 def trained(name, script, args):
     """A training piece: the script writes runs/results/<name>; policy, summary and metrics go to results/."""
     out = RUNS / name
@@ -264,9 +271,8 @@ PIECES = {
        for algo in ("softrank", "grpo") for variant, flags in REWARD_VARIANTS.items()},
     # d: team size and rounds, 300 arith test questions of seed 0
     **{k: v for agents, rounds in SCALING for k, v in table_pieces(
-        f"scaling-a{agents}-r{rounds}", "arith", 0, {"persist": "mpdf-persist", "softrank": "mpdf={arith-softrank}",
-                                                     "debate": "debate"}, game=["--agents", str(agents), "--rounds",
-                                                                                str(rounds)]).items()},
+        f"scaling-a{agents}-r{rounds}", "arith", 0, scaling_protocols(agents),
+        game=["--agents", str(agents), "--rounds", str(rounds)]).items()},
     # one file per protocol, so each is committed as soon as it is done (report.py pairs them by question)
     **{f"table-arith200-demo-seed0-{short}": table(f"arith200-demo-seed0-{short}", DEMO_GAME + [
         "--split", "test", "--n", "200", "--seed", "0", "--protocols", protocol])

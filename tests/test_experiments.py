@@ -218,4 +218,5 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     write("scaling-a2-r3-softrank", summary([True, True, False, False], 250))
     table = report.scaling_table([(2, 3), (3, 1)])
     assert "| 2 | 3 | 0.250 (200) | 0.500 (250) | – | +0.250 [" in table and "| 3 | 1 |" not in table
-    assert "scaling-a3-r1-debate.json" in table
+    # debate is expected for 3 agents only (run.scaling_protocols): a missing 2-agent debate is not listed
+    assert "scaling-a3-r1-debate.json" in table and "scaling-a2-r3-debate.json" not in table
