@@ -215,7 +215,8 @@ def test_long_adversarial_texts_are_fast():
             extract_answer(text, task)
         is_correct(text, "42", "gsm8k")
     assert extract_answer(texts[-1], "gsm8k") == "42"
-    assert time.perf_counter() - start < 10.0   # ~1 s here; catastrophic backtracking would take minutes
+    # ~1 s on a quiet machine, 15 s with the cores busy; catastrophic backtracking would take minutes
+    assert time.perf_counter() - start < 60.0
 
 
 def test_extracted_answers_vote_as_strings():
