@@ -124,8 +124,8 @@ def bench_round(cfg):
     """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.bench_n
     (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token budget;
     greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order, left-padded batches of
-    cfg.batch_size) and then the engine's continuous batching (deliberate.run_llm's call); each side builds
-    its refine prompts from its own round-0 texts."""
+    cfg.hf_batch_size) and then the engine's continuous batching in cfg.batch_size slots (deliberate.run_llm's
+    call, eval.py's default slots); each side builds its refine prompts from its own round-0 texts."""
     n = cfg.bench_n or 200
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engine = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.batch_size)
@@ -145,7 +145,8 @@ def bench_round(cfg):
             start = time.time()
             if side == "hf":
                 with torch.inference_mode():
-                    rows = hf_generate(model, tokenizer, prompts, game.max_new_tokens, engine.eos_ids, cfg.batch_size)
+                    rows = hf_generate(model, tokenizer, prompts, game.max_new_tokens, engine.eos_ids,
+                                       cfg.hf_batch_size)
             else:
                 rows = [c.token_ids for c in engine.generate(
                     prompts, [seed for _, _, seed in requests[side]], max_new_tokens=game.max_new_tokens,
@@ -164,6 +165,7 @@ def bench_round(cfg):
     generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
     executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
     result = {"questions": n, "agents": game.agents, "generations": len(outputs["engine"]),
+              "engine_slots": cfg.batch_size, "hf_batch_size": cfg.hf_batch_size,
               "max_new_tokens": game.max_new_tokens, "hf_s": seconds["hf"], "engine_s": seconds["engine"],
               "hf_round_s": round_s["hf"], "engine_round_s": round_s["engine"],  # round 0, then the REFINE round
               "hf_tok_s": generated["hf"] / seconds["hf"], "engine_tok_s": generated["engine"] / seconds["engine"],

@@ -58,6 +58,7 @@ class Config:
     #                                per-question outcomes paired statistics need)
     bench: str = ""                # generate, round, debate or slots: a speed benchmark instead of an evaluation
     bench_n: int = 0               # questions for a benchmark (0: 64 generate, 200 round, 32 debate, 256 slots)
+    hf_batch_size: int = 64        # --bench round: HF generate's padded batches (the engine runs --batch-size slots)
 
 
 def summarize(results, wall_s):

@@ -49,7 +49,7 @@ class Config:
     out: str = ""
 
 
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
 SAMPLING = {"aten::softmax", "aten::_softmax", "aten::sort", "aten::cumsum", "aten::multinomial", "aten::argmax",
             "aten::exponential_", "aten::log_softmax", "aten::_log_softmax", "aten::topk", "aten::gather",
             "aten::div", "aten::div_", "aten::masked_fill", "aten::masked_fill_", "aten::max", "aten::item",

@@ -111,9 +111,10 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
 def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
     """One greedy deliberation round (round 0, then REFINE) through HF generate and the engine."""
     result = run_bench(tmp_path, "--bench", "round", "--bench-n", "5", "--agents", "3", "--max-new-tokens", "8",
-                       "--batch-size", "4", "--model", tiny_model_dir)
+                       "--batch-size", "4", "--hf-batch-size", "6", "--model", tiny_model_dir)
     assert (result["questions"], result["agents"], result["generations"]) == (5, 3, 30)
-    # continuous batching (4 slots for 15 prompts per round) gives HF generate's tokens on every row
+    assert (result["engine_slots"], result["hf_batch_size"]) == (4, 6)
+    # continuous batching (4 slots for 15 prompts per round) gives HF generate's tokens (batches of 6) on every row
     assert result["outputs_match"] is True and result["rows_matching"] == 30
     assert result["ratio"] == pytest.approx(result["engine_tok_s"] / result["hf_tok_s"])
     assert result["generated_tokens"] > 0 and 0 < result["roofline_frac"]
