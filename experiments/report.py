@@ -282,11 +282,14 @@ def bench_table():
                      f"({gen['rows_matching']}/{gen['prompts']}) | {gen['roofline_frac_fp32']:.2f} |")
     if rnd:
         lines.append(f"| round: {rnd['questions']} questions × {rnd['agents']} agents, round 0 + REFINE "
-                     f"({rnd['generations']} generations) | {rnd['hf_tok_s']:.1f} | {rnd['engine_tok_s']:.1f} | "
+                     f"({rnd['generations']} generations; engine {rnd.get('engine_slots', 64)} slots, HF batches of "
+                     f"{rnd.get('hf_batch_size', 64)}) | {rnd['hf_tok_s']:.1f} | {rnd['engine_tok_s']:.1f} | "
                      f"{rnd['ratio']:.2f} | {rnd['outputs_match']} ({rnd['rows_matching']}/{rnd['generations']}) | "
                      f"{rnd['roofline_frac']:.2f} |")
-    notes = [f"int8 engine (lossy, not the default) in `generate`: {gen['engine_int8_tok_s']:.1f} tok/s; "
-             f"{gen['machine']}." if gen else "",
+    notes = [f"`generate`: each side's fastest of {gen.get('repeats', 1)} alternating turns (all, tok/s: " + "; ".join(
+                 f"{side} {turns}" for side, turns in gen.get("all_tok_s", {}).items()) + "). "
+             f"int8 engine (lossy, not the default): {gen['engine_int8_tok_s']:.1f} tok/s; {gen['machine']}."
+             if gen else "",
              f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
              "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; {ratio:.2f}x, "
              "outputs identical: {outputs_match}.".format(**slots, sizes=", ".join(
@@ -311,6 +314,16 @@ def profile_table():
     lines.append(f"\nBefore: engine.py at `{run['before_rev']}`; each the fastest of {run['repeats']} alternating "
                  f"turns (all: before {before['all_step_ms']} ms, after {after['all_step_ms']} ms); "
                  f"{run['mean_prompt_tokens']:.0f} prompt tokens per row; {run['machine']}.")
+    onednn = load("bench/profile-onednn.json")
+    if onednn:  # the oneDNN Linear layers alone: the engine just before them against the engine with them
+        b, a = onednn["before"], onednn["after"]
+        lines.append(f"\nThe oneDNN Linear layers alone (`profile-onednn`, engine.py at `{onednn['before_rev']}` against "
+                     f"this one, the same way): whole step {b['decode_step_ms']:.1f} → {a['decode_step_ms']:.1f} ms "
+                     f"({onednn['speedup']:.2f}×; all turns {b['all_step_ms']} and {a['all_step_ms']} ms); LM head "
+                     f"{b['buckets_ms']['LM head']:.1f} → {a['buckets_ms']['LM head']:.1f} ms, the body's matmuls "
+                     f"{b['buckets_ms']['matmuls (transformer body)']:.1f} → "
+                     f"{a['buckets_ms']['matmuls (transformer body)']:.1f} ms (each bucket from one profiled turn: "
+                     "noisier than the whole step).")
     return "\n".join(lines)
 
 

@@ -197,6 +197,10 @@ PIECES = {
     "bench-slots": bench("slots", ["--batch-size", "128", "--max-new-tokens", "96"]),  # 128 slots against 64
     "profile": {"command": [PY, "experiments/profile_decode.py", "--out", "results/bench/profile.json"],
                 "outputs": ["results/bench/profile.json"]},
+    # the oneDNN Linear layers alone: the engine just before them against the engine with them
+    "profile-onednn": {"command": [PY, "experiments/profile_decode.py", "--before", "6989e4b", "--out",
+                                   "results/bench/profile-onednn.json"],
+                       "outputs": ["results/bench/profile-onednn.json"]},
     # issue 17: which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)
     "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
     "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),

@@ -106,6 +106,9 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
     assert result["ratio"] == pytest.approx(result["engine_tok_s"] / result["hf_tok_s"])
     assert result["ratio"] >= result["ratio_fp32"] > 0 and 0 < result["roofline_frac"]
     assert 0 < result["roofline_frac_fp32"]
+    # the sides took turns twice; each reports its fastest turn
+    assert set(result["all_tok_s"]) == {"hf", "float32", "int8"} and result["repeats"] == 2
+    assert result["hf_tok_s"] == pytest.approx(max(result["all_tok_s"]["hf"]), abs=0.1)
 
 
 def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
