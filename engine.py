@@ -192,10 +192,9 @@ class Engine:
         self.continuous = all(type(layer) is DynamicLayer for layer in probe.layers)
         self.n_layers = len(probe.layers)
         self.cache = GenerationCache(cache_dir, rank) if cache_dir else None
-        # fp32 on the CPU: the Linear layers run through oneDNN inside the engine's forward passes (faster
-        # than the default MKL path for the engine's skinny matmuls: README, "The engine")
-        self.linears = OneDNNLinears(model) if device == "cpu" and model.dtype == torch.float32 and \
-            torch.backends.mkldnn.is_available() and dtype != "int8" else nullcontext()
+        # the fp32 CPU Linear layers run through oneDNN inside the engine's forward passes (faster than the
+        # default MKL path for the engine's skinny matmuls: README, "The engine")
+        self.linears = OneDNNLinears(model) if torch.backends.mkldnn.is_available() else nullcontext()
         self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0,
                       "prefill_tokens": 0}
 
@@ -302,7 +301,7 @@ class Engine:
         if positions is None:  # positions count real tokens only, as in HF generate: padding never shifts a row
             positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1]:]
         with self.linears:
-                return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                               past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep).logits
 
     def prefill(self, batch_ids, keep=1, cache=None, mask=None, row=0, end=None):
@@ -469,7 +468,9 @@ class OneDNNLinears:
     the same model object keep the default path; the same products, summed in another order."""
 
     def __init__(self, model):
-        self.layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.dtype == torch.float32]
+        # int8 (quantized modules), bf16 and CUDA layers keep their own path
+        self.layers = [m for m in model.modules() if type(m) is torch.nn.Linear
+                       and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"]
 
     @staticmethod
     def forward(layer, x):
