@@ -12,6 +12,7 @@ backbone.py loads the model itself. Read top to bottom:
 """
 import hashlib
 import json
+import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -196,7 +197,7 @@ class Engine:
         # default MKL path for the engine's skinny matmuls: README, "The engine")
         self.linears = OneDNNLinears(model) if torch.backends.mkldnn.is_available() else nullcontext()
         self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                      "prefill_tokens": 0}
+                      "prefill_tokens": 0, "prefill_s": 0.0}  # prefill_s: seconds spent prefilling prompts
 
     def chat(self, user, system=None):
         """A prompt string in the model's chat format (plain text for models without a template)."""
@@ -401,8 +402,10 @@ class Engine:
                 new = [queue.popleft() for _ in range(min(slots - len(rows), len(queue)))]
                 if not self.continuous:  # HF's own cache: a padded batch at a time, starting at column 0
                     cache, end = DynamicCache(config=self.model.config), max(len(batch_ids[i]) for i in new)
+                began = time.perf_counter()
                 new_logits = self.prefill([batch_ids[i] for i in new], cache=cache, mask=mask, row=len(rows),
                                           end=end)[:, -1]
+                self.stats["prefill_s"] += time.perf_counter() - began
                 positions[len(rows):len(rows) + len(new), 0] = torch.tensor([len(batch_ids[i]) for i in new])
                 logits = torch.cat([logits, new_logits]) if rows else new_logits
                 rows += new

@@ -290,6 +290,9 @@ def bench_table():
                  f"{side} {turns}" for side, turns in gen.get("all_tok_s", {}).items()) + "). "
              f"int8 engine (lossy, not the default): {gen['engine_int8_tok_s']:.1f} tok/s; {gen['machine']}."
              if gen else "",
+             f"The fp32 engine's fastest turn spent {gen['engine_float32_prefill_share']:.0%} of its time prefilling "
+             f"the prompts ({gen['engine_float32_prompt_tokens_run']} prompt tokens run, {gen['generated_tokens']} "
+             "generated)." if gen and "engine_float32_prefill_share" in gen else "",
              f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
              "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; {ratio:.2f}x, "
              "outputs identical: {outputs_match}.".format(**slots, sizes=", ".join(

@@ -218,6 +218,7 @@ def test_token_counts_and_stats(tiny_engine):
     assert stats["prompt_tokens"] - before["prompt_tokens"] == sum(c.prompt_tokens for c in out)
     assert stats["completion_tokens"] - before["completion_tokens"] == sum(c.completion_tokens for c in out)
     assert stats["cache_hits"] == before["cache_hits"] == 0
+    assert stats["prefill_s"] > before["prefill_s"]  # the prompts were prefilled: their time is counted
 
 
 def test_an_empty_prompt_is_refused_clearly(tiny_engine):
