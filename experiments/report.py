@@ -138,11 +138,14 @@ def frontier_plot(name, runs):
     if plt is None:
         return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
     fig, ax = plt.subplots(figsize=(6, 4))
+    placed = []  # points already labelled: a label next to a point at the same place goes below the others
     for part, by_seed in runs.items():
         accuracy = [s["accuracy"] for s in by_seed.values()]
         tokens = mean([s["tokens_per_question"] for s in by_seed.values()])
         ax.errorbar(tokens, mean(accuracy), yerr=sample_std(accuracy), marker="o", capsize=3)
-        ax.annotate(part, (tokens, mean(accuracy)), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        near = sum(abs(tokens / t - 1) < 0.1 and abs(mean(accuracy) - a) < 0.01 for t, a in placed)
+        ax.annotate(part, (tokens, mean(accuracy)), textcoords="offset points", xytext=(5, 4 - 10 * near), fontsize=8)
+        placed.append((tokens, mean(accuracy)))
     ax.set(xscale="log", xlabel="tokens per question (log)", ylabel="accuracy (mean over seeds)",
            title=f"cost and accuracy: {name}")
     fig.tight_layout()
