@@ -218,6 +218,19 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
     assert any(abs(r["pg"]) > 0 for r in metrics(outs["single"]) if "pg" in r)
 
 
+def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_path):
+    """--eval-every plays validation games between optimizer steps: they log accuracy and must leave training
+    alone (no shared random state), so table c's curves belong to the policies the other tables use."""
+    args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME, "--epochs", "3",
+            "--batch-size", "8", "--lam", "0.05"]
+    for every in ("0", "3"):
+        run(args + ["--eval-every", every, "--out-dir", str(tmp_path / every)], tmp_path, scripted=True)
+    assert max_difference(weights(tmp_path / "0" / "policy.pt"), weights(tmp_path / "3" / "policy.pt")) == 0
+    validated = [r["step"] for r in metrics(tmp_path / "3") if "val_accuracy" in r]
+    steps = max(r["step"] for r in metrics(tmp_path / "3") if "loss" in r)
+    assert validated == [*range(0, steps + 1, 3), *([steps] if steps % 3 else [])]
+
+
 @pytest.mark.parametrize("algo", ["softrank", "ppo"])
 def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     """Two online iterations on non-flat corpora, killed inside the second and resumed: bit-identical."""
