@@ -202,16 +202,21 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     assert "| persist | 2 | 0.250 ± 0.000 |" in table and "-0.375 [" in table and "(5) |" in table
 
     assert "not computed yet" in report.reward_scale_table()
-    for algo, variant, final in (("softrank", "x1", 0.4), ("grpo", "x10", 0.2)):
-        rows = [{"step": 0, "val_accuracy": 0.3}, {"step": 5, "loss": 1.0}, {"step": 10, "val_accuracy": final}]
+    # softrank: 22 evaluations (the table shows every 2nd and the last); grpo: two
+    curves = {("softrank", "x1"): [(10 * k, 0.3 if k < 11 else 0.5) for k in range(21)] + [(210, 0.4)],
+              ("grpo", "x10"): [(0, 0.3), (10, 0.2)]}
+    for (algo, variant), points in curves.items():
+        rows = [row for step, accuracy in points for row in ({"step": step, "val_accuracy": accuracy},
+                                                             {"step": step + 5, "loss": 1.0})]
         (tmp_path / "training" / f"arith-seed0-{algo}-{variant}.metrics.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "policies").mkdir()
     for algo, variant, w in (("grpo", "x1", [1.0, 2.0]), ("grpo", "x10", [1.0, 2.5])):
         torch.save({"state_dict": {"w": torch.tensor(w)}}, tmp_path / "policies" / f"arith-seed0-{algo}-{variant}.pt")
     table = report.reward_scale_table()
-    assert "| softrank | x1 | 0: 0.30, 10: 0.40 | 0.400 | – |" in table
-    assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 | 5.0e-01 |" in table
+    assert ("| softrank | x1 | 0: 0.30, 20: 0.30, 40: 0.30, 60: 0.30, 80: 0.30, 100: 0.30, 120: 0.50, 140: 0.50, "
+            "160: 0.50, 180: 0.50, 200: 0.50, 210: 0.40 | 0.491 | 0.400 | – |") in table  # mean of 10 × 0.5 and 0.4
+    assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 | 0.200 | 5.0e-01 |" in table
     assert "arith-seed0-grpo-exp.metrics.jsonl" in table
 
     write("scaling-a2-r3-persist", summary([True, False, False, False], 200))
