@@ -101,7 +101,7 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
         return missing(*absent)
     theirs = runs.get(reference, {})
     lines = ["| protocol | seeds | accuracy, mean ± sample std | tokens/q | calls/q | actions p/r/c | "
-             f"vs {reference}, pooled over seeds [95% CI] (disagree) |", "|---|---|---|---|---|---|---|"]
+             f"vs {reference}, pooled over the seeds both have [95% CI] (disagree) |", "|---|---|---|---|---|---|---|"]
     for part, by_seed in runs.items():
         accuracy = [s["accuracy"] for s in by_seed.values()]
         actions = ("/".join(f"{mean([s['actions'][k] for s in by_seed.values()]):.2f}"
