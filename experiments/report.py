@@ -15,7 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT))
+import plots  # noqa: E402
 from stats import format_paired, paired_difference, sample_std  # noqa: E402
+
+NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
 
 
 def load(path):
@@ -117,66 +120,23 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
                      f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | {paired} |")
     text = "\n".join(lines)
     if pictures:
-        text += "\n\n" + " ".join(filter(None, [frontier_plot(name, runs), actions_plot(name, runs)]))
+        text += "\n\n" + pictures_of(name, runs)
     return text + ("\n\n" + missing(*absent) if absent else "")
 
 
-def pyplot():
-    """matplotlib's pyplot, or None where it is not installed (the tables are written without their PNGs)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-def frontier_plot(name, runs):
-    """Accuracy against tokens per question, one point per protocol (mean over its seeds, ± sample std)."""
-    plt = pyplot()
-    if plt is None:
-        return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
-    fig, ax = plt.subplots(figsize=(6, 4))
-    placed = []  # points already labelled: a label next to a point at the same place goes below the others
-    for part, by_seed in runs.items():
-        accuracy = [s["accuracy"] for s in by_seed.values()]
-        tokens = mean([s["tokens_per_question"] for s in by_seed.values()])
-        ax.errorbar(tokens, mean(accuracy), yerr=sample_std(accuracy), marker="o", capsize=3)
-        near = sum(abs(tokens / t - 1) < 0.1 and abs(mean(accuracy) - a) < 0.01 for t, a in placed)
-        ax.annotate(part, (tokens, mean(accuracy)), textcoords="offset points", xytext=(5, 4 - 10 * near), fontsize=8)
-        placed.append((tokens, mean(accuracy)))
-    ax.set(xscale="log", xlabel="tokens per question (log)", ylabel="accuracy (mean over seeds)",
-           title=f"cost and accuracy: {name}")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "tables" / f"{name}-frontier.png", dpi=110)
-    plt.close(fig)
-    return f"![frontier](results/tables/{name}-frontier.png)"
-
-
-def actions_plot(name, runs):
-    """The share of each action in each decision round, one panel per game protocol that decides (mean over
-    seeds)."""
+def pictures_of(name, runs):
+    """Tables a and b's PNGs: the cost/accuracy frontier, and the action shares by round of the game's protocols
+    that decide (not the fixed persist and debate)."""
+    frontier = RESULTS / "tables" / f"{name}-frontier.png"
+    if not plots.frontier(runs, f"cost and accuracy: {name}", frontier):
+        return NO_PNG
+    text = f"![frontier](results/tables/{frontier.name})"
     deciding = {part: by_seed for part, by_seed in runs.items()
                 if "actions_by_round" in next(iter(by_seed.values())) and part not in ("persist", "debate")}
-    plt = pyplot()
-    if plt is None or not deciding:
-        return ""
-    fig, axes = plt.subplots(1, len(deciding), figsize=(2.6 * len(deciding), 3.2), sharey=True, squeeze=False)
-    for ax, (part, by_seed) in zip(axes[0], deciding.items()):
-        rounds = min(len(s["actions_by_round"]) for s in by_seed.values())
-        bottom = [0.0] * rounds
-        for kind in ("persist", "refine", "concede"):
-            share = [mean([s["actions_by_round"][t][kind] for s in by_seed.values()]) for t in range(rounds)]
-            ax.bar(range(1, rounds + 1), share, bottom=bottom, label=kind)
-            bottom = [b + v for b, v in zip(bottom, share)]
-        ax.set(title=part, xlabel="decision round", xticks=range(1, rounds + 1))
-    axes[0][0].set(ylabel="share of the actions")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "tables" / f"{name}-actions.png", dpi=110)
-    plt.close(fig)
-    return f"![actions by round](results/tables/{name}-actions.png)"
+    actions = RESULTS / "tables" / f"{name}-actions.png"
+    if deciding and plots.actions_by_round(deciding, actions):
+        text += f" ![actions by round](results/tables/{actions.name})"
+    return text
 
 
 def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10", "exp")):
@@ -199,18 +159,7 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
         half = [a for _, a in points[len(points) // 2:]]
         lines.append(f"| {algo} | {variant} | " + ", ".join(f"{step}: {a:.2f}" for step, a in shown) +
                      f" | {mean(half):.3f} | {points[-1][1]:.3f} | {weight_gap(algo, variant)} |")
-    plt = pyplot()
-    if plt is not None:
-        fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True)
-        for ax, algo in zip(axes, algos):
-            for (a, variant), points in curves.items():
-                if a == algo:
-                    ax.plot(*zip(*points), marker="o", label=variant)
-            ax.set(title=algo, xlabel="optimizer step", ylabel="validation accuracy")
-            ax.legend(title="rewards", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(RESULTS / "training" / "reward-scale.png", dpi=110)
-        plt.close(fig)
+    if plots.curves_by_panel(curves, algos, RESULTS / "training" / "reward-scale.png"):
         lines.append("\n![reward scale](results/training/reward-scale.png)")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
@@ -398,24 +347,6 @@ def read_metrics(path):
             [r for r in records if "mean_reward" in r])
 
 
-def plot_curves(runs, png):
-    """Held-out accuracy and mean training reward over steps, one line per run (needs matplotlib)."""
-    plt = pyplot()
-    if plt is None:
-        return "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for name, (val, train) in runs.items():
-        left.plot(*zip(*val), marker="o", label=name)
-        right.plot([r["step"] for r in train], [r["mean_reward"] for r in train], label=name)
-    left.set(xlabel="optimizer step", ylabel="held-out accuracy (greedy)", title="validation")
-    right.set(xlabel="optimizer step", ylabel="mean reward of the rollouts", title="training")
-    left.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / png, dpi=110)
-    plt.close(fig)
-    return f"![curves](results/{png})"
-
-
 def llm_curves(prefix, title):
     """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before and after,
     their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
@@ -443,7 +374,9 @@ def llm_curves(prefix, title):
                 by_step.setdefault(step, []).append(accuracy)
         lines.append("Held-out accuracy, mean ± sample std over the seeds, by step: " + ", ".join(
             f"{step}: {sum(a) / len(a):.3f} ± {sample_std(a):.3f}" for step, a in by_step.items()) + ".")
-    return "\n".join(lines) + "\n\n" + plot_curves(runs, f"llm/{prefix}.png")
+    png = f"llm/{prefix}.png"
+    return "\n".join(lines) + "\n\n" + (f"![curves](results/{png})" if plots.training_curves(runs, RESULTS / png)
+                                         else NO_PNG)
 
 
 def summary_of(run, protocol=None):

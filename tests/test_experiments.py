@@ -195,7 +195,7 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     assert "| softrank | 2 | 0.625 ± 0.177 | 500 | 3.0 | 0.50/0.25/0.25 |  |" in table
     assert "| persist | 1 | 0.250 ± – | 300 | 3.0 |  | -0.250 [" in table and "(1) |" in table
     assert "not computed yet: `results/tables/a-seed1-persist.json`" in table
-    if report.pyplot() is not None:
+    if report.plots.pyplot() is not None:
         assert (tmp_path / "tables" / "a-frontier.png").exists() and (tmp_path / "tables" / "a-actions.png").exists()
     write("a-seed1-persist", summary([False, False, False, True], 300))  # now pooled: 8 (seed, question) pairs
     table = report.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1))
