@@ -63,19 +63,19 @@ def actions_by_round(runs, path):
     return save(plt, fig, path)
 
 
-def curves_by_panel(curves, panels, path, ylabel="validation accuracy", legend="rewards"):
-    """One panel per name of `panels`, one line per (panel, label) key of `curves`: {(panel, label): [(step,
-    value)]}."""
+def reward_scale(curves, algos, path):
+    """Table c: one panel per algorithm of `algos`, one line per reward variant: {(algo, variant): [(step,
+    validation accuracy)]}."""
     plt = pyplot()
     if plt is None:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), sharey=True, squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        for (name, label), points in curves.items():
-            if name == panel:
-                ax.plot(*zip(*points), marker="o", label=label)
-        ax.set(title=panel, xlabel="optimizer step", ylabel=ylabel)
-        ax.legend(title=legend, fontsize=8)
+    fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True, squeeze=False)
+    for ax, algo in zip(axes[0], algos):
+        for (name, variant), points in curves.items():
+            if name == algo:
+                ax.plot(*zip(*points), marker="o", label=variant)
+        ax.set(title=algo, xlabel="optimizer step", ylabel="validation accuracy")
+        ax.legend(title="rewards", fontsize=8)
     return save(plt, fig, path)
 
 

@@ -159,7 +159,7 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
         half = [a for _, a in points[len(points) // 2:]]
         lines.append(f"| {algo} | {variant} | " + ", ".join(f"{step}: {a:.2f}" for step, a in shown) +
                      f" | {mean(half):.3f} | {points[-1][1]:.3f} | {weight_gap(algo, variant)} |")
-    if plots.curves_by_panel(curves, algos, RESULTS / "training" / "reward-scale.png"):
+    if plots.reward_scale(curves, algos, RESULTS / "training" / "reward-scale.png"):
         lines.append("\n![reward scale](results/training/reward-scale.png)")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
