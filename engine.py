@@ -6,6 +6,7 @@ backbone.py loads the model itself. Read top to bottom:
   Completion, GenerationCache   - one generated text, and the on-disk cache keyed by model, prompt, params, seed
   pick_next_tokens              - temperature / top-p sampling, one torch.Generator per row
   prefix_groups                 - rows that share a long prompt prefix (a debate's agents) prefill it once
+  padded_chunks                 - prefill chunks of rows of similar length (little padding)
   Engine                        - generate (continuous batching), prefill, and teacher-forced log-probs
 kvcache.py holds what the engine puts under the model: its KV cache layer and, on CPU, oneDNN linears.
 """
@@ -152,6 +153,28 @@ def prefix_groups(batch_ids, min_shared=16, keep=1):
             groups.append((start, stop, shared))
         start = stop
     return groups
+
+
+def padded_chunks(lengths, budget, overhead=256):
+    """Split rows sorted by length into consecutive chunks (start, stop), each padded to its longest row and
+    within `budget` tokens (a longer row runs alone), with the fewest padded tokens plus `overhead` per chunk
+    (smaller chunks make skinnier, less efficient matmuls; 128 to 1024 give the same split on the benchmark
+    prompts). Filling each chunk up to the budget instead pads short rows to the length of the long ones that
+    follow them: on the 64 prompts of `--bench generate` it ran 4391 tokens for 3681 real ones, this split
+    3884. Dynamic programming over the cut points."""
+    cost, cut = [0] + [float("inf")] * len(lengths), [0] * (len(lengths) + 1)
+    for stop in range(1, len(lengths) + 1):
+        for start in range(stop - 1, -1, -1):
+            padded = (stop - start) * lengths[stop - 1]
+            if padded > budget and stop - start > 1:
+                break
+            if cost[start] + padded + overhead < cost[stop]:
+                cost[stop], cut[stop] = cost[start] + padded + overhead, start
+    chunks, stop = [], len(lengths)
+    while stop:
+        chunks.append((cut[stop], stop))
+        stop = cut[stop]
+    return chunks[::-1]
 
 
 def common_prefix_length(sequences):
@@ -340,15 +363,12 @@ class Engine:
         return self._run_rows(suffixes, keep, cache, mask, row, end, past)
 
     def _run_rows(self, rows_ids, keep, cache, mask, row, end, past=None):
-        """Run token rows in padded chunks, shortest rows first (less padding); row k continues from slot
+        """Run token rows in padded chunks of rows of similar length (padded_chunks); row k continues from slot
         past_of[k] of a `past` slot cache (store, store mask, past_of). With a `cache`, row k's real columns
         go to slot row + k, right-aligned at column `end`."""
         order = sorted(range(len(rows_ids)), key=lambda k: len(rows_ids[k]))
-        logits, start = [None] * len(rows_ids), 0
-        while start < len(order):
-            stop = start + 1  # grow the chunk while it stays within the token budget
-            while stop < len(order) and (stop + 1 - start) * len(rows_ids[order[stop]]) <= self.prefill_tokens:
-                stop += 1
+        logits = [None] * len(rows_ids)
+        for start, stop in padded_chunks([len(rows_ids[k]) for k in order], self.prefill_tokens):
             rows = torch.tensor(order[start:stop])
             chunk_ids, chunk_mask = self._left_pad([rows_ids[k] for k in order[start:stop]])
             chunk_cache = DynamicCache(config=self.model.config)
@@ -371,7 +391,6 @@ class Engine:
                 mask[row + rows, end - width:end] = chunk_mask.gather(1, columns)
                 for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
                     layer.write(row + rows, chunk_layer.keys, chunk_layer.values, columns, end)
-            start = stop
         return torch.stack(logits)
 
     @torch.inference_mode()

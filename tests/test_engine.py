@@ -12,7 +12,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from engine import Completion, Engine, GenerationCache, common_prefix_length, pick_next_tokens, prefix_groups
+from engine import (Completion, Engine, GenerationCache, common_prefix_length, padded_chunks, pick_next_tokens,
+                    prefix_groups)
 
 
 def tiny_prompts(engine):
@@ -487,6 +488,30 @@ def test_common_prefix_length():
     assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
     assert common_prefix_length([[5], [6]]) == 0
     assert common_prefix_length([[1, 2], [1, 2]]) == 2
+
+
+def test_padded_chunks_are_the_cheapest_split_within_the_budget():
+    def cost(chunks, lengths, overhead):
+        return sum((stop - start) * lengths[stop - 1] + overhead for start, stop in chunks)
+
+    def every_split(n):  # every way to cut range(n) into consecutive chunks
+        for mask in range(2 ** (n - 1)):
+            cuts = [0] + [k + 1 for k in range(n - 1) if mask >> k & 1] + [n]
+            yield list(zip(cuts, cuts[1:]))
+
+    rng = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        n, overhead = 1 + trial % 9, [0, 8, 64][trial % 3]
+        lengths = sorted(torch.randint(1, 40, (n,), generator=rng).tolist())
+        chunks = padded_chunks(lengths, 60, overhead)
+        assert [k for start, stop in chunks for k in range(start, stop)] == list(range(n))
+        assert all((stop - start) * lengths[stop - 1] <= 60 or stop - start == 1 for start, stop in chunks)
+        allowed = [s for s in every_split(n)
+                   if all((stop - start) * lengths[stop - 1] <= 60 or stop - start == 1 for start, stop in s)]
+        assert cost(chunks, lengths, overhead) == min(cost(s, lengths, overhead) for s in allowed)
+    # short rows are not padded to the long ones that follow them, and a row over the budget runs alone
+    assert padded_chunks([10] * 4 + [50] * 4, 400, overhead=16) == [(0, 4), (4, 8)]
+    assert padded_chunks([5, 500, 600], 100) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_prefix_groups():
