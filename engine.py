@@ -168,8 +168,9 @@ def padded_chunks(lengths, budget, overhead=256):
             padded = (stop - start) * lengths[stop - 1]
             if padded > budget and stop - start > 1:
                 break
-            if cost[start] + padded + overhead < cost[stop]:
-                cost[stop], cut[stop] = cost[start] + padded + overhead, start
+            total = cost[start] + padded + overhead
+            if total < cost[stop]:
+                cost[stop], cut[stop] = total, start
     chunks, stop = [], len(lengths)
     while stop:
         chunks.append((cut[stop], stop))
