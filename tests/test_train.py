@@ -140,6 +140,26 @@ def test_completion_logprobs_match_each_sequence_alone(tiny_model):
             assert mask[b].sum() == len(c)
 
 
+def test_run_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
+    """Ranks leave together (a gloo group torn down while a peer still writes rank-0 files aborted CI's
+    torchrun run at exit); a failed rank skips the barrier, where its peers would wait for it forever."""
+    calls = []
+    monkeypatch.setattr(training, "init_distributed", lambda: (1, 2, torch.device("cpu")))
+    monkeypatch.setattr(training.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(training.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(training.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    cfg = type("Cfg", (), {"out_dir": str(tmp_path / "out")})()
+    assert training.run_distributed(lambda cfg, rank, world, device: calls.append("train") or rank, cfg) == 1
+    assert calls == ["train", "barrier", "destroy"]
+
+    def fail(cfg, rank, world, device):
+        raise ValueError("bad batch")
+    calls.clear()
+    with pytest.raises(ValueError):
+        training.run_distributed(fail, cfg)
+    assert calls == ["destroy"]
+
+
 # ---------------------------------------------------------------- the scripts, as subprocesses
 def run(args, tmp_path, torchrun=False, check=True, scripted=False):
     """A stage script as users run it (python or a 2-process torchrun); scripted: with the scripted arith
