@@ -195,6 +195,9 @@ PIECES = {
     # the setting: HF generate in batches of 64, the engine with eval.py's default slots
     "bench-round": bench("round", ["--hf-batch-size", "64"]),
     "bench-slots": bench("slots", ["--batch-size", "128", "--max-new-tokens", "96"]),  # 128 slots against 64
+    # one LLM-Debate (3 agents, 3 rounds, 32 questions) through the engine vs one generate call per agent per
+    # round; T = 0.7, the setting of the README's earlier measurement
+    "bench-debate": bench("debate", ["--temperature", "0.7"]),
     "profile": {"command": [PY, "experiments/profile_decode.py", "--out", "results/bench/profile.json"],
                 "outputs": ["results/bench/profile.json"]},
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
