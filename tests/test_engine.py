@@ -499,14 +499,16 @@ def test_padded_chunks_are_the_cheapest_split_within_the_budget():
             cuts = [0] + [k + 1 for k in range(n - 1) if mask >> k & 1] + [n]
             yield list(zip(cuts, cuts[1:]))
 
+    budget = 60
+
     def within_budget(chunks, lengths):  # a chunk over the budget only when it is a single row
-        return all((stop - start) * lengths[stop - 1] <= 60 or stop - start == 1 for start, stop in chunks)
+        return all((stop - start) * lengths[stop - 1] <= budget or stop - start == 1 for start, stop in chunks)
 
     rng = torch.Generator().manual_seed(0)
     for trial in range(40):
         n, overhead = 1 + trial % 9, [0, 8, 64][trial % 3]
         lengths = sorted(torch.randint(1, 40, (n,), generator=rng).tolist())
-        chunks = padded_chunks(lengths, 60, overhead)
+        chunks = padded_chunks(lengths, budget, overhead)
         assert [k for start, stop in chunks for k in range(start, stop)] == list(range(n))
         assert within_budget(chunks, lengths)
         allowed = [s for s in every_split(n) if within_budget(s, lengths)]

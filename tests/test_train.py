@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def test_run_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatc
     monkeypatch.setattr(training.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(training.dist, "barrier", lambda: calls.append("barrier"))
     monkeypatch.setattr(training.dist, "destroy_process_group", lambda: calls.append("destroy"))
-    cfg = type("Cfg", (), {"out_dir": str(tmp_path / "out")})()
+    cfg = types.SimpleNamespace(out_dir=str(tmp_path / "out"))
     assert training.run_distributed(lambda cfg, rank, world, device: calls.append("train") or rank, cfg) == 1
     assert calls == ["train", "barrier", "destroy"]
 
