@@ -1,14 +1,15 @@
-"""The game as training data (DESIGN §5, §6): training questions, the corpus of visited game states, and
-the validation of a policy during training. Shared by sft.py and train_rl.py.
+"""The game as training data (docs/design.md §5, §6): training questions, the corpus of visited game
+states, and the validation of a policy during training. Shared by sft.py and train_rl.py.
 
   training_pool, training_questions - the task's training split, a validation slice, a slice per iteration
-  game_config, make_engine          - the game and the engine of one rank, from a script's config
+  make_engine                       - the engine of one rank, from a script's config
   collect_states                    - play, and keep every (agent, round) state with its oracle label and,
                                       for stage 2, its counterfactual reward vector
-  states_to_tensors, load_or_collect, action_distribution, corpus_statistics - the corpus on disk,
-                                      as tensors, and what it holds
+  states_to_tensors, load_corpus, save_corpus, action_distribution, corpus_statistics - the corpus as
+                                      tensors, on disk, and what it holds
   evaluate_policy                   - the team's accuracy and cost under a policy, every rank on its shard
 """
+
 import random
 from pathlib import Path
 
@@ -17,10 +18,11 @@ from tqdm import tqdm
 
 import data
 import deliberate
-from engine import Engine
+from llm.engine import Engine
 from policy import oracle_action
-from state import ACTION_KINDS, PERSIST, REFINE, concede, peers_of
-from training import all_gather_list, all_reduce_sum, atomic_save, barrier
+from softrank import flat_groups
+from state import ACTION_KINDS, PERSIST, REFINE, concede
+from common import all_gather_list, all_reduce_sum, atomic_save, barrier
 
 
 def training_pool(cfg):
@@ -38,49 +40,67 @@ def training_questions(cfg, iteration=0):
     pool = training_pool(cfg)
     start = cfg.val_n + iteration * cfg.questions
     if start + cfg.questions > len(pool):
-        raise ValueError(f"task {cfg.task!r} has {len(pool)} training questions: not enough for val_n={cfg.val_n}"
-                         f" + questions={cfg.questions} per iteration over {iteration + 1} iteration(s)")
-    return pool[start:start + cfg.questions], pool[:cfg.val_n]
-
-
-def game_config(cfg, greedy_policy, critic=False, refine_cost=0.0):
-    """The game a script's config describes. critic: run the critic pass whatever the policy (stage 1 plays
-    a fixed behaviour policy, and its states must carry p(Correct) when the policy it trains reads it)."""
-    return deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
-                                 max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, trailer=cfg.trailer,
-                                 greedy_policy=greedy_policy, critic=critic, vote=cfg.vote, refine_cost=refine_cost)
+        raise ValueError(
+            f"task {cfg.task!r} has {len(pool)} training questions: not enough for val_n={cfg.val_n}"
+            f" + questions={cfg.questions} per iteration over {iteration + 1} iteration(s)"
+        )
+    return pool[start : start + cfg.questions], pool[: cfg.val_n]
 
 
 def make_engine(cfg, rank):
     """The generation engine of one rank: its own cache file, a progress bar on rank 0."""
-    return Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.engine_batch_size,
-                  cache_dir=cfg.cache_dir or None, rank=rank, progress=rank == 0)
+    return Engine(
+        model_path=cfg.model or None,
+        dtype=cfg.dtype,
+        batch_size=cfg.engine_batch_size,
+        cache_dir=cfg.cache_dir or None,
+        rank=rank,
+        progress=rank == 0,
+    )
 
 
-def collect_states(engine, examples, policy, cfg, counterfactual, rank, world, desc="collect", critic=False,
-                   refine_cost=0.0):
+def collect_states(
+    engine,
+    examples,
+    policy,
+    cfg,
+    counterfactual,
+    rank,
+    world,
+    desc="collect",
+    critic=False,
+    refine_cost=0.0,
+):
     """Plays the game with `policy` (actions sampled) on this rank's shard of `examples` and returns every
     rank's visited (agent, round) states, in a canonical order (so the corpus does not depend on the number
     of ranks). A state holds its observation, the action taken, the oracle label and, with
-    `counterfactual`, the reward of each of the K actions (DESIGN §6), a REFINE paying `refine_cost` per
-    1000 tokens."""
+    `counterfactual`, the reward of each of the K actions (docs/design.md §6), a REFINE paying
+    `refine_cost` per 1000 tokens."""
     shard = examples[rank::world]
     bar = tqdm(total=cfg.rounds, desc=desc, disable=rank != 0, leave=False)
-    game = game_config(cfg, greedy_policy=False, critic=critic, refine_cost=refine_cost)
-    transcripts = deliberate.play(engine, shard, policy, game,
-                                  record_states=True, counterfactual=counterfactual, progress=bar)
+    game = deliberate.game_config(cfg, greedy_policy=False, critic=critic, refine_cost=refine_cost)
+    transcripts = deliberate.play(
+        engine, shard, policy, game, record_states=True, counterfactual=counterfactual, progress=bar
+    )
     bar.close()
     rows = []
     for tr in transcripts:
         for t in range(1, len(tr["rounds"])):
             before, record = tr["rounds"][t - 1], tr["rounds"][t]
             for i in range(cfg.agents):
-                peers = peers_of(i, cfg.agents)
-                label = oracle_action(before["agent_correct"][i], [before["agent_correct"][j] for j in peers],
-                                      [before["confidence"][j] for j in peers])
-                rows.append({"key": (tr["id"], t, i), "own": record["own"][i], "peers": record["peers"][i],
-                             "agent": i, "action": record["actions"][i], "label": label,
-                             "rewards": record["reward_vectors"][i] if counterfactual else None})
+                # the label of the state the agent decided in (`before`), never of the round's outcome
+                label = oracle_action(i, before["agent_correct"], before["confidence"])
+                rows.append(
+                    {
+                        "key": (tr["id"], t, i),
+                        "own": record["own"][i],
+                        "peers": record["peers"][i],
+                        "agent": i,
+                        "action": record["actions"][i],
+                        "label": label,
+                        "rewards": record["reward_vectors"][i] if counterfactual else None,
+                    }
+                )
     rows = sorted(all_gather_list(rows), key=lambda r: r["key"])
     if not rows:
         raise ValueError("the games visited no state after round 0 (did every game stop at once?)")
@@ -88,30 +108,38 @@ def collect_states(engine, examples, policy, cfg, counterfactual, rank, world, d
 
 
 def states_to_tensors(rows):
-    tensors = {"own": torch.tensor([r["own"] for r in rows], dtype=torch.float32),
-               "peers": torch.tensor([r["peers"] for r in rows], dtype=torch.float32),
-               "agent": torch.tensor([r["agent"] for r in rows]),
-               "action": torch.tensor([r["action"] for r in rows]),
-               "label": torch.tensor([r["label"] for r in rows])}
+    tensors = {
+        "own": torch.tensor([r["own"] for r in rows], dtype=torch.float32),
+        "peers": torch.tensor([r["peers"] for r in rows], dtype=torch.float32),
+        "agent": torch.tensor([r["agent"] for r in rows]),
+        "action": torch.tensor([r["action"] for r in rows]),
+        "label": torch.tensor([r["label"] for r in rows]),
+    }
     if rows[0]["rewards"] is not None:
         tensors["rewards"] = torch.tensor([r["rewards"] for r in rows], dtype=torch.float32)
     return tensors
 
 
-def load_or_collect(path, collect, rank):
-    """The corpus at `path`, collected once: rank 0 writes it atomically; a resumed run reads it back."""
-    if not Path(path).exists():
-        rows = collect()
-        if rank == 0:
-            atomic_save(rows, path)
-        barrier()
-    return torch.load(path, weights_only=False)
+def load_corpus(path):
+    """The corpus a run collected at `path` (a resumed run reads it back), or None."""
+    return torch.load(path, weights_only=False) if Path(path).exists() else None
+
+
+def save_corpus(rows, path, rank):
+    """Rank 0 writes the corpus atomically; every rank waits for it."""
+    if rank == 0:
+        atomic_save(rows, path)
+    barrier()
 
 
 def action_distribution(actions, n_actions):
     """Share of each kind of action in a tensor of action indices."""
     counts = torch.bincount(actions, minlength=n_actions).float()
-    kinds = {"persist": counts[PERSIST], "refine": counts[REFINE], "concede": counts[concede(0):].sum()}
+    kinds = {
+        "persist": counts[PERSIST],
+        "refine": counts[REFINE],
+        "concede": counts[concede(0) :].sum(),
+    }
     return {k: round(float(v / counts.sum()), 4) for k, v in kinds.items()}
 
 
@@ -121,19 +149,29 @@ def corpus_statistics(tensors, k):
     SoftRank and GRPO advantages can differ (with two values both give the same two-level vector)."""
     rewards = tensors["rewards"]
     distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
-    return {"states": len(rewards), "frac_zero_std": float((rewards.amax(-1) == rewards.amin(-1)).float().mean()),
-            "frac_multi_valued": float((distinct >= 3).float().mean()),
-            "behaviour_actions": action_distribution(tensors["action"], k),
-            "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
-            "mean_reward_best": float(rewards.amax(-1).mean())}
+    return {
+        "states": len(rewards),
+        "frac_zero_std": float(flat_groups(rewards).float().mean()),
+        "frac_multi_valued": float((distinct >= 3).float().mean()),
+        "behaviour_actions": action_distribution(tensors["action"], k),
+        "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
+        "mean_reward_best": float(rewards.amax(-1).mean()),
+    }
 
 
 def evaluate_policy(engine, examples, policy, cfg, rank, world, device):
     """Team accuracy and tokens per question of `policy` (greedy) on `examples`, every rank on its shard."""
-    results = deliberate.play(engine, examples[rank::world], policy, game_config(cfg, greedy_policy=True))
+    game = deliberate.game_config(cfg, greedy_policy=True)
+    results = deliberate.play(engine, examples[rank::world], policy, game)
     counts = deliberate.action_counts(results)
-    sums = all_reduce_sum([sum(r["correct"] for r in results), sum(r["tokens"] for r in results), len(results)]
-                          + [counts[k] for k in ACTION_KINDS], device)
+    sums = all_reduce_sum(
+        [sum(r["correct"] for r in results), sum(r["tokens"] for r in results), len(results)]
+        + [counts[k] for k in ACTION_KINDS],
+        device,
+    )
     correct, tokens, n, counts = sums[0], sums[1], sums[2], sums[3:]
-    return {"val_accuracy": correct / n, "val_tokens": tokens / n,
-            "val_actions": {k: round(c / max(sum(counts), 1), 4) for k, c in zip(ACTION_KINDS, counts)}}
+    return {
+        "val_accuracy": correct / n,
+        "val_tokens": tokens / n,
+        "val_actions": {k: round(c / max(sum(counts), 1), 4) for k, c in zip(ACTION_KINDS, counts)},
+    }

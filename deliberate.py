@@ -1,34 +1,50 @@
-"""The deliberation game (DESIGN §1, §4, §7): prompts, the round loop, the shaped reward, the protocols.
+"""The deliberation game (docs/design.md §1, §4, §7): prompts, the round loop, the shaped reward, the protocols.
 
 Read top to bottom (state.py holds the solutions, actions, vote and state; policy.py the policies;
 engine.py generates text):
-  1. Prompts    - the solve / refine / leader / critic prompts and the answer trailer (DESIGN §2).
+  1. Prompts    - the solve / refine / leader / critic prompts and the answer trailer (docs/design.md §2).
   2. LLM calls  - one engine call for many prompts, parsed into Solutions; the critic pass.
-  3. Reward     - the shaped reward (DESIGN §4) and the counterfactual reward vectors (DESIGN §6).
+  3. Reward     - the shaped reward (docs/design.md §4) and the counterfactual reward vectors (docs/design.md §6).
   4. The game   - play(): observe -> decide -> execute the simultaneous moves -> reward, round by round.
   5. Protocols  - MLPO's leader (lead) and every protocol of the evaluation (run_protocol).
 """
-from dataclasses import dataclass, field, replace
+
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
 
 import data
-from backbone import default_model_path
-from engine import Engine, call_seed
+from llm.backbone import default_model_path
+from llm.engine import Engine, call_seed
 from policy import FixedPolicy, make_policy
-from state import (ACTION_KINDS, PERSIST, REFINE, action_kind, adopted_agent, majority_vote, n_actions, observe,
-                   parse_solution, peers_of)
+from state import (
+    ACTION_KINDS,
+    PERSIST,
+    REFINE,
+    action_kind,
+    adopted_agent,
+    majority_vote,
+    n_actions,
+    observe,
+    parse_solution,
+)
 
 # ----------------------------------------------------------------------------------------------------
 # 1. Prompts. Short: the 135M default backbone loses accuracy on every extra instruction. Measured (48
 #    arith questions x 3 samples, T = 0.7, fp32): "End with 'Answer: <number>'." 13.2% correct; the
 #    Steps / Confidence / Answer trailer with a worked example 4.9% (trailer complete in 31%). So the
-#    trailer is opt-in (`GameConfig.trailer`); the state falls back to defaults without it (DESIGN §2).
+#    trailer is opt-in (`GameConfig.trailer`); the state falls back to defaults without it (docs/design.md §2).
 # ----------------------------------------------------------------------------------------------------
-ANSWER_HINT = {"number": "a number", "mc": "the letter of the correct option", "math": "a LaTeX expression"}
-WORKED_EXAMPLE = ("Problem: Ann has 3 bags with 4 apples in each bag. She eats 2 apples. "
-                  "How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10")
+ANSWER_HINT = {
+    "number": "a number",
+    "mc": "the letter of the correct option",
+    "math": "a LaTeX expression",
+}
+WORKED_EXAMPLE = (
+    "Problem: Ann has 3 bags with 4 apples in each bag. She eats 2 apples. "
+    "How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10"
+)
 TRAILER = "Steps: <number of steps>\nConfidence: <0-10>/10\nAnswer: <{hint}>"
 
 
@@ -41,7 +57,9 @@ def vanilla_prompt(example):
 
 
 def cot_prompt(example):
-    return f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
+    return (
+        f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
+    )
 
 
 def answer_request(example, trailer):
@@ -53,8 +71,10 @@ def answer_request(example, trailer):
 def solve_prompt(example, trailer=False):
     """Round 0 of the game. With `trailer`, one worked example of the Steps / Confidence / Answer trailer."""
     if trailer:
-        return (f"Solve the problem. {answer_request(example, True)}\n\nExample:\n{WORKED_EXAMPLE}\n\n"
-                f"Problem: {example.render()}\n")
+        return (
+            f"Solve the problem. {answer_request(example, True)}\n\nExample:\n{WORKED_EXAMPLE}\n\n"
+            f"Problem: {example.render()}\n"
+        )
     return f"{example.render()}\n{answer_request(example, False)}"
 
 
@@ -65,24 +85,33 @@ def refine_prompt(example, solutions, agent, trailer=False):
     characters: measured on 32 arith questions (T = 0.7), one refine round took agent accuracy from 14.6%
     to 9.4% this way, and to 5.2% with every solution's text in the prompt: the 135M backbone rambles on
     long prompts. (Refining hurts this backbone on average; a good meta-policy has to learn when not to.)"""
-    others = ", ".join(f"Agent {j + 1}: {s.answer if s.answer is not None else 'no answer'}"
-                       for j, s in enumerate(solutions) if j != agent)
-    return (f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
-            f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
-            f"{answer_request(example, trailer)}")
+    others = ", ".join(
+        f"Agent {j + 1}: {s.answer if s.answer is not None else 'no answer'}"
+        for j, s in enumerate(solutions)
+        if j != agent
+    )
+    return (
+        f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
+        f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
+        f"{answer_request(example, trailer)}"
+    )
 
 
 def leader_prompt(example, solutions, trailer=False):
-    """MLPO's leader (DESIGN §8) reads every peer's solution (its last 300 characters, as in refine_prompt)
+    """MLPO's leader (docs/design.md §8) reads every peer's solution (its last 300 characters, as in refine_prompt)
     and answers."""
     shown = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()[-300:]}" for j, s in enumerate(solutions))
-    return (f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
-            f"Check these solutions and solve the problem. {answer_request(example, trailer)}")
+    return (
+        f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
+        f"Check these solutions and solve the problem. {answer_request(example, trailer)}"
+    )
 
 
 def critic_prompt(example, solution):
-    return (f"Problem: {example.render()}\n\nProposed solution:\n{solution.text.strip()}\n\n"
-            "Is the proposed solution correct? Reply with one word: Correct or Incorrect.")
+    return (
+        f"Problem: {example.render()}\n\nProposed solution:\n{solution.text.strip()}\n\n"
+        "Is the proposed solution correct? Reply with one word: Correct or Incorrect."
+    )
 
 
 VERDICTS = ("Correct", "Incorrect")
@@ -95,27 +124,51 @@ VERDICTS = ("Correct", "Incorrect")
 class GameConfig:
     agents: int = 3
     rounds: int = 3
-    temperature: float = 0.5     # sampling temperature of every agent's LLM call (README: the temperature study)
+    temperature: float = (
+        0.5  # sampling temperature of every agent's LLM call (README: the temperature study)
+    )
     top_p: float = 1.0
     max_new_tokens: int = 192
-    seed: int = 0                # seeds every LLM call (with the question id, agent and round) and the policy
-    trailer: bool = False        # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
-    greedy_policy: bool = True   # argmax actions from a learned policy; False samples them (data collection)
-    critic: bool = False         # run the critic pass (always for a policy trained with it: reads_critic)
-    vote: str = "mean_prob"      # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
-    refine_cost: float = 0.0     # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
+    seed: int = 0  # seeds every LLM call (with the question id, agent and round) and the policy
+    trailer: bool = (
+        False  # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
+    )
+    greedy_policy: bool = (
+        True  # argmax actions from a learned policy; False samples them (data collection)
+    )
+    critic: bool = False  # run the critic pass (always for a policy trained with it: reads_critic)
+    vote: str = (
+        "mean_prob"  # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
+    )
+    refine_cost: float = (
+        0.0  # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
+    )
+
+
+def game_config(cfg, **overrides):
+    """The game a script's config describes: each GameConfig field that the config has, then `overrides`."""
+    settings = {f.name: getattr(cfg, f.name) for f in fields(GameConfig) if hasattr(cfg, f.name)}
+    return GameConfig(**{**settings, **overrides})
 
 
 def run_llm(engine, requests, cfg, temperature=None):
     """requests: (example, prompt, seed) -> [(Solution, prompt + completion tokens)], in one engine call."""
     if not requests:
         return []
-    completions = engine.generate([engine.chat(prompt) for _, prompt, _ in requests],
-                                  [seed for _, _, seed in requests], max_new_tokens=cfg.max_new_tokens,
-                                  temperature=cfg.temperature if temperature is None else temperature,
-                                  top_p=cfg.top_p)
-    return [(parse_solution(c.text, ex.task, c.completion_tokens, c.token_logprobs, cfg.vote),
-             c.prompt_tokens + c.completion_tokens) for (ex, _, _), c in zip(requests, completions)]
+    completions = engine.generate(
+        [engine.chat(prompt) for _, prompt, _ in requests],
+        [seed for _, _, seed in requests],
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature if temperature is None else temperature,
+        top_p=cfg.top_p,
+    )
+    return [
+        (
+            parse_solution(c.text, ex.task, c.completion_tokens, c.token_logprobs, cfg.vote),
+            c.prompt_tokens + c.completion_tokens,
+        )
+        for (ex, _, _), c in zip(requests, completions)
+    ]
 
 
 def run_critic(engine, items):
@@ -127,7 +180,9 @@ def run_critic(engine, items):
     if not items:
         return []
     prompts = [engine.chat(critic_prompt(ex, s)) for ex, s in items]
-    p_correct = torch.softmax(engine.continuation_logprobs(prompts, list(VERDICTS)), -1)[:, 0].tolist()
+    p_correct = torch.softmax(engine.continuation_logprobs(prompts, list(VERDICTS)), -1)[
+        :, 0
+    ].tolist()
     for (_, solution), p in zip(items, p_correct):
         solution.critic = p
     return [len(engine.encode(p)) for p in prompts]
@@ -135,23 +190,28 @@ def run_critic(engine, items):
 
 def solve_calls(examples, cfg):
     """Round 0 of the game, (example, prompt, seed) per call: every agent solves every example."""
-    return [(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
-            for ex in examples for i in range(cfg.agents)]
+    return [
+        (ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
+        for ex in examples
+        for i in range(cfg.agents)
+    ]
 
 
 def per_question(flat, n):
     """A flat list of n items per question (question-major, as solve_calls makes them) -> one list per question."""
-    return [flat[k:k + n] for k in range(0, len(flat), n)]
+    return [flat[k : k + n] for k in range(0, len(flat), n)]
 
 
 # ----------------------------------------------------------------------------------------------------
 # 3. Reward
 # ----------------------------------------------------------------------------------------------------
 def shaped_reward(before, after, agent, gold, task):
-    """DESIGN §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
+    """docs/design.md §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
     correct]), all on the same round's post-action answers."""
+
     def correct(answer):
         return float(data.is_correct(answer, gold, task))
+
     own = correct(after[agent].answer) - correct(before[agent].answer)
     return own + correct(majority_vote(after)[0]) - correct(majority_vote(after, exclude=agent)[0])
 
@@ -168,14 +228,18 @@ def outcome(before, agent, action, refined):
 
 
 def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
-    """DESIGN §6: every agent's shaped reward for each of its K actions, the peers held at what they actually
+    """docs/design.md §6: every agent's shaped reward for each of its K actions, the peers held at what they actually
     did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would have
     drawn (refined[i]: same prompt, same seed) and pays refine_costs[i] (GameConfig.refine_cost)."""
     vectors = []
     for i in range(len(before)):
+
         def team_if(action):
-            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1:]
-        vector = [shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))]
+            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1 :]
+
+        vector = [
+            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
+        ]
         vector[REFINE] -= refine_costs[i] if refine_costs else 0.0
         vectors.append(vector)
     return vectors
@@ -187,21 +251,28 @@ def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None
 @dataclass
 class Game:
     """One question's game in progress: the team's current solutions, its history and its LLM cost."""
+
     example: data.Example
     solutions: list = field(default_factory=list)
-    changed: list = field(default_factory=list)       # each agent's answer changed in the previous round
-    last_actions: list = field(default_factory=list)  # each agent's previous action (None before round 1)
-    rounds: list = field(default_factory=list)        # the transcript: one record per round
-    tokens: int = 0                                   # prompt + completion tokens of every LLM call
+    changed: list = field(default_factory=list)  # each agent's answer changed in the previous round
+    last_actions: list = field(
+        default_factory=list
+    )  # each agent's previous action (None before round 1)
+    rounds: list = field(default_factory=list)  # the transcript: one record per round
+    tokens: int = 0  # prompt + completion tokens of every LLM call
     calls: int = 0
 
-    def snapshot(self, solutions):
+    def vote_summary(self, solutions):
+        """The answers, each agent's correctness and confidence, the team's vote and its correctness."""
         ex = self.example
         vote, _ = majority_vote(solutions)
-        return {"answers": [s.answer for s in solutions],
-                "agent_correct": [data.is_correct(s.answer, ex.answer, ex.task) for s in solutions],
-                "confidence": [s.confidence for s in solutions], "vote": vote,
-                "correct": data.is_correct(vote, ex.answer, ex.task)}
+        return {
+            "answers": [s.answer for s in solutions],
+            "agent_correct": [data.is_correct(s.answer, ex.answer, ex.task) for s in solutions],
+            "confidence": [s.confidence for s in solutions],
+            "vote": vote,
+            "correct": data.is_correct(vote, ex.answer, ex.task),
+        }
 
     @property
     def stopped(self):
@@ -209,8 +280,16 @@ class Game:
 
     def transcript(self):
         ex, final = self.example, self.rounds[-1]
-        return {"id": ex.id, "question": ex.question, "gold": ex.answer, "rounds": self.rounds,
-                "pred": final["vote"], "correct": final["correct"], "tokens": self.tokens, "calls": self.calls}
+        return {
+            "id": ex.id,
+            "question": ex.question,
+            "gold": ex.answer,
+            "rounds": self.rounds,
+            "pred": final["vote"],
+            "correct": final["correct"],
+            "tokens": self.tokens,
+            "calls": self.calls,
+        }
 
 
 def ask(engine, requests, cfg, critic):
@@ -218,8 +297,11 @@ def ask(engine, requests, cfg, critic):
     those of its critic pass (part of the state, and of the cost), go to its game."""
     outputs = run_llm(engine, [(g.example, prompt, seed) for g, prompt, seed in requests], cfg)
     solutions = [s for s, _ in outputs]
-    critic_tokens = (run_critic(engine, [(g.example, s) for (g, _, _), s in zip(requests, solutions)]) if critic
-                     else [0] * len(requests))
+    critic_tokens = (
+        run_critic(engine, [(g.example, s) for (g, _, _), s in zip(requests, solutions)])
+        if critic
+        else [0] * len(requests)
+    )
     answered = []
     for (game, _, _), (solution, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
         game.tokens += n_tokens + n_critic
@@ -232,19 +314,30 @@ def decide(policy, games, t, cfg):
     """Every agent of every game observes the round-t state and picks its action; all decide before any
     action executes. Returns (observations, actions), one list per game."""
     rows = [(g, i) for g in games for i in range(cfg.agents)]
-    observations = [observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows]
+    observations = [
+        observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows
+    ]
     own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
     peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
 
-    def correct(g, s):
-        return data.is_correct(s.answer, g.example.answer, g.example.task)
-    info = [{"own_correct": correct(g, g.solutions[i]),  # only the oracle reads the gold answer
-             "peer_correct": [correct(g, g.solutions[j]) for j in peers_of(i, cfg.agents)],
-             "peer_confidence": [g.solutions[j].confidence for j in peers_of(i, cfg.agents)]} for g, i in rows]
+    # only the oracle reads these: the team's correctness (from the gold answer) and confidences
+    teams = {id(g): g.vote_summary(g.solutions) for g in games}
+    info = [
+        {
+            "agent": i,
+            "agent_correct": teams[id(g)]["agent_correct"],
+            "confidence": teams[id(g)]["confidence"],
+        }
+        for g, i in rows
+    ]
     # one uniform per (question, agent, round): a question's actions do not depend on its batch-mates
-    uniforms = torch.tensor([call_seed(cfg.seed, g.example.id, i, t, "act") / 2 ** 60 for g, i in rows],
-                            dtype=torch.float64)
-    actions = policy.act(own, peers, torch.tensor([i for _, i in rows]), info, uniforms, greedy=cfg.greedy_policy)
+    uniforms = torch.tensor(
+        [call_seed(cfg.seed, g.example.id, i, t, "act") / 2**60 for g, i in rows],
+        dtype=torch.float64,
+    )
+    actions = policy.act(
+        own, peers, torch.tensor([i for _, i in rows]), info, uniforms, greedy=cfg.greedy_policy
+    )
     return per_question(observations, cfg.agents), per_question(actions, cfg.agents)
 
 
@@ -253,46 +346,85 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
 
     All LLM calls of a round, for every question and agent, go through the engine together.
     record_states: each round record keeps every agent's observation (`own`, `peers`).
-    counterfactual (DESIGN §6, the training corpus): each round record also gets `reward_vectors`, every
+    counterfactual (docs/design.md §6, the training corpus): each round record also gets `reward_vectors`, every
     agent's shaped reward for each of its K actions (counterfactual_rewards). REFINE needs a sample from
     every agent that did not REFINE; these samples count in `tokens` and `calls`."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
-    games = [Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples]
+    games = [
+        Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples
+    ]
     # round 0: every agent solves the question on its own
-    requests = [(g, prompt, seed) for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
-                for _, prompt, seed in calls]
+    requests = [
+        (g, prompt, seed)
+        for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
+        for _, prompt, seed in calls
+    ]
     for g, answered in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
         team = g.solutions = [s for s, _ in answered]
-        g.rounds.append({"round": 0, "texts": [s.text for s in team], "trailer_ok": [s.trailer_ok for s in team],
-                         "critic": [s.critic for s in team], "signals": [s.signals for s in team],
-                         **g.snapshot(team)})
+        g.rounds.append(
+            {
+                "round": 0,
+                "texts": [s.text for s in team],
+                "trailer_ok": [s.trailer_ok for s in team],
+                "critic": [s.critic for s in team],
+                "signals": [s.signals for s in team],
+                **g.vote_summary(team),
+            }
+        )
     for t in range(1, cfg.rounds + 1):
-        active = [g for g in games if not g.stopped]  # early stop: a round of all PERSIST ends a game
+        active = [
+            g for g in games if not g.stopped
+        ]  # early stop: a round of all PERSIST ends a game
         if not active:
             break
         observations, actions = decide(policy, active, t, cfg)
         # execute: the REFINE calls first (of every agent, for the counterfactual rewards), then the moves
-        refine = [(k, i) for k, acts in enumerate(actions) for i, a in enumerate(acts) if a == REFINE or counterfactual]
-        samples = ask(engine, [(active[k], refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
-                                call_seed(cfg.seed, active[k].example.id, i, t, "refine")) for k, i in refine],
-                      cfg, critic)
+        refine = [
+            (k, i)
+            for k, acts in enumerate(actions)
+            for i, a in enumerate(acts)
+            if a == REFINE or counterfactual
+        ]
+        samples = ask(
+            engine,
+            [
+                (
+                    active[k],
+                    refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
+                    call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
+                )
+                for k, i in refine
+            ],
+            cfg,
+            critic,
+        )
         refined = [{} for _ in active]  # per game: agent -> its REFINE sample
-        costs = [[0.0] * cfg.agents for _ in active]  # per game: what a REFINE costs each agent's reward
+        costs = [
+            [0.0] * cfg.agents for _ in active
+        ]  # per game: what a REFINE costs each agent's reward
         for (k, i), (sample, n_tokens) in zip(refine, samples):
             refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
         for g, acts, seen, mine, cost in zip(active, actions, observations, refined, costs):
             before = g.solutions
             after = [outcome(before, i, a, mine) for i, a in enumerate(acts)]
             ex = g.example
-            record = {"round": t, "actions": acts,
-                      "rewards": [shaped_reward(before, after, i, ex.answer, ex.task) - cost[i] * (a == REFINE)
-                                  for i, a in enumerate(acts)],
-                      "texts": [s.text for s in after], **g.snapshot(after),
-                      "stopped": all(a == PERSIST for a in acts)}
+            record = {
+                "round": t,
+                "actions": acts,
+                "rewards": [
+                    shaped_reward(before, after, i, ex.answer, ex.task) - cost[i] * (a == REFINE)
+                    for i, a in enumerate(acts)
+                ],
+                "texts": [s.text for s in after],
+                **g.vote_summary(after),
+                "stopped": all(a == PERSIST for a in acts),
+            }
             if counterfactual:
-                record["reward_vectors"] = counterfactual_rewards(before, after, mine, ex.answer, ex.task, cost)
+                record["reward_vectors"] = counterfactual_rewards(
+                    before, after, mine, ex.answer, ex.task, cost
+                )
             if record_states:
                 record["own"], record["peers"] = [o for o, _ in seen], [p for _, p in seen]
             g.rounds.append(record)
@@ -306,8 +438,13 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
 def action_counts(transcripts, round_index=None):
     """How often each kind of action was taken over every round of the transcripts (or in round `round_index`
     only: 1 = the first decision)."""
-    kinds = [action_kind(a) for r in transcripts for t, record in enumerate(r["rounds"]) if t > 0
-             and round_index in (None, t) for a in record["actions"]]
+    kinds = [
+        action_kind(a)
+        for r in transcripts
+        for t, record in enumerate(r["rounds"])
+        if t > 0 and round_index in (None, t)
+        for a in record["actions"]
+    ]
     return {kind: kinds.count(kind) for kind in ACTION_KINDS}
 
 
@@ -322,34 +459,75 @@ def lead(engine, leader, examples, cfg):
     n = cfg.agents
     outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
     peers = [[s for s, _ in team] for team in outputs]
-    results = [{"id": ex.id, "gold": ex.answer, "tokens": sum(k for _, k in team), "calls": n,
-                "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
-                "leader_correct": [], "texts": []} for ex, team, solutions in zip(examples, outputs, peers)]
+    results = [
+        {
+            "id": ex.id,
+            "gold": ex.answer,
+            "tokens": sum(k for _, k in team),
+            "calls": n,
+            "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
+            "leader_correct": [],
+            "texts": [],
+        }
+        for ex, team, solutions in zip(examples, outputs, peers)
+    ]
     led = []  # the leader's (solution, tokens) of the previous round
     for t in range(cfg.rounds + 1):
         if t:
             calls = [(q, i) for q in range(len(examples)) for i in range(n)]
-            revised = run_llm(engine, [(examples[q], refine_prompt(examples[q], peers[q] + [led[q][0]], i,
-                                                                   cfg.trailer),
-                                        call_seed(cfg.seed, examples[q].id, i, t, "revise")) for q, i in calls], cfg)
+            revised = run_llm(
+                engine,
+                [
+                    (
+                        examples[q],
+                        refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
+                        call_seed(cfg.seed, examples[q].id, i, t, "revise"),
+                    )
+                    for q, i in calls
+                ],
+                cfg,
+            )
             for (q, i), (s, k) in zip(calls, revised):
                 peers[q][i] = s
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
-        led = run_llm(leader, [(ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"))
-                               for q, ex in enumerate(examples)], cfg, temperature=0.0)
+        led = run_llm(
+            leader,
+            [
+                (
+                    ex,
+                    leader_prompt(ex, peers[q], cfg.trailer),
+                    call_seed(cfg.seed, ex.id, t, "lead"),
+                )
+                for q, ex in enumerate(examples)
+            ],
+            cfg,
+            temperature=0.0,
+        )
         for q, (s, k) in enumerate(led):
             results[q]["tokens"] += k
             results[q]["calls"] += 1
             results[q]["texts"].append(s.text)
-            results[q]["leader_correct"].append(data.is_correct(s.answer, examples[q].answer, examples[q].task))
+            results[q]["leader_correct"].append(
+                data.is_correct(s.answer, examples[q].answer, examples[q].task)
+            )
     for r, (s, _) in zip(results, led):
         r.update(pred=s.answer, correct=r["leader_correct"][-1])
     return results
 
 
-PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle", "mpdf=PATH",
-             "leader=PATH", "leader=default")
+PROTOCOLS = (
+    "vanilla",
+    "cot",
+    "sc",
+    "debate",
+    "mpdf-persist",
+    "mpdf-random",
+    "mpdf-oracle",
+    "mpdf=PATH",
+    "leader=PATH",
+    "leader=default",
+)
 
 
 def run_protocol(engine, examples, protocol, cfg):
@@ -358,27 +536,43 @@ def run_protocol(engine, examples, protocol, cfg):
         prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
         # self-consistency gets as many samples as debate makes generations; single answers are greedy
         samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
-        requests = [(ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol))
-                    for ex in examples for k in range(samples)]
-        outputs = run_llm(engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0)
+        requests = [
+            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol))
+            for ex in examples
+            for k in range(samples)
+        ]
+        outputs = run_llm(
+            engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
+        )
         results = []
         for ex, mine in zip(examples, per_question(outputs, samples)):
             pred, _ = majority_vote([s for s, _ in mine])
-            results.append({"id": ex.id, "gold": ex.answer, "pred": pred,
-                            "correct": data.is_correct(pred, ex.answer, ex.task),
-                            "tokens": sum(n for _, n in mine), "calls": samples,
-                            "texts": [s.text for s, _ in mine]})
+            results.append(
+                {
+                    "id": ex.id,
+                    "gold": ex.answer,
+                    "pred": pred,
+                    "correct": data.is_correct(pred, ex.answer, ex.task),
+                    "tokens": sum(n for _, n in mine),
+                    "calls": samples,
+                    "texts": [s.text for s, _ in mine],
+                }
+            )
         return results
     if protocol == "debate":
         return play(engine, examples, FixedPolicy("refine"), cfg)
     if protocol.startswith("mpdf-"):
-        return play(engine, examples, make_policy(protocol[len("mpdf-"):]), cfg)
+        return play(engine, examples, make_policy(protocol[len("mpdf-") :]), cfg)
     if protocol.startswith("mpdf="):
-        return play(engine, examples, make_policy(protocol[len("mpdf="):]), cfg)
+        return play(engine, examples, make_policy(protocol[len("mpdf=") :]), cfg)
     if protocol.startswith("leader="):
-        path = protocol[len("leader="):]
-        path = str(default_model_path()) if path == "default" else path  # the untrained backbone as leader
+        path = protocol[len("leader=") :]
+        path = (
+            str(default_model_path()) if path == "default" else path
+        )  # the untrained backbone as leader
         if not Path(path, "config.json").is_file():
-            raise ValueError(f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target leader)")
+            raise ValueError(
+                f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target leader)"
+            )
         return lead(engine, Engine(model_path=path, **engine.settings), examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

@@ -1,14 +1,15 @@
-"""Protocols side by side (DESIGN §7): accuracy, token cost, LLM calls, action statistics.
+"""Protocols side by side (docs/design.md §7): accuracy, token cost, LLM calls, action statistics.
 
     python eval.py --task arith --n 200 --seed 0 --agents 3 --rounds 3 \
         --protocols vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle --out results.json
 
 `--path` for file tasks (gsm8k, mawps, svamp, mc, math), `--model` for any HF causal-LM directory,
-`mpdf=PATH` for a trained policy checkpoint, `leader=PATH` for MLPO (the agents answer, the leader model at
+`mpdf=PATH` for a trained policy, `leader=PATH` for MLPO (the agents answer, the leader model at
 PATH reads them and answers; `leader=default`: the untrained backbone leads; `--rounds` more rounds let the
 agents revise after reading the leader's answer). Generations are cached on disk (`--cache-dir`), so a second
 identical evaluation makes no LLM call.
 """
+
 import dataclasses
 import json
 import math
@@ -18,105 +19,158 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import benchmarks
 import data
 import deliberate
-from corpus import training_pool
-from engine import Engine
+from corpus import make_engine, training_pool
 from stats import auroc, format_paired, paired_difference, sample_std
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
-from training import machine, parse_config
+from common import check_choice, machine, parse_config
 
 
 @dataclass
 class Config:
     task: str = "arith"
-    path: str = ""                 # data file for file-based tasks
-    split: str = ""                # "" = test for arith, all for a file; train/test of a file: see data.split_of;
-    #                                val: the first n validation questions of the training pool (corpus.training_pool,
-    #                                --seed): held out by sft.py / train_rl.py runs of that seed with val_n >= n
-    level: int = 0                 # arith difficulty 1..4 (0: the task's default, easy)
-    n: int = 200                   # questions (a seeded random subset)
-    seed: int = 0                  # question subset, every LLM call's seed and the random policy
-    seeds: str = ""                # e.g. "0,1,2": one evaluation per seed, then accuracy mean ± std over seeds
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    split: str = ""
+    """empty: test for arith, the whole file for a file task; train / test of a file (data.split_of); val:
+    the first --n validation questions of the training pool (corpus.training_pool, --seed), which sft.py
+    and train_rl.py runs of that seed hold out when their --val-n >= n"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    n: int = 200
+    """questions (a seeded random subset)"""
+    seed: int = 0
+    """the question subset, every LLM call's seed and the random policy"""
+    seeds: str = ""
+    """e.g. 0,1,2: one evaluation per seed, then accuracy mean ± sample std over the seeds"""
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
-    reference: str = ""            # a protocol of the list: every other one's paired accuracy difference to it
+    """comma-separated: vanilla, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle, mpdf=POLICY.pt,
+    leader=MODEL_DIR, leader=default"""
+    reference: str = ""
+    """a protocol of the list: every other one's paired accuracy difference to it"""
     agents: int = 3
+    """agents in the team"""
     rounds: int = 3
-    temperature: float = 0.5       # the agents' (README: the temperature study on validation questions)
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
     top_p: float = 1.0
+    """nucleus sampling's probability mass"""
     max_new_tokens: int = 192
-    trailer: bool = False          # ask the agents for the Steps / Confidence / Answer trailer
-    critic: bool = False           # run the critic pass for every game protocol (to report its AUROC)
-    vote: str = "mean_prob"        # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
-    model: str = ""                # HF checkpoint directory; empty: the embedded default backbone
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask the agents for the Steps / Confidence / Answer trailer"""
+    critic: bool = False
+    """run the critic pass in every game protocol (to report its AUROC)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)"""
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
     dtype: str = "float32"
-    batch_size: int = 128          # engine slots: 1.2x the tokens/s of 64 on 2 cores (README, "The engine")
-    cache_dir: str = "cache/generations"  # empty string disables the generation cache
-    out: str = ""                  # JSON results file
-    details: bool = True           # the JSON keeps every transcript (--no-details: the summaries, with the
-    #                                per-question outcomes paired statistics need)
-    bench: str = ""                # generate, round, debate or slots: a speed benchmark instead of an evaluation
-    bench_n: int = 0               # questions for a benchmark (0: 64 generate, 200 round, 32 debate, 256 slots)
-    hf_batch_size: int = 64        # --bench round: HF generate's padded batches (the engine runs --batch-size slots)
+    """the backbone's dtype"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical evaluation a second time makes no LLM call"""
+    out: str = ""
+    """the JSON results file (empty: the table only)"""
+    details: bool = True
+    """the JSON keeps every transcript (--no-details: the summaries, with the per-question outcomes that
+    paired statistics need)"""
 
 
 def summarize(results, wall_s):
     """The metrics of one protocol from its per-question results."""
     n = len(results)
     accuracy = sum(r["correct"] for r in results) / n
-    summary = {"n": n, "accuracy": accuracy, "stderr": math.sqrt(accuracy * (1 - accuracy) / n),
-               "tokens_per_question": sum(r["tokens"] for r in results) / n,
-               "calls_per_question": sum(r["calls"] for r in results) / n,
-               "unparseable": sum(r["pred"] is None for r in results) / n, "wall_s": wall_s,
-               "wall_s_per_question": wall_s / n,
-               # per question, for paired comparisons on the same questions (also across seeds)
-               "question_ids": [r["id"] for r in results], "correct": [bool(r["correct"]) for r in results]}
-    if "leader_correct" in results[0]:  # MLPO: the peers' own vote, then the leader after each round
+    summary = {
+        "n": n,
+        "accuracy": accuracy,
+        "stderr": math.sqrt(accuracy * (1 - accuracy) / n),
+        "tokens_per_question": sum(r["tokens"] for r in results) / n,
+        "calls_per_question": sum(r["calls"] for r in results) / n,
+        "unparseable": sum(r["pred"] is None for r in results) / n,
+        "wall_s": wall_s,
+        "wall_s_per_question": wall_s / n,
+        # per question, for paired comparisons on the same questions (also across seeds)
+        "question_ids": [r["id"] for r in results],
+        "correct": [bool(r["correct"]) for r in results],
+    }
+    if (
+        "leader_correct" in results[0]
+    ):  # MLPO: the peers' own vote, then the leader after each round
         summary["peer_vote_accuracy"] = sum(r["peer_vote_correct"] for r in results) / n
-        summary["peer_vote_correct"] = [bool(r["peer_vote_correct"]) for r in results]  # paired with `correct`
-        summary["accuracy_per_round"] = [sum(r["leader_correct"][t] for r in results) / n
-                                         for t in range(len(results[0]["leader_correct"]))]
-    if "rounds" in results[0]:  # a game: action statistics, accuracy per round, trailer and critic quality
+        summary["peer_vote_correct"] = [
+            bool(r["peer_vote_correct"]) for r in results
+        ]  # paired with `correct`
+        summary["accuracy_per_round"] = [
+            sum(r["leader_correct"][t] for r in results) / n
+            for t in range(len(results[0]["leader_correct"]))
+        ]
+    if (
+        "rounds" in results[0]
+    ):  # a game: action statistics, accuracy per round, trailer and critic quality
         counts = deliberate.action_counts(results)
         total = sum(counts.values()) or 1
         summary["actions"] = {kind: c / total for kind, c in counts.items()}
         max_rounds = max(len(r["rounds"]) for r in results)
         # the shares of each decision round (games that stopped early have no later decisions)
-        summary["actions_by_round"] = [{kind: c / (sum(counts.values()) or 1) for kind, c in counts.items()}
-                                       for counts in (deliberate.action_counts(results, t)
-                                                      for t in range(1, max_rounds))]
+        summary["actions_by_round"] = [
+            {kind: c / (sum(counts.values()) or 1) for kind, c in counts.items()}
+            for counts in (deliberate.action_counts(results, t) for t in range(1, max_rounds))
+        ]
         # a question that stopped early keeps its last vote in the later rounds
         summary["accuracy_per_round"] = [
             sum(r["rounds"][min(t, len(r["rounds"]) - 1)]["correct"] for r in results) / n
-            for t in range(max_rounds)]
-        first = [(ok, trailer, critic, signals) for r in results for ok, trailer, critic, signals in zip(
-            r["rounds"][0]["agent_correct"], r["rounds"][0]["trailer_ok"], r["rounds"][0]["critic"],
-            r["rounds"][0]["signals"])]
+            for t in range(max_rounds)
+        ]
+        first = [
+            (ok, trailer, critic, signals)
+            for r in results
+            for ok, trailer, critic, signals in zip(
+                r["rounds"][0]["agent_correct"],
+                r["rounds"][0]["trailer_ok"],
+                r["rounds"][0]["critic"],
+                r["rounds"][0]["signals"],
+            )
+        ]
         summary["trailer_compliance"] = sum(t for _, t, _, _ in first) / len(first)
         summary["agent_accuracy_round0"] = sum(ok for ok, _, _, _ in first) / len(first)
         # a perfect selector's bound before any REFINE: some agent of the team was right in round 0
-        summary["any_agent_right_round0"] = sum(any(r["rounds"][0]["agent_correct"]) for r in results) / n
+        summary["any_agent_right_round0"] = (
+            sum(any(r["rounds"][0]["agent_correct"]) for r in results) / n
+        )
         # how well each confidence signal tells a right round-0 solution from a wrong one
         labels = [ok for ok, _, _, _ in first]
-        summary["confidence_auroc"] = {name: auroc([signals[name] for _, _, _, signals in first], labels)
-                                       for name in CONFIDENCE_SIGNALS}
+        summary["confidence_auroc"] = {
+            name: auroc([signals[name] for _, _, _, signals in first], labels)
+            for name in CONFIDENCE_SIGNALS
+        }
         if all(critic is not None for _, _, critic, _ in first):
-            summary["confidence_auroc"]["critic"] = auroc([critic for _, _, critic, _ in first], labels)
+            summary["confidence_auroc"]["critic"] = auroc(
+                [critic for _, _, critic, _ in first], labels
+            )
     return summary
 
 
 def add_paired(summaries, reference):
     """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0], 0)."""
     for summary in summaries.values():
-        summary["vs_reference"] = {"reference": reference, **paired_difference(summary, summaries[reference])}
+        summary["vs_reference"] = {
+            "reference": reference,
+            **paired_difference(summary, summaries[reference]),
+        }
 
 
 def print_table(summaries):
     width = max([28] + [len(name) + 2 for name in summaries])
     first = next(iter(summaries.values()))
-    header = (f"{'protocol':<{width}}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}"
-              f"  {'actions p/r/c':<15}")
+    header = (
+        f"{'protocol':<{width}}{'accuracy':>16}{'tokens/q':>10}{'calls/q':>9}{'unparsed':>9}"
+        f"  {'actions p/r/c':<15}"
+    )
     if "vs_reference" in first:
         header += f"  vs {first['vs_reference']['reference']} [95% CI] (disagree)"
     print(header)
@@ -124,8 +178,10 @@ def print_table(summaries):
     for name, s in summaries.items():
         actions = s.get("actions")
         actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
-        row = (f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
-               f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}")
+        row = (
+            f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
+            f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}"
+        )
         if "vs_reference" in s:
             row += "  " + format_paired(s["vs_reference"])
         print(row.rstrip())
@@ -135,43 +191,66 @@ def load_examples(cfg):
     """The questions of cfg.split; "val" is the validation slice of the training pool (the levers are studied
     on it, never on the test questions)."""
     if cfg.split == "val":
-        return training_pool(cfg)[:cfg.n]
+        return training_pool(cfg)[: cfg.n]
     kw = {"level": cfg.level} if cfg.level else {}
-    return data.load_task(cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw)
+    return data.load_task(
+        cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw
+    )
+
+
+def protocol_list(cfg):
+    return [p.strip() for p in cfg.protocols.split(",") if p.strip()]
+
+
+def check(cfg):
+    """The whole configuration, before any model is loaded."""
+    check_choice("--vote", cfg.vote, VOTE_RULES)
+    if cfg.reference:
+        check_choice("--reference", cfg.reference, protocol_list(cfg))
 
 
 def main(cfg):
-    protocols = [p.strip() for p in cfg.protocols.split(",") if p.strip()]
-    if cfg.vote not in VOTE_RULES:
-        sys.exit(f"unknown --vote {cfg.vote!r}: choose one of {', '.join(VOTE_RULES)}")
-    if cfg.reference and cfg.reference not in protocols:
-        sys.exit(f"--reference {cfg.reference!r} is not one of --protocols: {', '.join(protocols)}")
+    protocols = protocol_list(cfg)
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
-    cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all"))
+    cfg = dataclasses.replace(
+        cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all")
+    )
     examples = load_examples(cfg)
-    engine = Engine(model_path=cfg.model or None, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                    cache_dir=cfg.cache_dir or None, progress=True)
-    game = deliberate.GameConfig(agents=cfg.agents, rounds=cfg.rounds, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                                 trailer=cfg.trailer, critic=cfg.critic, vote=cfg.vote)
+    engine = make_engine(cfg, rank=0)
+    game = deliberate.game_config(cfg)
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
         results = deliberate.run_protocol(engine, examples, protocol, game)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results
-        print(f"[{protocol}] accuracy {summaries[protocol]['accuracy']:.3f} "
-              f"({summaries[protocol]['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"[{protocol}] accuracy {summaries[protocol]['accuracy']:.3f} "
+            f"({summaries[protocol]['wall_s']:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     if cfg.reference:
         add_paired(summaries, cfg.reference)
-    print(f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, {cfg.rounds} rounds, "
-          f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\nvote: {describe_vote(cfg.vote)}")
+    print(
+        f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, {cfg.rounds} rounds, "
+        f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\nvote: {describe_vote(cfg.vote)}"
+    )
     print_table(summaries)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         with open(cfg.out, "w") as f:
-            json.dump({"config": dataclasses.asdict(cfg), "machine": machine(), "engine": engine.stats, **summaries,
-                       **({"details": details} if cfg.details else {})}, f, indent=1)
+            json.dump(
+                {
+                    "config": dataclasses.asdict(cfg),
+                    "machine": machine(),
+                    "engine": engine.stats,
+                    **summaries,
+                    **({"details": details} if cfg.details else {}),
+                },
+                f,
+                indent=1,
+            )
     return summaries
 
 
@@ -180,27 +259,54 @@ def over_seeds(cfg):
     seeds = [int(x) for x in cfg.seeds.split(",") if x.strip()]
     runs = []
     for seed in seeds:
-        out = str(Path(cfg.out).with_name(f"{Path(cfg.out).stem}-seed{seed}.json")) if cfg.out else ""
+        out = (
+            str(Path(cfg.out).with_name(f"{Path(cfg.out).stem}-seed{seed}.json")) if cfg.out else ""
+        )
         runs.append(main(dataclasses.replace(cfg, seed=seed, seeds="", out=out)))
     table = {}
     for protocol in runs[0]:
-        values = {k: [r[protocol][k] for r in runs] for k in ("accuracy", "tokens_per_question", "wall_s_per_question")}
-        table[protocol] = {f"{k}_{stat}": fn(v) for k, v in values.items()
-                           for stat, fn in (("mean", statistics.mean), ("std", sample_std))}
+        values = {
+            k: [r[protocol][k] for r in runs]
+            for k in ("accuracy", "tokens_per_question", "wall_s_per_question")
+        }
+        table[protocol] = {
+            f"{k}_{stat}": fn(v)
+            for k, v in values.items()
+            for stat, fn in (("mean", statistics.mean), ("std", sample_std))
+        }
         table[protocol]["accuracy_per_seed"] = values["accuracy"]
         if "actions" in runs[0][protocol]:
-            table[protocol]["actions"] = {a: statistics.mean(r[protocol]["actions"][a] for r in runs)
-                                          for a in runs[0][protocol]["actions"]}
+            table[protocol]["actions"] = {
+                a: statistics.mean(r[protocol]["actions"][a] for r in runs)
+                for a in runs[0][protocol]["actions"]
+            }
         if cfg.reference:  # pooled over seeds: a question of seed s is (s, id)
-            pooled = [{"question_ids": [(seed, q) for seed, r in zip(seeds, runs) for q in r[name]["question_ids"]],
-                       "correct": [ok for r in runs for ok in r[name]["correct"]]}
-                      for name in (protocol, cfg.reference)]
-            table[protocol]["vs_reference"] = {"reference": cfg.reference, **paired_difference(*pooled)}
-    print(f"\nover seeds {seeds}: accuracy mean ± sample std (n - 1) over seeds, tokens per question"
-          + (f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)" if cfg.reference else ""))
+            pooled = [
+                {
+                    "question_ids": [
+                        (seed, q) for seed, r in zip(seeds, runs) for q in r[name]["question_ids"]
+                    ],
+                    "correct": [ok for r in runs for ok in r[name]["correct"]],
+                }
+                for name in (protocol, cfg.reference)
+            ]
+            table[protocol]["vs_reference"] = {
+                "reference": cfg.reference,
+                **paired_difference(*pooled),
+            }
+    print(
+        f"\nover seeds {seeds}: accuracy mean ± sample std (n - 1) over seeds, tokens per question"
+        + (
+            f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)"
+            if cfg.reference
+            else ""
+        )
+    )
     for protocol, row in table.items():
-        line = (f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"
-                f"{row['tokens_per_question_mean']:>10.0f}")
+        line = (
+            f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"
+            f"{row['tokens_per_question_mean']:>10.0f}"
+        )
         print(line + ("  " + format_paired(row["vs_reference"]) if cfg.reference else ""))
     if cfg.out:
         with open(cfg.out, "w") as f:
@@ -210,11 +316,5 @@ def over_seeds(cfg):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    if config.seeds:
-        over_seeds(config)
-    elif config.bench in benchmarks.BENCHMARKS:
-        benchmarks.BENCHMARKS[config.bench](config)
-    elif config.bench:
-        sys.exit(f"unknown --bench {config.bench!r}: choose {' or '.join(benchmarks.BENCHMARKS)}")
-    else:
-        main(config)
+    check(config)
+    over_seeds(config) if config.seeds else main(config)

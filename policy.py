@@ -1,4 +1,4 @@
-"""Who decides (DESIGN §3): the learned meta-policy network and the fixed policies.
+"""Who decides (docs/design.md §3): the learned meta-policy network and the fixed policies.
 
 Every policy maps a batch of observations (state.observe) to actions through `act`; `reads_critic` says
 whether its state includes the critic's p(Correct) (then the game pays for the critic pass).
@@ -7,24 +7,44 @@ whether its state includes the critic's p(Correct) (then the game pays for the c
   FixedPolicy, oracle_action - persist, random, refine (LLM-Debate) and the gold-aware oracle (the SFT label)
   save_policy, load_policy, make_policy - checkpoints and the `mpdf=` protocol specs
 """
+
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from state import CONFIDENCE_SIGNALS, OWN_FEATURES, PEER_FEATURES, PERSIST, REFINE, concede, n_actions
+from state import (
+    CONFIDENCE_SIGNALS,
+    OWN_FEATURES,
+    PEER_FEATURES,
+    PERSIST,
+    REFINE,
+    concede,
+    n_actions,
+    peers_of,
+)
 
 # Which state features a policy reads (issue 18's state lever); the others are zeroed before its first layer.
 #   all        every feature of state.py
 #   paper      the paper's: no generation confidence (the token log-probs' mean_prob, min_prob, tail_prob)
 #   confidence the generation confidence and the team's agreement, no self-report, critic or text statistics
-_SELF_REPORTED = ("trailer_ok", "steps", "self_confidence", "critic", "length", "operations", "consistent")
+_SELF_REPORTED = (
+    "trailer_ok",
+    "steps",
+    "self_confidence",
+    "critic",
+    "length",
+    "operations",
+    "consistent",
+)
 FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
 
 
 def feature_mask(names, features):
     if features not in FEATURE_SETS:
-        raise ValueError(f"unknown feature set {features!r}: choose one of {', '.join(FEATURE_SETS)}")
+        raise ValueError(
+            f"unknown feature set {features!r}: choose one of {', '.join(FEATURE_SETS)}"
+        )
     return torch.tensor([float(name not in FEATURE_SETS[features]) for name in names])
 
 
@@ -35,13 +55,19 @@ class PolicyNet(nn.Module):
 
     def __init__(self, hidden=64, heads=4):
         super().__init__()
-        self.embed_own = nn.Sequential(nn.Linear(len(OWN_FEATURES), hidden), nn.GELU(),
-                                       nn.Linear(hidden, hidden))
-        self.embed_peer = nn.Sequential(nn.Linear(len(PEER_FEATURES), hidden), nn.GELU(),
-                                        nn.Linear(hidden, hidden))
+        self.embed_own = nn.Sequential(
+            nn.Linear(len(OWN_FEATURES), hidden), nn.GELU(), nn.Linear(hidden, hidden)
+        )
+        self.embed_peer = nn.Sequential(
+            nn.Linear(len(PEER_FEATURES), hidden), nn.GELU(), nn.Linear(hidden, hidden)
+        )
         self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
-        self.self_head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
-        self.concede_head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.self_head = nn.Sequential(
+            nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 2)
+        )
+        self.concede_head = nn.Sequential(
+            nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)
+        )
 
     def forward(self, own, peers):
         """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K = n_actions(1 + P)),
@@ -61,9 +87,17 @@ class MetaPolicy(nn.Module):
 
     def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False, features="all"):
         super().__init__()
-        self.config = {"agents": agents, "hidden": hidden, "heads": heads, "separate": separate, "critic": critic,
-                       "features": features}
-        self.nets = nn.ModuleList(PolicyNet(hidden, heads) for _ in range(agents if separate else 1))
+        self.config = {
+            "agents": agents,
+            "hidden": hidden,
+            "heads": heads,
+            "separate": separate,
+            "critic": critic,
+            "features": features,
+        }
+        self.nets = nn.ModuleList(
+            PolicyNet(hidden, heads) for _ in range(agents if separate else 1)
+        )
         self.register_buffer("own_mask", feature_mask(OWN_FEATURES, features), persistent=False)
         self.register_buffer("peer_mask", feature_mask(PEER_FEATURES, features), persistent=False)
 
@@ -102,6 +136,7 @@ class FixedPolicy:
     """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
     oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
     confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
+
     reads_critic = False
     NAMES = ("persist", "random", "refine", "oracle")
 
@@ -118,17 +153,19 @@ class FixedPolicy:
         if self.name == "random":
             k = n_actions(1 + peers.shape[1])
             return sample_actions(torch.full((len(info), k), 1 / k), uniforms)
-        return [oracle_action(x["own_correct"], x["peer_correct"], x["peer_confidence"]) for x in info]
+        return [oracle_action(x["agent"], x["agent_correct"], x["confidence"]) for x in info]
 
 
-def oracle_action(own_correct, peer_correct, peer_confidence):
-    """DESIGN §5's label, from the gold answer: own answer right -> PERSIST; else a right peer -> CONCEDE to
-    the most confident right peer (the lower peer index on ties); else REFINE."""
-    if own_correct:
+def oracle_action(agent, agent_correct, confidence):
+    """docs/design.md §5's label for `agent`, from the team's correctness and confidences in the state it
+    decides in: own answer right -> PERSIST; else a right peer -> CONCEDE to the most confident right peer
+    (the lower peer index on ties); else REFINE."""
+    if agent_correct[agent]:
         return PERSIST
-    correct_peers = [k for k, ok in enumerate(peer_correct) if ok]
-    if correct_peers:
-        return concede(max(correct_peers, key=lambda k: (peer_confidence[k], -k)))
+    peers = peers_of(agent, len(agent_correct))
+    right = [k for k, j in enumerate(peers) if agent_correct[j]]
+    if right:
+        return concede(max(right, key=lambda k: (confidence[peers[k]], -k)))
     return REFINE
 
 
@@ -148,6 +185,8 @@ def make_policy(spec):
     if spec in FixedPolicy.NAMES:
         return FixedPolicy(spec)
     if not Path(spec).is_file():
-        raise FileNotFoundError(f"policy {spec!r} is neither a fixed policy "
-                                "(persist, random, refine, oracle) nor a checkpoint file")
+        raise FileNotFoundError(
+            f"policy {spec!r} is neither a fixed policy "
+            "(persist, random, refine, oracle) nor a checkpoint file"
+        )
     return load_policy(spec)

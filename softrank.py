@@ -1,4 +1,4 @@
-"""SoftRankPO: rank-based advantages and the policy losses that use them (DESIGN.md §6).
+"""SoftRankPO: rank-based advantages and the policy losses that use them (docs/design.md §6).
 
 Read top to bottom:
   1. Advantages - softrank_advantages (paper Eq. 2), and the baselines grpo_advantages,
@@ -18,6 +18,7 @@ Conventions:
   - Advantages and reference log-probs are constants: the losses detach them.
   - Every *_loss returns (loss, stats); stats is a dict of python floats, for logging.
 """
+
 import torch
 
 # ----------------------------------------------------------------------------------------------------
@@ -40,9 +41,11 @@ def _std(x, m):
     return _mean((x - _mean(x, m)) ** 2, m).sqrt()
 
 
-def _flat(rewards, m):
-    """True for groups whose existing rewards are all equal: nothing to prefer, so the advantages are 0
-    exactly (z-scoring would divide rounding noise by a tiny std)."""
+def flat_groups(rewards, mask=None):
+    """(..., 1) True for groups whose existing rewards are all equal: nothing to prefer, so every advantage
+    below is 0 exactly (z-scoring would divide rounding noise by a tiny std), and the group teaches the
+    full-action-set losses nothing. The one test of "a flat group" (logged as frac_zero_std)."""
+    m = _mask_like(rewards, mask)
     hi = rewards.masked_fill(~m, -torch.inf).amax(-1, keepdim=True)
     lo = rewards.masked_fill(~m, torch.inf).amin(-1, keepdim=True)
     return hi == lo
@@ -64,17 +67,17 @@ def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
     """
     m = _mask_like(rewards, mask)
     # Ranks by pairwise comparison, O(K^2): K is the number of actions or rollouts, a handful.
-    r_k = rewards.unsqueeze(-1)                      # (..., K, 1) the reward being ranked
-    r_j = rewards.unsqueeze(-2)                      # (..., 1, K) the rewards it is compared with
+    r_k = rewards.unsqueeze(-1)  # (..., K, 1) the reward being ranked
+    r_j = rewards.unsqueeze(-2)  # (..., 1, K) the rewards it is compared with
     m_j = m.unsqueeze(-2)
     below = ((r_j < r_k) & m_j).sum(-1).to(rewards.dtype)
     equal = ((r_j == r_k) & m_j).sum(-1).to(rewards.dtype)  # counts r_k itself
-    rank = below + (equal - 1) / 2                   # average of the tied ranks below .. below + equal - 1
+    rank = below + (equal - 1) / 2  # average of the tied ranks below .. below + equal - 1
     K = m.sum(-1, keepdim=True).to(rewards.dtype)
     p = ((rank + 0.5) / K) ** tau
     a_star = torch.special.ndtri(p)
     A = (a_star - _mean(a_star, m)) / (_std(a_star, m) + eps)
-    return torch.where(_flat(rewards, m) | ~m, 0, A)
+    return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
 def grpo_advantages(rewards, eps=1e-6, mask=None):
@@ -82,7 +85,7 @@ def grpo_advantages(rewards, eps=1e-6, mask=None):
     Invariant to r -> a r + b (a > 0) but not to other increasing transforms. All-equal groups get zeros."""
     m = _mask_like(rewards, mask)
     A = (rewards - _mean(rewards, m)) / (_std(rewards, m) + eps)
-    return torch.where(_flat(rewards, m) | ~m, 0, A)
+    return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
 def mean_baseline_advantages(rewards, mask=None):
@@ -90,7 +93,7 @@ def mean_baseline_advantages(rewards, mask=None):
     All-equal groups get zeros."""
     m = _mask_like(rewards, mask)
     A = rewards - _mean(rewards, m)
-    return torch.where(_flat(rewards, m) | ~m, 0, A)
+    return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
 def rloo_advantages(rewards, mask=None):
@@ -101,7 +104,7 @@ def rloo_advantages(rewards, mask=None):
     K = m.sum(-1, keepdim=True).to(rewards.dtype)
     total = torch.where(m, rewards, 0).sum(-1, keepdim=True)
     A = rewards - (total - rewards) / (K - 1)
-    return torch.where(_flat(rewards, m) | ~m, 0, A)
+    return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -117,7 +120,7 @@ def _log_softmax(logits, m):
 
 
 def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
-    """The SoftRankPO objective (paper Eq. 3, read as DESIGN §6 does), exact over the K actions, averaged
+    """The SoftRankPO objective (paper Eq. 3, read as docs/design.md §6 does), exact over the K actions, averaged
     over states: the KL-regularized expected advantage, as a loss to minimize
 
         L = -sum_k pi_k A_k + beta * KL(pi(.|s) || pi_ref(.|s)) - lam * H(pi(.|s))
@@ -133,8 +136,7 @@ def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
     unweighted_softrank_loss.)
     logits, advantages, ref_logits, mask: (..., K). Masked actions (mask False) do not exist: they get
     pi = 0, add nothing to any term and receive exactly zero gradient.
-    stats: pg (the mean of -sum_k pi_k A_k), kl, entropy (means over states) and frac_zero_std, the fraction
-    of states whose advantages are all zero (all-equal reward groups, which teach nothing).
+    stats: pg (the mean of -sum_k pi_k A_k), kl, entropy (means over states).
     """
     return _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=True)
 
@@ -153,7 +155,7 @@ def _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weigh
     m = _mask_like(logits, mask)
     logp = _log_softmax(logits, m)
     ref_logp = _log_softmax(ref_logits.detach(), m)
-    pi = logp.exp() * m                              # exp(0) = 1 at masked actions: zero it
+    pi = logp.exp() * m  # exp(0) = 1 at masked actions: zero it
     A = advantages.detach().masked_fill(~m, 0.0)
 
     pg = -(pi * A).sum(-1) if weighted else -(A * logp).sum(-1)
@@ -161,12 +163,7 @@ def _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weigh
     entropy = -(pi * logp).sum(-1)
     loss = (pg + beta * kl - lam * entropy).mean()
 
-    stats = {
-        "pg": pg.mean().item(),
-        "kl": kl.mean().item(),
-        "entropy": entropy.mean().item(),
-        "frac_zero_std": (A == 0).all(-1).float().mean().item(),
-    }
+    stats = {"pg": pg.mean().item(), "kl": kl.mean().item(), "entropy": entropy.mean().item()}
     return loss, stats
 
 
@@ -189,11 +186,13 @@ def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
     stats: mse and abs_log_ratio, the mean |log(pi / pi_ref)|.
     """
     m = _mask_like(logits, mask)
-    log_ratio = _log_softmax(logits, m) - _log_softmax(ref_logits.detach(), m)   # 0 at masked actions
+    log_ratio = _log_softmax(logits, m) - _log_softmax(
+        ref_logits.detach(), m
+    )  # 0 at masked actions
     d = beta * log_ratio
     A = advantages.detach().masked_fill(~m, 0.0)
     err = (d - _mean(d, m)) - (A - _mean(A, m))
-    loss = _mean(err ** 2, m).mean()
+    loss = _mean(err**2, m).mean()
     stats = {"mse": loss.item(), "abs_log_ratio": _mean(log_ratio.abs(), m).mean().item()}
     return loss, stats
 
@@ -217,7 +216,10 @@ def ppo_clip_loss(logp, old_logp, advantages, clip=0.2):
     ratio = torch.exp(logp - old_logp.detach())
     surrogate = torch.minimum(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
     loss = -surrogate.mean()
-    stats = {"clip_frac": ((ratio - 1).abs() > clip).float().mean().item(), "ratio": ratio.mean().item()}
+    stats = {
+        "clip_frac": ((ratio - 1).abs() > clip).float().mean().item(),
+        "ratio": ratio.mean().item(),
+    }
     return loss, stats
 
 
@@ -281,7 +283,9 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
     # where, not * mask: a pad position may hold -inf or nan, and 0 * inf = nan.
     term = torch.where(m, -advantages.detach().unsqueeze(-1) * logp, 0)
     if kind == "seq":
-        term = term / m.sum(-1, keepdim=True).clamp(min=1)   # each sequence's mean over its own tokens
+        term = term / m.sum(-1, keepdim=True).clamp(
+            min=1
+        )  # each sequence's mean over its own tokens
     loss = term.sum() / normalizer
     return loss, {"tokens": float(m.sum())}
 
@@ -290,6 +294,7 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
 # 4. Demo: SoftRank depends only on the order of the rewards, GRPO on their values
 # ----------------------------------------------------------------------------------------------------
 
+
 def objective_demo(steps=3000, lr=5e-2, lam=0.01, seed=0):
     """Adam on 64 random states (the logits themselves are the parameters), SoftRank advantages of random
     rewards: the expected-advantage objective levels off at pi*, the literal form falls for ever. The six runs
@@ -297,25 +302,41 @@ def objective_demo(steps=3000, lr=5e-2, lam=0.01, seed=0):
     g = torch.Generator().manual_seed(seed)
     start, ref = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
     advantages = softrank_advantages(torch.randint(0, 4, (64, 4), generator=g).float())
-    runs = [(beta, name, loss_fn) for beta in (0.05, 1.0, 10.0)
-            for name, loss_fn in (("expected", softrank_loss), ("unweighted", unweighted_softrank_loss))]
+    runs = [
+        (beta, name, loss_fn)
+        for beta in (0.05, 1.0, 10.0)
+        for name, loss_fn in (("expected", softrank_loss), ("unweighted", unweighted_softrank_loss))
+    ]
     x = start.repeat(len(runs), 1, 1).requires_grad_()
     optimizer = torch.optim.Adam([x], lr=lr)
     losses = []
     for _ in range(steps):
-        per_run = [loss_fn(x[r], advantages, ref, beta, lam)[0] for r, (beta, _, loss_fn) in enumerate(runs)]
+        per_run = [
+            loss_fn(x[r], advantages, ref, beta, lam)[0]
+            for r, (beta, _, loss_fn) in enumerate(runs)
+        ]
         optimizer.zero_grad()
         torch.stack(per_run).sum().backward()
         optimizer.step()
         losses.append([loss.item() for loss in per_run])
     x = x.detach()
-    print(f"\nAdam (lr {lr}) on 64 random states, K = 4, lam = {lam}: loss after 1000 / 2000 / 3000 steps, the "
-          "largest |centered logit|, and for the expected advantage max |pi - pi*|.")
+    print(
+        f"\nAdam (lr {lr}) on 64 random states, K = 4, lam = {lam}: loss after 1000 / 2000 / 3000 steps, the "
+        "largest |centered logit|, and for the expected advantage max |pi - pi*|."
+    )
     for r, (beta, name, _) in enumerate(runs):
-        gap = (torch.softmax(x[r], -1) - optimal_policy(advantages, ref, beta, lam)).abs().max().item()
-        print(f"beta {beta:>5}  {name:<10}  " + " / ".join(f"{losses[k - 1][r]:8.3f}" for k in (1000, 2000, 3000))
-              + f"   max |logit| {(x[r] - x[r].mean(-1, keepdim=True)).abs().max().item():6.1f}"
-              + (f"   max |pi - pi*| {gap:.1e}" if name == "expected" else ""))
+        gap = (
+            (torch.softmax(x[r], -1) - optimal_policy(advantages, ref, beta, lam))
+            .abs()
+            .max()
+            .item()
+        )
+        print(
+            f"beta {beta:>5}  {name:<10}  "
+            + " / ".join(f"{losses[k - 1][r]:8.3f}" for k in (1000, 2000, 3000))
+            + f"   max |logit| {(x[r] - x[r].mean(-1, keepdim=True)).abs().max().item():6.1f}"
+            + (f"   max |pi - pi*| {gap:.1e}" if name == "expected" else "")
+        )
 
 
 if __name__ == "__main__":
@@ -328,6 +349,10 @@ if __name__ == "__main__":
     widths = [max(len(c) + 2, 8) for c in columns]
     print("action" + "".join(f"{c:>{w}}" for c, w in zip(columns, widths)))
     for k in range(len(r)):
-        print(f"{k:>6}" + "".join(f"{c[k].item():>+{w}.3f}" for c, w in zip(columns.values(), widths)))
-    print("SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, not exp r.")
+        print(
+            f"{k:>6}" + "".join(f"{c[k].item():>+{w}.3f}" for c, w in zip(columns.values(), widths))
+        )
+    print(
+        "SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, not exp r."
+    )
     objective_demo()

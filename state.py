@@ -1,4 +1,4 @@
-"""What an agent knows in the game (DESIGN §1, §2): its solution, the action space, the team vote, and the
+"""What an agent knows in the game (docs/design.md §1, §2): its solution, the action space, the team vote, and the
 meta-cognitive state vector the policy reads.
 
 Read top to bottom:
@@ -7,6 +7,7 @@ Read top to bottom:
   Vote      - the team's majority vote (the game's final answer)
   State     - the features of an agent's observation o_t^i = (own features, one row per peer)
 """
+
 import math
 import re
 from dataclasses import dataclass
@@ -46,28 +47,30 @@ def action_kind(action):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Solution: one agent's answer with its reasoning profile (DESIGN §2)
+# Solution: one agent's answer with its reasoning profile (docs/design.md §2)
 # ----------------------------------------------------------------------------------------------------
 @dataclass
 class Solution:
     text: str
-    answer: str | None          # canonical answer string from data.extract_answer; None = unparseable
-    steps: int | None           # self-reported `Steps:`
+    answer: str | None  # canonical answer string from data.extract_answer; None = unparseable
+    steps: int | None  # self-reported `Steps:`
     self_confidence: float | None  # self-reported `Confidence: c/10`, as c/10
-    trailer_ok: bool            # all three trailer lines were found
+    trailer_ok: bool  # all three trailer lines were found
     completion_tokens: int
-    n_operations: int           # arithmetic operations written out (`3 * 4`)
-    consistent: bool            # the answer equals the last computed result shown (`... = 10`)
+    n_operations: int  # arithmetic operations written out (`3 * 4`)
+    consistent: bool  # the answer equals the last computed result shown (`... = 10`)
     critic: float | None = None  # introspective confidence p(Correct) from the critic pass
-    token_logprobs: list | None = None  # log p of every sampled token under the untempered model (engine)
-    confidence: float = 0.5     # what breaks vote ties: the signal the vote rule names (VOTE_RULES)
+    token_logprobs: list | None = (
+        None  # log p of every sampled token under the untempered model (engine)
+    )
+    confidence: float = 0.5  # what breaks vote ties: the signal the vote rule names (VOTE_RULES)
 
     @property
     def signals(self):
         return generation_confidence(self.token_logprobs)
 
 
-# Generation confidence (DESIGN §2; the paper has none): statistics of the probabilities the model gave the
+# Generation confidence (docs/design.md §2; the paper has none): statistics of the probabilities the model gave the
 # tokens it sampled, free because the engine returns them with the text. Each is a probability in [0, 1];
 # 0.5 when unknown (a hand-made solution). On 240 round-0 arith solutions the minimum token probability
 # told right from wrong best (AUROC 0.61-0.68; `eval.py` reports each signal's AUROC as confidence_auroc).
@@ -81,19 +84,25 @@ def generation_confidence(token_logprobs):
     if not token_logprobs:
         return dict.fromkeys(CONFIDENCE_SIGNALS, 0.5)
     tail = token_logprobs[-TAIL_TOKENS:]
-    return {"mean_prob": math.exp(sum(token_logprobs) / len(token_logprobs)),
-            "min_prob": math.exp(min(token_logprobs)), "tail_prob": math.exp(sum(tail) / len(tail))}
+    return {
+        "mean_prob": math.exp(sum(token_logprobs) / len(token_logprobs)),
+        "min_prob": math.exp(min(token_logprobs)),
+        "tail_prob": math.exp(sum(tail) / len(tail)),
+    }
 
 
-# The vote rule (DESIGN §1): majority; ties go to the higher confidence, then the lower agent index. The
+# The vote rule (docs/design.md §1): majority; ties go to the higher confidence, then the lower agent index. The
 # confidence is a generation-confidence signal, the same for every protocol (it costs no LLM call), or
 # "index" (ties to the lower agent index alone).
 VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
 
 
 def describe_vote(rule):
-    return ("majority; ties to the lower agent index" if rule == "index" else
-            f"majority; ties to the higher {rule} (generation confidence), then the lower agent index")
+    return (
+        "majority; ties to the lower agent index"
+        if rule == "index"
+        else f"majority; ties to the higher {rule} (generation confidence), then the lower agent index"
+    )
 
 
 _STEPS_RE = re.compile(r"steps?\s*:\s*\**\s*(\d{1,3})", re.IGNORECASE)
@@ -114,12 +123,18 @@ def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="i
     confidence = min(confidences[-1], 10.0) / 10 if confidences else None
     results = _RESULT_RE.findall(text)
     consistent = bool(results) and answer is not None and data.is_correct(answer, results[-1], task)
-    return Solution(text=text, answer=answer, steps=steps[-1] if steps else None, self_confidence=confidence,
-                    trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
-                    completion_tokens=completion_tokens,
-                    n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),  # not `9/10`
-                    consistent=consistent, token_logprobs=token_logprobs,
-                    confidence=0.5 if vote == "index" else generation_confidence(token_logprobs)[vote])
+    return Solution(
+        text=text,
+        answer=answer,
+        steps=steps[-1] if steps else None,
+        self_confidence=confidence,
+        trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
+        completion_tokens=completion_tokens,
+        n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),  # not `9/10`
+        consistent=consistent,
+        token_logprobs=token_logprobs,
+        confidence=0.5 if vote == "index" else generation_confidence(token_logprobs)[vote],
+    )
 
 
 def same_answer(a, b):
@@ -127,7 +142,7 @@ def same_answer(a, b):
 
 
 # ----------------------------------------------------------------------------------------------------
-# The vote (DESIGN §1): the game's final answer, and the consensus terms of the reward
+# The vote (docs/design.md §1): the game's final answer, and the consensus terms of the reward
 # ----------------------------------------------------------------------------------------------------
 def majority_vote(solutions, exclude=None):
     """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
@@ -139,8 +154,14 @@ def majority_vote(solutions, exclude=None):
             groups.setdefault(s.answer, []).append(i)
     if not groups:
         return None, None
-    answer = max(groups, key=lambda a: (len(groups[a]), max(solutions[i].confidence for i in groups[a]),
-                                        -min(groups[a])))
+    answer = max(
+        groups,
+        key=lambda a: (
+            len(groups[a]),
+            max(solutions[i].confidence for i in groups[a]),
+            -min(groups[a]),
+        ),
+    )
     return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
 
 
@@ -149,28 +170,31 @@ def majority_vote(solutions, exclude=None):
 # relations to the others)
 # ----------------------------------------------------------------------------------------------------
 PROFILE_FEATURES = (
-    "parse_ok",         # the answer could be extracted
-    "trailer_ok",       # the Steps / Confidence / Answer trailer was complete
-    "steps",            # self-reported steps / 10, clipped to 1 (0 when missing)
+    "parse_ok",  # the answer could be extracted
+    "trailer_ok",  # the Steps / Confidence / Answer trailer was complete
+    "steps",  # self-reported steps / 10, clipped to 1 (0 when missing)
     "self_confidence",  # self-reported confidence in [0, 1] (0.5 when missing)
-    "critic",           # p(Correct) from the critic pass (0.5 when not measured)
-    "mean_prob",        # generation confidence: geometric mean probability of the sampled tokens
-    "min_prob",         # generation confidence: probability of the least likely sampled token
-    "tail_prob",        # generation confidence: geometric mean probability of the last 8 tokens (the answer)
-    "length",           # completion tokens / 256, clipped to 1
-    "operations",       # arithmetic operations shown / 10, clipped to 1
-    "consistent",       # the answer equals the last computed result shown
+    "critic",  # p(Correct) from the critic pass (0.5 when not measured)
+    "mean_prob",  # generation confidence: geometric mean probability of the sampled tokens
+    "min_prob",  # generation confidence: probability of the least likely sampled token
+    "tail_prob",  # generation confidence: geometric mean probability of the last 8 tokens (the answer)
+    "length",  # completion tokens / 256, clipped to 1
+    "operations",  # arithmetic operations shown / 10, clipped to 1
+    "consistent",  # the answer equals the last computed result shown
 )
 OWN_FEATURES = PROFILE_FEATURES + (
-    "peer_agreement",   # fraction of peers with the same (parsed) answer
-    "is_majority",      # own answer is the current team vote
-    "round",            # t / R
-    "changed_last",     # own answer changed in the previous round
-    "last_none", "last_persist", "last_refine", "last_concede",  # previous action, one-hot
+    "peer_agreement",  # fraction of peers with the same (parsed) answer
+    "is_majority",  # own answer is the current team vote
+    "round",  # t / R
+    "changed_last",  # own answer changed in the previous round
+    "last_none",
+    "last_persist",
+    "last_refine",
+    "last_concede",  # previous action, one-hot
 )
 PEER_FEATURES = PROFILE_FEATURES + (
-    "same_as_me",       # this peer's answer equals mine
-    "peer_is_majority", # this peer's answer is the current team vote
+    "same_as_me",  # this peer's answer equals mine
+    "peer_is_majority",  # this peer's answer is the current team vote
     "peer_changed_last",
 )
 
@@ -178,10 +202,17 @@ PEER_FEATURES = PROFILE_FEATURES + (
 def profile(solution):
     """PROFILE_FEATURES of one solution, in that order."""
     s, signals = solution, solution.signals
-    return [float(s.answer is not None), float(s.trailer_ok), min((s.steps or 0) / 10, 1.0),
-            s.self_confidence if s.self_confidence is not None else 0.5, s.critic if s.critic is not None else 0.5,
-            *(signals[k] for k in CONFIDENCE_SIGNALS), min(s.completion_tokens / 256, 1.0),
-            min(s.n_operations / 10, 1.0), float(s.consistent)]
+    return [
+        float(s.answer is not None),
+        float(s.trailer_ok),
+        min((s.steps or 0) / 10, 1.0),
+        s.self_confidence if s.self_confidence is not None else 0.5,
+        s.critic if s.critic is not None else 0.5,
+        *(signals[k] for k in CONFIDENCE_SIGNALS),
+        min(s.completion_tokens / 256, 1.0),
+        min(s.n_operations / 10, 1.0),
+        float(s.consistent),
+    ]
 
 
 def observe(solutions, agent, round_index, rounds, changed, last_actions):
@@ -191,13 +222,26 @@ def observe(solutions, agent, round_index, rounds, changed, last_actions):
     own = solutions[agent]
     peers = peers_of(agent, len(solutions))
     last = last_actions[agent]
-    last_onehot = [float(last is None)] + [float(last is not None and action_kind(last) == k)
-                                           for k in ACTION_KINDS]
-    own_features = profile(own) + [
-        sum(same_answer(own, solutions[j]) for j in peers) / len(peers),
-        float(own.answer is not None and own.answer == vote), round_index / rounds,
-        float(changed[agent])] + last_onehot
-    peer_features = [profile(solutions[j]) + [float(same_answer(own, solutions[j])),
-                                              float(solutions[j].answer is not None and solutions[j].answer == vote),
-                                              float(changed[j])] for j in peers]
+    last_onehot = [float(last is None)] + [
+        float(last is not None and action_kind(last) == k) for k in ACTION_KINDS
+    ]
+    own_features = (
+        profile(own)
+        + [
+            sum(same_answer(own, solutions[j]) for j in peers) / len(peers),
+            float(own.answer is not None and own.answer == vote),
+            round_index / rounds,
+            float(changed[agent]),
+        ]
+        + last_onehot
+    )
+    peer_features = [
+        profile(solutions[j])
+        + [
+            float(same_answer(own, solutions[j])),
+            float(solutions[j].answer is not None and solutions[j].answer == vote),
+            float(changed[j]),
+        ]
+        for j in peers
+    ]
     return own_features, peer_features

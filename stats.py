@@ -1,5 +1,6 @@
 """The statistics every reported number goes through: AUROC of a confidence signal, the paired bootstrap
 difference of two protocols on the same questions, and the sample std over seeds."""
+
 import statistics
 
 import numpy as np
@@ -22,10 +23,16 @@ def paired_difference(summary, reference, resamples=10_000, seed=0):
     theirs = dict(zip(reference["question_ids"], reference["correct"]))
     if set(theirs) != set(summary["question_ids"]):
         raise ValueError("a paired difference needs both protocols on the same questions")
-    d = np.array([float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])])
+    d = np.array(
+        [float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])]
+    )
     means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
     low, high = np.percentile(means, [2.5, 97.5])
-    return {"diff": float(d.mean()), "ci95": [float(low), float(high)], "disagree": int((d != 0).sum())}
+    return {
+        "diff": float(d.mean()),
+        "ci95": [float(low), float(high)],
+        "disagree": int((d != 0).sum()),
+    }
 
 
 def format_paired(v):

@@ -1,4 +1,4 @@
-"""Tasks for the deliberation game (DESIGN §9): loading questions, reading and judging answers.
+"""Tasks for the deliberation game (docs/design.md §9): loading questions, reading and judging answers.
 
     from data import load_task, extract_answer, is_correct
     examples = load_task("arith", split="test", n=64, seed=0, level=1)
@@ -9,21 +9,43 @@
 Modules: example.py (Example, DataError), answers.py (extraction and comparison), arith.py (the built-in
 generator), files.py (the file formats).
 """
+
 import random
 
 from . import arith
-from .answers import ANSWER_TASKS, answer_kind, extract_answer, is_correct, last_boxed, normalize_number
+from .answers import (
+    ANSWER_TASKS,
+    answer_kind,
+    extract_answer,
+    is_correct,
+    last_boxed,
+    normalize_number,
+)
 from .example import DataError, Example, split_of
 from .files import FILE_TASKS, load_stats, read_records
 
 TASKS = ("arith", "arith1", "arith2", "arith3", "arith4") + tuple(FILE_TASKS)
 
-__all__ = ["Example", "DataError", "TASKS", "ANSWER_TASKS", "load_task", "extract_answer", "is_correct",
-           "normalize_number", "answer_kind", "last_boxed", "load_stats", "read_records", "split_of"]
+__all__ = [
+    "Example",
+    "DataError",
+    "TASKS",
+    "ANSWER_TASKS",
+    "load_task",
+    "extract_answer",
+    "is_correct",
+    "normalize_number",
+    "answer_kind",
+    "last_boxed",
+    "load_stats",
+    "read_records",
+    "split_of",
+]
 
 
-def load_task(name: str, path=None, split: str | None = None, n: int | None = None, seed: int = 0,
-              **kw) -> list[Example]:
+def load_task(
+    name: str, path=None, split: str | None = None, n: int | None = None, seed: int = 0, **kw
+) -> list[Example]:
     """The examples of a task, all of them (n=None) or a seeded random subset of n.
 
     name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed level),
@@ -39,24 +61,30 @@ def load_task(name: str, path=None, split: str | None = None, n: int | None = No
         if path is not None:
             raise ValueError(f"task {name!r} is generated, it takes no path (got path={path!r})")
         level = kw.pop("level", None)
-        if name != "arith":   # "arith3" is arith at level 3
+        if name != "arith":  # "arith3" is arith at level 3
             if level is not None and level != int(name[-1]):
                 raise ValueError(f"task {name!r} is level {name[-1]}; got level={level!r}")
             level = int(name[-1])
         elif level is None:
-            level = 1   # the embedded default task: easy
+            level = 1  # the embedded default task: easy
         if kw:
-            raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))} (known: level)")
+            raise ValueError(
+                f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))} (known: level)"
+            )
         examples = arith.load(split or "train", level)
     else:
         if path is None:
-            raise ValueError(f"task {name!r} reads a file: pass path=... (e.g. a .jsonl/.json/.csv file)")
+            raise ValueError(
+                f"task {name!r} reads a file: pass path=... (e.g. a .jsonl/.json/.csv file)"
+            )
         if kw:
             raise ValueError(f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))}")
         split = split or "all"
         if split not in ("all", "train", "test"):
             raise ValueError(f"a file task has splits all, train and test, not {split!r}")
-        examples = [ex for ex in FILE_TASKS[name](path) if split == "all" or split_of(ex.question) == split]
+        examples = [
+            ex for ex in FILE_TASKS[name](path) if split == "all" or split_of(ex.question) == split
+        ]
         for ex in examples:
             ex.meta["split"] = split
 
@@ -65,5 +93,7 @@ def load_task(name: str, path=None, split: str | None = None, n: int | None = No
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
     if n > len(examples):
-        raise ValueError(f"asked for n={n} examples but task {name!r} ({split}) has only {len(examples)}")
+        raise ValueError(
+            f"asked for n={n} examples but task {name!r} ({split}) has only {len(examples)}"
+        )
     return random.Random(seed).sample(examples, n)

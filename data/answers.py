@@ -1,4 +1,4 @@
-"""Answer extraction and comparison (DESIGN §2, §9).
+"""Answer extraction and comparison (docs/design.md §2, §9).
 
 The reward, the game's majority vote and the evaluation all call these two functions, so a completion is
 judged the same way everywhere:
@@ -11,12 +11,13 @@ Numbers are read exactly (fractions.Fraction) and returned in one canonical form
 Every regex here is linear in the text (no nested or adjacent overlapping quantifiers): completions are
 untrusted and can be long.
 """
+
 import math
 import re
 from fractions import Fraction
 
-REL_TOL = 1e-6   # numeric answers match when they agree to ~6 significant digits
-ABS_TOL = 1e-9   # ... or are both (almost) zero
+REL_TOL = 1e-6  # numeric answers match when they agree to ~6 significant digits
+ABS_TOL = 1e-9  # ... or are both (almost) zero
 
 NUMERIC_TASKS = ("arith", "arith1", "arith2", "arith3", "arith4", "gsm8k", "mawps", "svamp")
 ANSWER_TASKS = NUMERIC_TASKS + ("mc", "math")
@@ -24,7 +25,7 @@ LETTERS = "ABCD"
 
 
 def answer_kind(task: str) -> str:
-    """"number", "mc" or "math": how a task's answers are extracted and compared."""
+    """ "number", "mc" or "math": how a task's answers are extracted and compared."""
     if task in NUMERIC_TASKS:
         return "number"
     if task in ("mc", "math"):
@@ -41,8 +42,8 @@ def answer_kind(task: str) -> str:
 _UNSIGNED = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"
 _TOKEN = rf"(?:{_UNSIGNED})(?:[eE][+-]?[0-9]{{1,3}})?(?:[ \t]*/[ \t]*(?:{_UNSIGNED}))?"
 _NUM_RE = re.compile(rf"(?<![\w.])-?{_TOKEN}")
-_NUM_AT = re.compile(_TOKEN)   # anchored use (match) in _parse
-_MAX_TOKEN = 64                # longer digit strings are garbage, and int() of huge strings is slow or refused
+_NUM_AT = re.compile(_TOKEN)  # anchored use (match) in _parse
+_MAX_TOKEN = 64  # longer digit strings are garbage, and int() of huge strings is slow or refused
 
 # LaTeX that wraps a number: \frac{3}{4} -> 3/4, \text{ apples} -> " apples" (a unit), \$ -> $, ...
 _FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[0-9.,]+)\s*\}\s*\{\s*(-?[0-9.,]+)\s*\}")
@@ -53,7 +54,9 @@ _NAN_INF = {"nan", "inf", "infinity"}
 
 def _delatex(s: str, keep_text: bool = True) -> str:
     """Turn the LaTeX around a number into plain text (a linear pass of small substitutions)."""
-    s = s.replace("\u2212", "-").replace("\\$", "$").replace("\\%", "%").replace("-$", "-")   # -$5 is -5
+    s = (
+        s.replace("\u2212", "-").replace("\\$", "$").replace("\\%", "%").replace("-$", "-")
+    )  # -$5 is -5
     s = _FRAC_RE.sub(r"\1/\2", s)
     s = _TEXT_RE.sub(r" \1" if keep_text else "", s)
     return _LATEX_NOISE.sub("", s)
@@ -101,14 +104,14 @@ def _parse(s, units: bool = True) -> Fraction | None:
         s = s[1:].lstrip()
     if s[:1] in ("$", "€", "£", "¥"):
         s = s[1:].lstrip()
-        if s[:1] in ("-", "+") and sign == 1:   # "$-5"
+        if s[:1] in ("-", "+") and sign == 1:  # "$-5"
             sign = -1 if s[0] == "-" else 1
             s = s[1:].lstrip()
     m = _NUM_AT.match(s)
     if not m:
         return None
-    rest = s[m.end():]
-    if re.search(r"[0-9]", rest):          # "12 + 3", "1,23", "3\sqrt{2}": not one number
+    rest = s[m.end() :]
+    if re.search(r"[0-9]", rest):  # "12 + 3", "1,23", "3\sqrt{2}": not one number
         return None
     if not units and rest.strip() not in ("", ".", "%"):
         return None
@@ -142,7 +145,7 @@ def _canon(value: Fraction) -> str:
     if d != 1:
         return f"{num}/{den}"
     k = max(twos, fives)
-    digits = str(abs(num) * 10 ** k // den).rjust(k + 1, "0")
+    digits = str(abs(num) * 10**k // den).rjust(k + 1, "0")
     return ("-" if num < 0 else "") + digits[:-k] + "." + digits[-k:]
 
 
@@ -163,13 +166,17 @@ def _same(p: Fraction, g: Fraction) -> bool:
 # ---------------------------------------------------------------------------------------------------------
 # pieces of a completion
 
-_ANSWER_RE = re.compile(r"\banswer\b[ \t*_]*[:：]", re.I)         # "Answer:", "**Answer:**", "Final answer:"
-_ANSWER_IS_RE = re.compile(r"\banswer\s+is\b[ \t*_:]*", re.I)      # "the (final/correct) answer is"
+_ANSWER_RE = re.compile(
+    r"\banswer\b[ \t*_]*[:：]", re.I
+)  # "Answer:", "**Answer:**", "Final answer:"
+_ANSWER_IS_RE = re.compile(r"\banswer\s+is\b[ \t*_:]*", re.I)  # "the (final/correct) answer is"
 _BOXED_RE = re.compile(r"\\boxed\s*\{")
 # Trailer fields whose numbers are not the answer: "Steps: 3", "Confidence: 8/10", "confidence (1-10): 80%".
 _TRAILER_FIELD_RE = re.compile(
     r"\b(?:steps?|confidence)\b[ \t*_]*(?:\([^()\n]{0,30}\)[ \t*_]*)?[:=][ \t*_]*"
-    r"(?:[0-9]+(?:\.[0-9]+)?(?:[ \t]*(?:/|out of)[ \t]*[0-9]+)?[ \t]*%?)?", re.I)
+    r"(?:[0-9]+(?:\.[0-9]+)?(?:[ \t]*(?:/|out of)[ \t]*[0-9]+)?[ \t]*%?)?",
+    re.I,
+)
 
 
 def _values_after(regex, text: str):
@@ -189,11 +196,11 @@ def _values_after(regex, text: str):
 
 def last_boxed(text: str) -> str | None:
     """Content of the last closed \\boxed{...} (nested braces allowed), or None. One pass over the braces."""
-    opens = [m.end() - 1 for m in _BOXED_RE.finditer(text)]   # index of each boxed "{"
+    opens = [m.end() - 1 for m in _BOXED_RE.finditer(text)]  # index of each boxed "{"
     if not opens:
         return None
     closing, stack = {}, []
-    for m in re.finditer(r"[{}]", text[opens[0]:]):
+    for m in re.finditer(r"[{}]", text[opens[0] :]):
         i = opens[0] + m.start()
         if m.group() == "{":
             stack.append(i)
@@ -201,7 +208,7 @@ def last_boxed(text: str) -> str | None:
             closing[stack.pop()] = i
     for i in reversed(opens):
         if i in closing:
-            return text[i + 1:closing[i]]
+            return text[i + 1 : closing[i]]
     return None
 
 
@@ -211,7 +218,7 @@ def _number_in(span: str) -> str | None:
     if boxed is not None:
         span = boxed
     span = _delatex(span)
-    if "=" in span:   # "48 + 24 = 72": the result is after the last "="
+    if "=" in span:  # "48 + 24 = 72": the result is after the last "="
         span = span.rsplit("=", 1)[1]
     m = _NUM_RE.search(span)
     return _canon_token(m.group()) if m else None
@@ -223,14 +230,15 @@ def _canon_token(tok: str) -> str | None:
     return None if value is None else _canon(-value if neg else value)
 
 
-_LETTER_WHOLE = re.compile(r"\(?([A-Da-d])\)?[.:,)]?")                       # "B", "(b)", "c.", "D)"
-_LETTER_PAREN = re.compile(r"\(([A-Da-d])\)")                                # "... (B) 42"
+_LETTER_WHOLE = re.compile(r"\(?([A-Da-d])\)?[.:,)]?")  # "B", "(b)", "c.", "D)"
+_LETTER_PAREN = re.compile(r"\(([A-Da-d])\)")  # "... (B) 42"
 _LETTER_OPTION = re.compile(r"\b(?:option|choice)\s*\(?([A-Da-d])\b", re.I)  # "option c"
-_LETTER_ANY = re.compile(r"(?<![A-Za-z'])([A-D])(?![A-Za-z'])")              # "B) 42", "I think C"
+_LETTER_ANY = re.compile(r"(?<![A-Za-z'])([A-D])(?![A-Za-z'])")  # "B) 42", "I think C"
 # Fallback over a whole completion: "(B)", "B)", "option B", or a line that is just a letter.
 _LETTER_LAST = re.compile(
     r"\(([A-Da-d])\)|(?<![A-Za-z(])([A-D])\)|(?i:\b(?:option|choice)\s+\(?([A-D])\b)|^[ \t*]*([A-D])[ \t.*]*$",
-    re.M)
+    re.M,
+)
 
 
 def _letter_in(span: str) -> str | None:
@@ -253,6 +261,7 @@ def _math_key(s: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------------
 # the two public functions
+
 
 def extract_answer(text: str | None, task: str) -> str | None:
     """The final answer of a completion, or None when none can be read.
@@ -279,7 +288,7 @@ def extract_answer(text: str | None, task: str) -> str | None:
             value = value.strip().strip("*_ \t").rstrip(".").strip().strip("$").strip()
             if value:
                 return value
-        kind = "number"   # no box and no trailer: read it like a numeric task
+        kind = "number"  # no box and no trailer: read it like a numeric task
 
     read = _letter_in if kind == "mc" else _number_in
     for value in _values_after(_ANSWER_RE, text):

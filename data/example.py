@@ -1,10 +1,11 @@
 """The record every task loader returns, the error every loader raises on bad input, and the split rule."""
+
 import hashlib
 from dataclasses import dataclass, field
 
 
 def split_of(question: str) -> str:
-    """"test" for about 1 question in 6, decided by the text alone: stable across machines, files and
+    """ "test" for about 1 question in 6, decided by the text alone: stable across machines, files and
     arith levels, so a question in any test split is never in a train split."""
     digest = hashlib.sha256(question.encode("utf-8")).digest()
     return "test" if int.from_bytes(digest[:8], "big") % 6 == 0 else "train"
@@ -25,6 +26,7 @@ class Example:
     id:       stable identifier, e.g. "gsm8k/train/12" (task / file stem / line) or "arith/test/L1/5".
     meta:     free-form extras (arith: level, template, expr; gsm8k: solution; mawps: equation, ...).
     """
+
     question: str
     answer: str
     task: str

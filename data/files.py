@@ -1,10 +1,11 @@
-"""Loaders for the file tasks: gsm8k, mawps, svamp, mc, math (DESIGN §9).
+"""Loaders for the file tasks: gsm8k, mawps, svamp, mc, math (docs/design.md §9).
 
 Every loader reads records through read_records (JSONL, JSON list or CSV, by file extension) and raises
 DataError naming the file and line for anything malformed: a missing file, a bad JSON line, a missing or
 empty field, a file with no examples. Nothing is skipped silently; the one deliberate filter, mawps rows
 whose equation does not reproduce their answer, is counted in load_stats["mawps"] and logged.
 """
+
 import csv
 import io
 import json
@@ -18,18 +19,19 @@ from .answers import LETTERS, _close, last_boxed, normalize_number
 from .example import DataError, Example
 
 log = logging.getLogger(__name__)
-load_stats: dict = {}   # task -> counts from its last load (mawps: rows, kept, dropped, reasons)
+load_stats: dict = {}  # task -> counts from its last load (mawps: rows, kept, dropped, reasons)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # records
+
 
 def _read_text(path: Path) -> str:
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
     raw = path.read_bytes()
     try:
-        return raw.decode("utf-8-sig")   # -sig: tolerate the byte-order mark spreadsheet exports add
+        return raw.decode("utf-8-sig")  # -sig: tolerate the byte-order mark spreadsheet exports add
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not valid UTF-8") from None
@@ -40,7 +42,9 @@ def read_records(path) -> list[tuple[int, dict]]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".json", ".csv"):
-        raise DataError(f"{path}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .json or .csv")
+        raise DataError(
+            f"{path}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .json or .csv"
+        )
     text = _read_text(path)
     if suffix == ".jsonl":
         records = _jsonl(path, text)
@@ -61,13 +65,17 @@ def _lower_keys(path, line, obj) -> dict:
 
 def _jsonl(path, text) -> list:
     out = []
-    for line, s in enumerate(text.split("\n"), 1):   # split("\n"), not splitlines(): JSON may hold U+2028
+    for line, s in enumerate(
+        text.split("\n"), 1
+    ):  # split("\n"), not splitlines(): JSON may hold U+2028
         if not s.strip():
             continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{line}: malformed JSON ({e.msg} at column {e.colno})") from None
+            raise DataError(
+                f"{path}:{line}: malformed JSON ({e.msg} at column {e.colno})"
+            ) from None
         out.append((line, _lower_keys(path, line, obj)))
     return out
 
@@ -115,11 +123,16 @@ def _csv(path, text) -> list:
         if header is None:
             return []
         keys = [h.strip().lower() for h in header]
-        out, start = [], reader.line_num + 1   # a quoted field may span lines: number each record by its first
+        out, start = (
+            [],
+            reader.line_num + 1,
+        )  # a quoted field may span lines: number each record by its first
         for row in reader:
             if any(cell.strip() for cell in row):
                 if len(row) > len(keys):
-                    raise DataError(f"{path}:{start}: {len(row)} fields but the header has {len(keys)}")
+                    raise DataError(
+                        f"{path}:{start}: {len(row)} fields but the header has {len(keys)}"
+                    )
                 out.append((start, dict(zip(keys, row))))
             start = reader.line_num + 1
     except csv.Error as e:
@@ -130,11 +143,15 @@ def _csv(path, text) -> list:
 def _field(path, line, rec, key, *, text=True):
     """rec[key], required: a non-empty string when text=True, else any non-empty value."""
     if key not in rec or rec[key] is None:
-        raise DataError(f"{path}:{line}: missing field {key!r} (have: {', '.join(sorted(rec)) or 'none'})")
+        raise DataError(
+            f"{path}:{line}: missing field {key!r} (have: {', '.join(sorted(rec)) or 'none'})"
+        )
     value = rec[key]
     if text:
         if not isinstance(value, str):
-            raise DataError(f"{path}:{line}: field {key!r} should be text, got {type(value).__name__}")
+            raise DataError(
+                f"{path}:{line}: field {key!r} should be text, got {type(value).__name__}"
+            )
         value = value.strip()
     if value == "" or value == []:
         raise DataError(f"{path}:{line}: field {key!r} is empty")
@@ -158,12 +175,19 @@ def _gold_number(path, line, value, key) -> str:
 
 
 def _ex(task, path, line, question, answer, choices=None, **meta) -> Example:
-    return Example(question=question, answer=answer, task=task, choices=choices,
-                   id=f"{task}/{Path(path).stem}/{line}", meta={"source": str(path), "line": line, **meta})
+    return Example(
+        question=question,
+        answer=answer,
+        task=task,
+        choices=choices,
+        id=f"{task}/{Path(path).stem}/{line}",
+        meta={"source": str(path), "line": line, **meta},
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # tasks
+
 
 def load_gsm8k(path) -> list[Example]:
     """GSM8K JSONL: question, answer = rationale ending in "#### n". Gold: n without commas."""
@@ -175,7 +199,9 @@ def load_gsm8k(path) -> list[Example]:
         rationale, _, final = solution.rpartition("####")
         gold = final.strip().replace(",", "").rstrip(".")
         if normalize_number(gold) is None:
-            raise DataError(f"{path}:{line}: the number after '####' is not a number: {final.strip()!r}")
+            raise DataError(
+                f"{path}:{line}: the number after '####' is not a number: {final.strip()!r}"
+            )
         out.append(_ex("gsm8k", path, line, question, gold, solution=rationale.strip()))
     return out
 
@@ -214,7 +240,9 @@ def load_mc(path) -> list[Example]:
             if gold.isdigit() and int(gold) < 4:
                 gold = LETTERS[int(gold)]
         if gold not in LETTERS:
-            raise DataError(f"{path}:{line}: answer should be a letter A-D or an index 0-3, got {raw!r}")
+            raise DataError(
+                f"{path}:{line}: answer should be a letter A-D or an index 0-3, got {raw!r}"
+            )
         out.append(_ex("mc", path, line, question, gold, choices=choices))
     return out
 
@@ -235,13 +263,20 @@ def load_math(path) -> list[Example]:
 
 
 _PLACEHOLDER = re.compile(r"number(\d+)")
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+}
 
 
 def _eval_prefix(equation: str, numbers: list[float]) -> float:
     """Value of a prefix equation like "- number0 * number1 number2" (raises on anything malformed)."""
     stack = []
-    for tok in reversed(equation.split()):   # right to left: operands are on the stack when an operator comes
+    for tok in reversed(
+        equation.split()
+    ):  # right to left: operands are on the stack when an operator comes
         if tok in _OPS:
             a, b = stack.pop(), stack.pop()
             stack.append(_OPS[tok](a, b))
@@ -298,13 +333,30 @@ def load_mawps(path) -> list[Example]:
         text = _detokenize(_PLACEHOLDER.sub(lambda m: _fmt(numbers[int(m.group(1))]), question))
         out.append(_ex("mawps", path, line, text, _fmt(gold), equation=equation, numbers=numbers))
     dropped = sum(reasons.values())
-    load_stats["mawps"] = {"rows": len(records), "kept": len(out), "dropped": dropped, "reasons": dict(reasons)}
+    load_stats["mawps"] = {
+        "rows": len(records),
+        "kept": len(out),
+        "dropped": dropped,
+        "reasons": dict(reasons),
+    }
     if dropped:
-        log.warning("mawps %s: kept %d of %d rows, dropped %d (%s)", path, len(out), len(records), dropped,
-                    ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
+        log.warning(
+            "mawps %s: kept %d of %d rows, dropped %d (%s)",
+            path,
+            len(out),
+            len(records),
+            dropped,
+            ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())),
+        )
     if not out:
         raise DataError(f"{path}: no usable rows (all {len(records)} dropped: {dict(reasons)})")
     return out
 
 
-FILE_TASKS = {"gsm8k": load_gsm8k, "mawps": load_mawps, "svamp": load_svamp, "mc": load_mc, "math": load_math}
+FILE_TASKS = {
+    "gsm8k": load_gsm8k,
+    "mawps": load_mawps,
+    "svamp": load_svamp,
+    "mc": load_mc,
+    "math": load_math,
+}

@@ -1,4 +1,4 @@
-"""Step time of GRPO on the LLM weights: train_rl.py --target agents --agents 1 vs TRL's GRPOTrainer (issue 6).
+"""Step time of GRPO on the LLM weights: train_llm.py --target agents --agents 1 vs TRL's GRPOTrainer (issue 6).
 
     bash experiments/bench_trl.sh        # makes .venv-trl (the project's pins + trl), then runs this file
 
@@ -9,6 +9,7 @@ AdamW step per batch of 32 completions (one micro-batch of 32 on both sides); fp
 fp32 master weights, on both sides). The first step of each run is warm-up and is not timed; the figure is
 the median of the others. Prints a table and, as its last line, JSON; --out writes it too.
 """
+
 import argparse
 import json
 import statistics
@@ -18,23 +19,42 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import backbone  # noqa: E402
+from llm import backbone  # noqa: E402
 import corpus  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
 import state  # noqa: E402
-import train_rl  # noqa: E402
+import train_llm  # noqa: E402
+from common import distributed  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
 
 
 def ours(steps, dtype, root):
-    cfg = train_rl.Config(target="agents", agents=1, protocol="parallel", algo="magrpo", loss_agg="const",
-                          beta=0.0, questions_per_step=PROMPTS, group=GROUP, max_new_tokens=NEW_TOKENS,
-                          rollout_temperature=1.0, llm_lr=LR, micro_batch=PROMPTS * GROUP, steps=steps,
-                          save_every=10 ** 6, dtype=dtype, val_n=0, out_dir=str(Path(root) / f"ours-{dtype}"))
-    train_rl.main(cfg)
-    lines = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    cfg = train_llm.Config(
+        target="agents",
+        agents=1,
+        protocol="parallel",
+        algo="magrpo",
+        loss_agg="const",
+        beta=0.0,
+        questions_per_step=PROMPTS,
+        group=GROUP,
+        max_new_tokens=NEW_TOKENS,
+        rollout_temperature=1.0,
+        lr=LR,
+        micro_batch=PROMPTS * GROUP,
+        steps=steps,
+        save_every=10**6,
+        dtype=dtype,
+        val_n=0,
+        out_dir=str(Path(root) / f"ours-{dtype}"),
+    )
+    with distributed(cfg.out_dir) as (rank, world, device):
+        train_llm.train_agents_or_leader(cfg, rank, world, device)
+    lines = [
+        json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
     return [r["step_s"] for r in lines], [r["rollout_s"] for r in lines]
 
 
@@ -43,13 +63,26 @@ def trl(steps, dtype, root):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    examples = corpus.training_pool(train_rl.Config())[:PROMPTS * steps]  # our run's questions, in order
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": deliberate.solve_prompt(ex)}],
-                                  "answer": ex.answer} for ex in examples])
+    examples = corpus.training_pool(train_llm.Config())[
+        : PROMPTS * steps
+    ]  # our run's questions, in order
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": deliberate.solve_prompt(ex)}],
+                "answer": ex.answer,
+            }
+            for ex in examples
+        ]
+    )
 
     def correctness(completions, answer, **_):
-        return [float(data.is_correct(state.parse_solution(c[0]["content"], "arith").answer, a, "arith"))
-                for c, a in zip(completions, answer)]
+        return [
+            float(
+                data.is_correct(state.parse_solution(c[0]["content"], "arith").answer, a, "arith")
+            )
+            for c, a in zip(completions, answer)
+        ]
 
     class StepTimer(TrainerCallback):
         times, began = [], 0.0
@@ -63,39 +96,81 @@ def trl(steps, dtype, root):
     model, tokenizer = backbone.load_model()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    args = GRPOConfig(output_dir=str(Path(root) / f"trl-{dtype}"), per_device_train_batch_size=PROMPTS * GROUP,
-                      num_generations=GROUP, gradient_accumulation_steps=1, max_completion_length=NEW_TOKENS,
-                      temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dr_grpo", scale_rewards="none",
-                      learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_steps=steps,
-                      use_cpu=True, bf16=dtype == "bfloat16", save_strategy="no", report_to=[], logging_steps=1,
-                      shuffle_dataset=False, seed=0)
+    args = GRPOConfig(
+        output_dir=str(Path(root) / f"trl-{dtype}"),
+        per_device_train_batch_size=PROMPTS * GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        loss_type="dr_grpo",
+        scale_rewards="none",
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=steps,
+        use_cpu=True,
+        bf16=dtype == "bfloat16",
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        shuffle_dataset=False,
+        seed=0,
+    )
     timer = StepTimer()
-    GRPOTrainer(model=model.train(), reward_funcs=correctness, args=args, train_dataset=dataset,
-                processing_class=tokenizer, callbacks=[timer]).train()
+    GRPOTrainer(
+        model=model.train(),
+        reward_funcs=correctness,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    ).train()
     return timer.times
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3, help="steps per run; the first one is not timed")
-    parser.add_argument("--dtypes", default="float32", help="float32,bfloat16: bf16 only where the CPU has it")
+    parser.add_argument(
+        "--steps", type=int, default=3, help="steps per run; the first one is not timed"
+    )
+    parser.add_argument(
+        "--dtypes", default="float32", help="float32,bfloat16: bf16 only where the CPU has it"
+    )
     parser.add_argument("--out", default="runs/bench_trl.json")
     cli = parser.parse_args()
     if cli.steps < 2:
         sys.exit("--steps must be >= 2: the first step is warm-up")
-    result = {"setup": {"prompts": PROMPTS, "completions_per_prompt": GROUP, "new_tokens": NEW_TOKENS,
-                        "loss": "dr_grpo / const", "steps": cli.steps}}
+    result = {
+        "setup": {
+            "prompts": PROMPTS,
+            "completions_per_prompt": GROUP,
+            "new_tokens": NEW_TOKENS,
+            "loss": "dr_grpo / const",
+            "steps": cli.steps,
+        }
+    }
     with tempfile.TemporaryDirectory() as root:
         for dtype in cli.dtypes.split(","):
             step_s, rollout_s = ours(cli.steps, dtype, root)
             trl_s = trl(cli.steps, dtype, root)
-            result[dtype] = {"ours_step_s": statistics.median(step_s[1:]),
-                             "ours_rollout_s": statistics.median(rollout_s[1:]),
-                             "trl_step_s": statistics.median(trl_s[1:]), "ours_all": step_s, "trl_all": trl_s}
+            result[dtype] = {
+                "ours_step_s": statistics.median(step_s[1:]),
+                "ours_rollout_s": statistics.median(rollout_s[1:]),
+                "trl_step_s": statistics.median(trl_s[1:]),
+                "ours_all": step_s,
+                "trl_all": trl_s,
+            }
             result[dtype]["ratio"] = result[dtype]["ours_step_s"] / result[dtype]["trl_step_s"]
-            print(f"{dtype}: ours {result[dtype]['ours_step_s']:.1f} s/step (rollouts "
-                  f"{result[dtype]['ours_rollout_s']:.1f} s), TRL {result[dtype]['trl_step_s']:.1f} s/step, "
-                  f"ratio {result[dtype]['ratio']:.2f}", flush=True)
+            print(
+                f"{dtype}: ours {result[dtype]['ours_step_s']:.1f} s/step (rollouts "
+                f"{result[dtype]['ours_rollout_s']:.1f} s), TRL {result[dtype]['trl_step_s']:.1f} s/step, "
+                f"ratio {result[dtype]['ratio']:.2f}",
+                flush=True,
+            )
     if cli.out:
         Path(cli.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cli.out).write_text(json.dumps(result, indent=1))

@@ -10,6 +10,7 @@ the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs `In`)
 (deliberate.run_critic: each verdict scored by its whole token sequence), and the free generation-confidence
 signals (state.generation_confidence). AUROC 0.5 is chance; below 0.5 the signal points the wrong way.
 """
+
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -20,17 +21,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from engine import Engine  # noqa: E402
+from llm.engine import Engine  # noqa: E402
 from stats import auroc  # noqa: E402
 from state import CONFIDENCE_SIGNALS  # noqa: E402
-from training import parse_config, write_result  # noqa: E402
+from common import parse_config, write_result  # noqa: E402
 
 
 @dataclass
 class Config:
     task: str = "arith"
     path: str = ""
-    split: str = ""                # "" = test for arith, all for a file (as eval.py)
+    split: str = ""  # "" = test for arith, all for a file (as eval.py)
     n: int = 200
     seed: int = 0
     agents: int = 3
@@ -45,7 +46,9 @@ def verdict_token_ids(tokenizer):
     """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often two
     tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after their
     common prefix (returned too: the prompt must end with it)."""
-    good, bad = (tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect"))
+    good, bad = (
+        tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect")
+    )
     k = 0
     while k < min(len(good), len(bad)) - 1 and good[k] == bad[k]:
         k += 1
@@ -65,8 +68,12 @@ def main(cfg):
     split = cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
     engine = Engine(model_path=cfg.model or None, cache_dir=cfg.cache_dir or None, progress=True)
-    game = deliberate.GameConfig(agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                 seed=cfg.seed)
+    game = deliberate.GameConfig(
+        agents=cfg.agents,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
     calls = deliberate.solve_calls(examples, game)
     solutions = [s for s, _ in deliberate.run_llm(engine, calls, game)]
     items = [(ex, s) for (ex, _, _), s in zip(calls, solutions)]
@@ -76,10 +83,14 @@ def main(cfg):
     scores["critic_sequence"] = [s.critic for s in solutions]
     for name in CONFIDENCE_SIGNALS:
         scores[name] = [s.signals[name] for s in solutions]
-    result = {"config": dataclasses.asdict(cfg), "solutions": len(items), "right": sum(labels),
-              "critic_prompt_tokens_per_solution": sum(critic_tokens) / len(items),
-              "completion_tokens_per_solution": sum(s.completion_tokens for s in solutions) / len(items),
-              "auroc": {name: auroc(values, labels) for name, values in scores.items()}}
+    result = {
+        "config": dataclasses.asdict(cfg),
+        "solutions": len(items),
+        "right": sum(labels),
+        "critic_prompt_tokens_per_solution": sum(critic_tokens) / len(items),
+        "completion_tokens_per_solution": sum(s.completion_tokens for s in solutions) / len(items),
+        "auroc": {name: auroc(values, labels) for name, values in scores.items()},
+    }
     return write_result(result, cfg.out)
 
 

@@ -5,12 +5,13 @@ same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2
     python experiments/flat_groups.py --target leader --n 64 --out results/llm/flat_groups-leader.json
 
 --target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question, sampled at
-the rollout temperature; its reward is the team vote's correctness (train_rl.py --target agents).
+the rollout temperature; its reward is the team vote's correctness (train_llm.py --target agents).
 --target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions where >= 75% of them
-are right are filtered out, as train_rl.py does; a rollout is one leader answer over those peers, its reward
+are right are filtered out, as train_llm.py does; a rollout is one leader answer over those peers, its reward
 its correctness. The 8 rollouts of a question are sampled once through the engine and its cache; G = 2 and 4
 use the first G of them.
 """
+
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -19,20 +20,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from engine import Engine, call_seed  # noqa: E402
+from llm.engine import Engine, call_seed  # noqa: E402
 from state import majority_vote  # noqa: E402
-from training import parse_config, write_result  # noqa: E402
+from common import parse_config, write_result  # noqa: E402
 
 GROUPS = (2, 4, 8)
 
 
 @dataclass
 class Config:
-    target: str = "agents"         # agents (MAGRPO) | leader (MLPO)
-    level: int = 1                 # arith difficulty
+    target: str = "agents"  # agents (MAGRPO) | leader (MLPO)
+    level: int = 1  # arith difficulty
     agents: int = 3
-    n: int = 32                    # training-split questions
-    temperature: float = 1.0       # the rollout temperature (train_rl.py --rollout-temperature)
+    n: int = 32  # training-split questions
+    temperature: float = 1.0  # the rollout temperature (train_llm.py --rollout-temperature)
     max_new_tokens: int = 96
     seed: int = 0
     cache_dir: str = "cache/generations"
@@ -42,37 +43,65 @@ class Config:
 def main(cfg):
     examples = data.load_task("arith", split="train", n=cfg.n, seed=cfg.seed, level=cfg.level)
     engine = Engine(cache_dir=cfg.cache_dir or None, progress=True)
-    game = deliberate.GameConfig(agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    game = deliberate.GameConfig(
+        agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens
+    )
     G = max(GROUPS)
     if cfg.target == "leader":
-        peers_game = deliberate.GameConfig(agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-        peers = deliberate.per_question([s for s, _ in deliberate.run_llm(
-            engine, deliberate.solve_calls(examples, peers_game), peers_game)], cfg.agents)
-        peer_right = [sum(data.is_correct(s.answer, ex.answer, ex.task) for s in team) / cfg.agents
-                      for ex, team in zip(examples, peers)]
+        peers_game = deliberate.GameConfig(
+            agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed
+        )
+        peers = deliberate.per_question(
+            [
+                s
+                for s, _ in deliberate.run_llm(
+                    engine, deliberate.solve_calls(examples, peers_game), peers_game
+                )
+            ],
+            cfg.agents,
+        )
+        peer_right = [
+            sum(data.is_correct(s.answer, ex.answer, ex.task) for s in team) / cfg.agents
+            for ex, team in zip(examples, peers)
+        ]
         kept = [(ex, team) for ex, team, right in zip(examples, peers, peer_right) if right < 0.75]
-        calls = [(ex, deliberate.leader_prompt(ex, team), call_seed(cfg.seed, "flat-leader", ex.id, g))
-                 for ex, team in kept for g in range(G)]
+        calls = [
+            (ex, deliberate.leader_prompt(ex, team), call_seed(cfg.seed, "flat-leader", ex.id, g))
+            for ex, team in kept
+            for g in range(G)
+        ]
         per_rollout = 1
         examples = [ex for ex, _ in kept]
     else:
-        calls = [(ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
-                 for ex in examples for g in range(G) for i in range(cfg.agents)]
+        calls = [
+            (ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
+            for ex in examples
+            for g in range(G)
+            for i in range(cfg.agents)
+        ]
         per_rollout = cfg.agents
     outputs = deliberate.run_llm(engine, calls, game)
     # per question, the reward of each rollout: the vote's or the leader's correctness (the mean: vote_accuracy)
     rewards = []
     for ex, question_outputs in zip(examples, deliberate.per_question(outputs, G * per_rollout)):
         teams = deliberate.per_question([s for s, _ in question_outputs], per_rollout)
-        rewards.append([data.is_correct(majority_vote(team)[0], ex.answer, ex.task) for team in teams])
+        rewards.append(
+            [data.is_correct(majority_vote(team)[0], ex.answer, ex.task) for team in teams]
+        )
     solutions = [s for s, _ in outputs]
-    result = {"config": dataclasses.asdict(cfg), "questions": len(examples),
-              "agent_accuracy": sum(data.is_correct(s.answer, ex.answer, ex.task)
-                                     for (ex, _, _), s in zip(calls, solutions)) / len(solutions),
-              "vote_accuracy": sum(map(sum, rewards)) / sum(map(len, rewards)),
-              "completion_tokens_per_answer": sum(s.completion_tokens for s in solutions) / len(solutions),
-              "frac_flat": {G: sum(len(set(r[:G])) == 1 for r in rewards) / len(rewards) for G in GROUPS},
-              "frac_all_wrong": {G: sum(not any(r[:G]) for r in rewards) / len(rewards) for G in GROUPS}}
+    result = {
+        "config": dataclasses.asdict(cfg),
+        "questions": len(examples),
+        "agent_accuracy": sum(
+            data.is_correct(s.answer, ex.answer, ex.task) for (ex, _, _), s in zip(calls, solutions)
+        )
+        / len(solutions),
+        "vote_accuracy": sum(map(sum, rewards)) / sum(map(len, rewards)),
+        "completion_tokens_per_answer": sum(s.completion_tokens for s in solutions)
+        / len(solutions),
+        "frac_flat": {G: sum(len(set(r[:G])) == 1 for r in rewards) / len(rewards) for G in GROUPS},
+        "frac_all_wrong": {G: sum(not any(r[:G]) for r in rewards) / len(rewards) for G in GROUPS},
+    }
     if cfg.target == "leader":
         result.update(candidates=len(peer_right), peer_accuracy=sum(peer_right) / len(peer_right))
     return write_result(result, cfg.out)

@@ -2,6 +2,7 @@
 
 Each function writes one PNG to `path` and returns True, or returns False where matplotlib is not installed
 (report.py then writes the tables without their pictures and says how to get them)."""
+
 from statistics import fmean as mean
 
 from stats import sample_std  # report.py puts the repository's root on sys.path
@@ -11,6 +12,7 @@ def pyplot():
     """matplotlib's pyplot on a file-only backend, or None where it is not installed."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -38,9 +40,20 @@ def frontier(runs, title, path):
         tokens = mean([s["tokens_per_question"] for s in by_seed.values()])
         ax.errorbar(tokens, mean(accuracy), yerr=sample_std(accuracy), marker="o", capsize=3)
         near = sum(abs(tokens / t - 1) < 0.1 and abs(mean(accuracy) - a) < 0.01 for t, a in placed)
-        ax.annotate(part, (tokens, mean(accuracy)), textcoords="offset points", xytext=(5, 4 - 10 * near), fontsize=8)
+        ax.annotate(
+            part,
+            (tokens, mean(accuracy)),
+            textcoords="offset points",
+            xytext=(5, 4 - 10 * near),
+            fontsize=8,
+        )
         placed.append((tokens, mean(accuracy)))
-    ax.set(xscale="log", xlabel="tokens per question (log)", ylabel="accuracy (mean over seeds)", title=title)
+    ax.set(
+        xscale="log",
+        xlabel="tokens per question (log)",
+        ylabel="accuracy (mean over seeds)",
+        title=title,
+    )
     return save(plt, fig, path)
 
 
@@ -49,12 +62,17 @@ def actions_by_round(runs, path):
     plt = pyplot()
     if plt is None:
         return False
-    fig, axes = plt.subplots(1, len(runs), figsize=(2.6 * len(runs), 3.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(runs), figsize=(2.6 * len(runs), 3.2), sharey=True, squeeze=False
+    )
     for ax, (part, by_seed) in zip(axes[0], runs.items()):
         rounds = min(len(s["actions_by_round"]) for s in by_seed.values())
         bottom = [0.0] * rounds
         for kind in ("persist", "refine", "concede"):
-            share = [mean([s["actions_by_round"][t][kind] for s in by_seed.values()]) for t in range(rounds)]
+            share = [
+                mean([s["actions_by_round"][t][kind] for s in by_seed.values()])
+                for t in range(rounds)
+            ]
             ax.bar(range(1, rounds + 1), share, bottom=bottom, label=kind)
             bottom = [b + v for b, v in zip(bottom, share)]
         ax.set(title=part, xlabel="decision round", xticks=range(1, rounds + 1))
@@ -69,7 +87,9 @@ def reward_scale(curves, algos, path):
     plt = pyplot()
     if plt is None:
         return False
-    fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(algos), figsize=(5 * len(algos), 3.6), sharey=True, squeeze=False
+    )
     for ax, algo in zip(axes[0], algos):
         for (name, variant), points in curves.items():
             if name == algo:

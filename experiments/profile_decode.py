@@ -1,5 +1,5 @@
 """Where one decode step of the engine spends its time, before and after a change, measured in one run:
-batch 64 (the fixed deliberation prompts of `eval.py --bench generate`, about 100 prompt tokens per row),
+batch 64 (the fixed deliberation prompts of `experiments/bench.py --bench generate`, about 100 prompt tokens per row),
 sampling at T = 0.7 as the game does.
 
     python experiments/profile_decode.py --before 9341c01^ --out results/bench/profile.json
@@ -19,6 +19,7 @@ torch.compile ("after"; dynamic shapes, since the batch and the cache length cha
 kernels do not show as aten ops, so only the wall time of the step is comparable there, not the buckets.
 In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry on a later torch.
 """
+
 import importlib.util
 import subprocess
 import sys
@@ -34,8 +35,8 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import data  # noqa: E402
-from benchmarks import deliberation_prompts  # noqa: E402
-from training import machine, parse_config, write_result  # noqa: E402
+from bench import deliberation_prompts  # noqa: E402
+from common import machine, parse_config, write_result  # noqa: E402
 
 
 @dataclass
@@ -43,28 +44,77 @@ class Config:
     before: str = "9341c01^"  # git revision whose engine.py is "before" (the static-batch engine)
     repeats: int = 3
     rows: int = 64
-    steps: int = 32          # decode steps profiled
+    steps: int = 32  # decode steps profiled
     temperature: float = 0.7
-    compile: bool = False    # before = this engine eager, after = this engine with torch.compile'd forward
+    compile: bool = (
+        False  # before = this engine eager, after = this engine with torch.compile'd forward
+    )
     out: str = ""
 
 
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
-SAMPLING = {"aten::softmax", "aten::_softmax", "aten::sort", "aten::cumsum", "aten::multinomial", "aten::argmax",
-            "aten::exponential_", "aten::log_softmax", "aten::_log_softmax", "aten::topk", "aten::gather",
-            "aten::div", "aten::div_", "aten::masked_fill", "aten::masked_fill_", "aten::max", "aten::item",
-            "aten::_local_scalar_dense", "aten::logsumexp"}
-COPIES = {"aten::cat", "aten::copy_", "aten::index_select", "aten::index", "aten::index_put_", "aten::clone",
-          "aten::contiguous", "aten::slice_scatter", "aten::zeros", "aten::empty", "aten::new_ones",
-          "aten::ones", "aten::fill_", "aten::to", "aten::_to_copy", "aten::stack", "aten::where"}
+MATMULS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::matmul",
+    "aten::linear",
+    "mkldnn::_linear_pointwise",
+}
+SAMPLING = {
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::sort",
+    "aten::cumsum",
+    "aten::multinomial",
+    "aten::argmax",
+    "aten::exponential_",
+    "aten::log_softmax",
+    "aten::_log_softmax",
+    "aten::topk",
+    "aten::gather",
+    "aten::div",
+    "aten::div_",
+    "aten::masked_fill",
+    "aten::masked_fill_",
+    "aten::max",
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::logsumexp",
+}
+COPIES = {
+    "aten::cat",
+    "aten::copy_",
+    "aten::index_select",
+    "aten::index",
+    "aten::index_put_",
+    "aten::clone",
+    "aten::contiguous",
+    "aten::slice_scatter",
+    "aten::zeros",
+    "aten::empty",
+    "aten::new_ones",
+    "aten::ones",
+    "aten::fill_",
+    "aten::to",
+    "aten::_to_copy",
+    "aten::stack",
+    "aten::where",
+}
 
 
 def load_engine(rev):
-    """engine.py of this checkout, or of git revision `rev` (imported from a temporary copy)."""
-    path = ROOT / "engine.py"
+    """llm/engine.py of this checkout, or engine.py of git revision `rev` (imported from a temporary copy;
+    revisions before the llm/ folder import `backbone` and `kvcache` as top-level modules)."""
+    path = ROOT / "llm" / "engine.py"
     if rev:
-        source = subprocess.run(["git", "show", f"{rev}:engine.py"], cwd=ROOT, check=True, capture_output=True,
-                                text=True).stdout
+        sys.path.append(str(ROOT / "llm"))
+        source = subprocess.run(
+            ["git", "show", f"{rev}:engine.py"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         path = Path(tempfile.mkdtemp()) / "engine_at_rev.py"
         path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -76,7 +126,11 @@ def load_engine(rev):
 def bucket(event, vocab):
     name = event.key
     if name in MATMULS:
-        return "LM head" if any(vocab in shape for shape in event.input_shapes) else "matmuls (transformer body)"
+        return (
+            "LM head"
+            if any(vocab in shape for shape in event.input_shapes)
+            else "matmuls (transformer body)"
+        )
     if "attention" in name:
         return "attention"
     if name in SAMPLING:
@@ -107,15 +161,22 @@ def decode_step(engine, ids, seeds, cfg, grad_off):
         long, long_wall = profiled(engine, ids, seeds, 1 + cfg.steps, cfg.temperature)
     step_ms = (long_wall - short_wall) / cfg.steps
     buckets = {name: (long[name] - short.get(name, 0.0)) / cfg.steps for name in long}
-    return {"decode_step_ms": step_ms, "tokens_per_s": cfg.rows / step_ms * 1e3,
-            "buckets_ms": {k: round(v, 2) for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])}}
+    return {
+        "decode_step_ms": step_ms,
+        "tokens_per_s": cfg.rows / step_ms * 1e3,
+        "buckets_ms": {k: round(v, 2) for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])},
+    }
 
 
 def main(cfg):
-    engines = {"before": load_engine("" if cfg.compile else cfg.before).Engine(batch_size=cfg.rows),
-               "after": load_engine("").Engine(batch_size=cfg.rows)}
+    engines = {
+        "before": load_engine("" if cfg.compile else cfg.before).Engine(batch_size=cfg.rows),
+        "after": load_engine("").Engine(batch_size=cfg.rows),
+    }
     grad_off = {name: torch.inference_mode for name in engines}
-    if cfg.compile:  # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
+    if (
+        cfg.compile
+    ):  # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
         after = engines["after"]
         after.sample = torch.no_grad()(type(after).sample.__wrapped__.__get__(after))
         after.model.forward = torch.compile(after.model.forward, dynamic=True)
@@ -133,16 +194,25 @@ def main(cfg):
     for _ in range(cfg.repeats):
         for name, engine in engines.items():
             turns[name].append(decode_step(engine, ids, seeds, cfg, grad_off[name]))
-    result = {"before_rev": "eager (this checkout)" if cfg.compile else cfg.before, "compiled_after": cfg.compile,
-              "rows": cfg.rows, "steps": cfg.steps, "repeats": cfg.repeats,
-              "mean_prompt_tokens": sum(map(len, ids)) / len(ids), "temperature": cfg.temperature,
-              "threads": torch.get_num_threads(), "machine": machine()}
+    result = {
+        "before_rev": "eager (this checkout)" if cfg.compile else cfg.before,
+        "compiled_after": cfg.compile,
+        "rows": cfg.rows,
+        "steps": cfg.steps,
+        "repeats": cfg.repeats,
+        "mean_prompt_tokens": sum(map(len, ids)) / len(ids),
+        "temperature": cfg.temperature,
+        "threads": torch.get_num_threads(),
+        "machine": machine(),
+    }
     for name in engines:
         result[name] = min(turns[name], key=lambda t: t["decode_step_ms"])
         result[name]["all_step_ms"] = [round(t["decode_step_ms"], 1) for t in turns[name]]
         for bucket_name, ms in result[name]["buckets_ms"].items():
-            print(f"{name:6s} {bucket_name:42s} {ms:8.1f} ms  {ms / result[name]['decode_step_ms']:6.1%}",
-                  file=sys.stderr)
+            print(
+                f"{name:6s} {bucket_name:42s} {ms:8.1f} ms  {ms / result[name]['decode_step_ms']:6.1%}",
+                file=sys.stderr,
+            )
     result["speedup"] = result["before"]["decode_step_ms"] / result["after"]["decode_step_ms"]
     return write_result(result, cfg.out)
 

@@ -1,7 +1,8 @@
 """Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, and the eval tables.
 
-    python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
+python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
 """
+
 import re
 import sys
 from pathlib import Path
@@ -19,10 +20,15 @@ if __name__ == "__main__":
     before, after = sys.argv[1:3]
     same = True
     for run in ("sft-py", "sft-tr", "rl-py", "rl-tr"):
-        a, b = (torch.load(Path(d) / run / "policy.pt", weights_only=False)["state_dict"] for d in (before, after))
+        a, b = (
+            torch.load(Path(d) / run / "policy.pt", weights_only=False)["state_dict"]
+            for d in (before, after)
+        )
         identical = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         same &= identical
-        print(f"{run}/policy.pt: {'bit-identical' if identical else 'DIFFERENT'} ({len(a)} tensors)")
+        print(
+            f"{run}/policy.pt: {'bit-identical' if identical else 'DIFFERENT'} ({len(a)} tensors)"
+        )
     tables = table(before) == table(after)
     print(f"eval table: {'identical' if tables else 'DIFFERENT'}")
     sys.exit(0 if same and tables else 1)

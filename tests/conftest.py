@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def default_model_dir():
-    import backbone
+    from llm import backbone
     return backbone.default_model_path()
 
 
@@ -75,7 +75,7 @@ def tiny_model_dir(tmp_path_factory, default_model_dir):
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    import backbone
+    from llm import backbone
     return backbone.load_model(tiny_model_dir)
 
 

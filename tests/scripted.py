@@ -12,7 +12,7 @@ import torch
 
 import data
 import state
-from engine import Completion
+from llm.engine import Completion
 
 
 class ScriptedEngine:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import backbone
+from llm import backbone
 import deliberate
-from backbone import default_gguf_path, default_model_path, load_model
+from llm.backbone import default_gguf_path, default_model_path, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir
 
 OFFLINE_SCRIPT = """
 import torch
-import backbone
+from llm import backbone
 model, tokenizer = backbone.load_model()
 messages = [{"role": "user", "content": "What is the capital of France?"}]
 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -146,7 +146,7 @@ print("ANSWER:", text)
 # the GGUF side of test_converted_checkpoint_is_the_gguf_model: the prompt string comes in argv[1]
 GGUF_SCRIPT = """
 import hashlib, json, sys, torch
-import backbone
+from llm import backbone
 model, tokenizer = backbone.load_gguf(backbone.default_gguf_path())
 ids = tokenizer(sys.argv[1], add_special_tokens=False)["input_ids"]
 with torch.inference_mode():

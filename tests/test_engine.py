@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from engine import (Completion, Engine, GenerationCache, common_prefix_length, padded_chunks, pick_next_tokens,
+from llm.engine import (Completion, Engine, GenerationCache, common_prefix_length, padded_chunks, pick_next_tokens,
                     prefix_groups)
 
 

@@ -68,4 +68,4 @@ def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
     assert pooled["reference"] == "mpdf-persist" and set(pooled) == {"reference", "diff", "ci95", "disagree"}
     bad = subprocess.run(cmd[:-2] + ["--reference", "debate"], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
-    assert bad.returncode != 0 and "--reference 'debate' is not one of --protocols" in bad.stderr
+    assert bad.returncode == 2 and "unknown --reference 'debate': choose one of vanilla" in bad.stderr

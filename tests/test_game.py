@@ -11,7 +11,7 @@ import data
 import deliberate as D
 import policy as P
 import state as S
-from engine import Engine, call_seed
+from llm.engine import Engine, call_seed
 from scripted import ScriptedEngine
 from state import PERSIST, REFINE
 
@@ -132,10 +132,14 @@ def test_reward_two_agents_consensus_without_i_is_the_peer():
 
 # ---------------------------------------------------------------- policies
 def test_oracle_action():
-    assert P.oracle_action(True, [False, True], [0.1, 0.9]) == PERSIST
-    assert P.oracle_action(False, [True, True], [0.3, 0.9]) == 2 + 1   # the most confident correct peer
-    assert P.oracle_action(False, [True, False], [0.3, 0.9]) == 2 + 0
-    assert P.oracle_action(False, [False, False], [0.3, 0.9]) == REFINE
+    # agent 0 of a team of 3: its peers are agents 1 and 2, CONCEDE(0) = 2, CONCEDE(1) = 3
+    assert P.oracle_action(0, [True, False, True], [0.5, 0.1, 0.9]) == PERSIST
+    assert P.oracle_action(0, [False, True, True], [0.5, 0.3, 0.9]) == 2 + 1  # the most confident right peer
+    assert P.oracle_action(0, [False, True, False], [0.5, 0.3, 0.9]) == 2 + 0
+    assert P.oracle_action(0, [False, False, False], [0.5, 0.3, 0.9]) == REFINE
+    # agent 2: its peers are agents 0 and 1; a tie in confidence goes to the lower peer index
+    assert P.oracle_action(2, [True, True, False], [0.7, 0.7, 0.9]) == 2 + 0
+    assert P.oracle_action(2, [False, True, False], [0.9, 0.2, 0.1]) == 2 + 1
 
 
 @pytest.mark.parametrize("agents", [2, 3, 5])

@@ -11,7 +11,7 @@ import torch
 from scipy.stats import norm, rankdata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from softrank import (PG_KINDS, grpo_advantages, kl_k3, mean_baseline_advantages, pg_normalizer,  # noqa: E402
+from softrank import (flat_groups, PG_KINDS, grpo_advantages, kl_k3, mean_baseline_advantages, pg_normalizer,  # noqa: E402
                       optimal_policy, policy_gradient_loss, ppo_clip_loss, rank_matching_loss, rloo_advantages,
                       softrank_advantages, softrank_loss, unweighted_softrank_loss)
 
@@ -191,15 +191,18 @@ def test_all_equal_group_gives_exact_zeros(advantages, value):
     assert torch.equal(advantages(r), torch.zeros_like(r))
 
 
-def test_frac_zero_std_counts_flat_groups():
+def test_flat_groups_are_the_all_equal_ones_and_get_zero_advantages():
     r = distinct_rewards((5, 4), seed=5)
     r[1] = 1.0
     r[3] = -2.0                                        # 2 of 5 groups are flat
-    A = softrank_advantages(r)
-    assert torch.equal(A[1], torch.zeros(4, dtype=torch.float64))
-    logits = torch.zeros(5, 4, dtype=torch.float64)
-    _, stats = softrank_loss(logits, A, logits, beta=0.1, lam=0.01)
-    assert stats["frac_zero_std"] == pytest.approx(0.4)
+    r[4, 0] = r[4, 1]                                  # a tie is not a flat group
+    assert flat_groups(r)[:, 0].tolist() == [False, True, False, True, False]
+    mask = torch.ones(5, 4, dtype=torch.bool)
+    mask[0, 1:] = False                                # one existing action: nothing to prefer
+    assert flat_groups(r, mask)[:, 0].tolist() == [True, True, False, True, False]
+    for advantages in [softrank_advantages] + BASELINES:
+        A = advantages(r)
+        assert torch.equal(A[1], torch.zeros(4, dtype=torch.float64)) and A[4].abs().max() > 0
 
 
 @pytest.mark.parametrize("advantages", [softrank_advantages] + BASELINES)
@@ -340,7 +343,7 @@ def test_unweighted_form_has_no_minimum(beta):
 def test_softrank_loss_stats():
     logits, ref_logits, advantages, mask = random_problem(6, 5, seed=13, masked=True)
     _, stats = softrank_loss(logits, advantages, ref_logits, beta=0.1, lam=0.01, mask=mask)
-    assert set(stats) >= {"pg", "kl", "entropy", "frac_zero_std"}
+    assert set(stats) >= {"pg", "kl", "entropy"}
     assert all(isinstance(v, float) for v in stats.values())
     assert stats["kl"] >= 0 and stats["entropy"] >= 0
     _, same = softrank_loss(logits, advantages, logits, beta=0.1, lam=0.01, mask=mask)

@@ -1,25 +1,18 @@
-"""sft.py and train_rl.py: the losses in process, then the scripts as users run them (subprocesses on a tiny
+"""sft.py and train_rl.py (the meta-policy): the losses in process, then the scripts as users run them (subprocesses on a tiny
 random model): plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
-import copy
 import json
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
-import data
-import backbone
 import policy as P
-import rollouts
-import softrank
 import state as S
 import train_rl
-import training
-from engine import Engine
+import common
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2", "--max-new-tokens", "8"]
@@ -33,6 +26,10 @@ def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
             "rewards": torch.tensor([rewards] * n), "ref_logits": torch.zeros(n, 4), "old_logits": torch.zeros(n, 4)}
 
 
+def rl_loss(policy, batch, cfg):
+    return train_rl.rl_loss(policy(batch["own"], batch["peers"], batch["agent"]), batch, cfg)
+
+
 @pytest.mark.parametrize("algo,objective", [(algo, "expected") for algo in train_rl.ALGOS]
                          + [(algo, objective) for algo in ("softrank", "grpo") for objective in ("unweighted", "eq4")])
 def test_every_algo_moves_toward_the_best_action(algo, objective):
@@ -43,9 +40,8 @@ def test_every_algo_moves_toward_the_best_action(algo, objective):
     batch = synthetic_batch()
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     before = torch.softmax(policy(batch["own"], batch["peers"], batch["agent"]), -1)[:, 1].mean()
-    loss_fn = train_rl.make_loss(cfg)
     for _ in range(20):
-        loss, stats = loss_fn(policy, batch)
+        loss, stats = rl_loss(policy, batch, cfg)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -67,7 +63,8 @@ def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
     for _ in range(1500):
         value, _ = train_rl.corpus_objective(logits, tensors, cfg)
         assert value >= minimum - 1e-6
-        loss, _ = train_rl.objective_loss(logits, train_rl.action_advantages(rewards, cfg), tensors["ref_logits"], cfg)
+        loss, _ = train_rl.full_action_set_loss(logits, train_rl.action_advantages(rewards, cfg),
+                                                tensors["ref_logits"], cfg)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -79,7 +76,7 @@ def test_all_equal_rewards_teach_nothing_and_are_counted():
     policy = P.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
     for algo in ("softrank", "grpo", "ppo"):
-        loss, stats = train_rl.make_loss(train_rl.Config(algo=algo, beta=0.0, lam=0.0))(policy, batch)
+        loss, stats = rl_loss(policy, batch, train_rl.Config(algo=algo, beta=0.0, lam=0.0))
         assert stats["frac_zero_std"] == 1.0
         loss.backward()
         assert all(p.grad is None or p.grad.abs().max() == 0 for p in policy.parameters())
@@ -92,7 +89,7 @@ def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
 
     def loss(algo, scale, transform):
         cfg = train_rl.Config(algo=algo, reward_scale=scale, reward_transform=transform)
-        return train_rl.make_loss(cfg)(policy, batch)[0].item()
+        return rl_loss(policy, batch, cfg)[0].item()
     base = loss("softrank", 1.0, "none")
     assert loss("softrank", 0.1, "none") == base and loss("softrank", 10.0, "exp") == base
     assert loss("grpo", 10.0, "none") == pytest.approx(loss("grpo", 1.0, "none"), rel=1e-5)
@@ -100,65 +97,34 @@ def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
 
 
 def test_batch_schedule_is_a_function_of_its_arguments():
-    a = training.batch_schedule(50, 16, 2, 0, "rl-0")
+    a = common.batch_schedule(50, 16, 2, 0, "rl-0")
     assert len(a) == 2 * 3 and all(len(b) == 16 for b in a)  # the partial batch is dropped
-    assert all(torch.equal(x, y) for x, y in zip(a, training.batch_schedule(50, 16, 2, 0, "rl-0")))
-    assert not torch.equal(a[0], training.batch_schedule(50, 16, 2, 0, "rl-1")[0])
-    assert len(training.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
+    assert all(torch.equal(x, y) for x, y in zip(a, common.batch_schedule(50, 16, 2, 0, "rl-0")))
+    assert not torch.equal(a[0], common.batch_schedule(50, 16, 2, 0, "rl-1")[0])
+    assert len(common.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
 
 
-def test_completion_batch_masks_prompt_and_padding(tiny_model):
-    model, _ = tiny_model
-    sequences = [([5, 6, 7], [8, 9]), ([5], [10, 11, 12, 13])]
-    ids, attention, loss_mask = training.completion_batch(sequences, pad_id=0, device="cpu")
-    # prompts left-padded, completions right-padded: every completion starts at column 3
-    assert ids.tolist() == [[5, 6, 7, 8, 9, 0, 0], [0, 0, 5, 10, 11, 12, 13]]
-    assert attention.tolist() == [[1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]]
-    assert loss_mask.tolist() == [[0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1]]
-    logp, mask = training.completion_logprobs(model, (ids, attention, loss_mask))
-    assert logp.shape == (2, 4) and mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
-
-    # padding is never a target and never context: other pad ids, same loss
-    def loss(pad):
-        logp, mask = training.completion_logprobs(model, training.completion_batch(sequences, pad, "cpu"))
-        return -torch.where(mask.bool(), logp, 0).sum()
-    with torch.no_grad():
-        assert loss(0).item() == loss(1234).item()
-
-
-def test_completion_logprobs_match_each_sequence_alone(tiny_model):
-    """Batched and padded on both sides, each completion scores as it does alone: the position ids skip
-    the left padding, as in generation."""
-    model, _ = tiny_model
-    sequences = [([5, 6, 7, 30], [8, 9]), ([5], [10, 11, 12, 13]), ([40, 41], [42])]
-    with torch.no_grad():
-        batch = training.completion_batch(sequences, 0, "cpu")
-        logp, mask = training.completion_logprobs(model, batch, temperature=0.7)
-        for b, (p, c) in enumerate(sequences):
-            ones = torch.ones(1, len(p) + len(c), dtype=torch.long)
-            alone = training.token_logprobs(model, torch.tensor([p + c]), ones, temperature=0.7)[0, -len(c):]
-            torch.testing.assert_close(logp[b, :len(c)], alone, rtol=1e-5, atol=1e-5)
-            assert mask[b].sum() == len(c)
-
-
-def test_run_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
+def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
     """Ranks leave together (a gloo group torn down while a peer still writes rank-0 files aborted CI's
     torchrun run at exit); a failed rank skips the barrier, where its peers would wait for it forever."""
     calls = []
-    monkeypatch.setattr(training, "init_distributed", lambda: (1, 2, torch.device("cpu")))
-    monkeypatch.setattr(training.dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(training.dist, "barrier", lambda: calls.append("barrier"))
-    monkeypatch.setattr(training.dist, "destroy_process_group", lambda: calls.append("destroy"))
-    cfg = types.SimpleNamespace(out_dir=str(tmp_path / "out"))
-    assert training.run_distributed(lambda cfg, rank, world, device: calls.append("train") or rank, cfg) == 1
-    assert calls == ["train", "barrier", "destroy"]
-
-    def fail(cfg, rank, world, device):
-        raise ValueError("bad batch")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(common.dist, "init_process_group", lambda backend: calls.append(backend))
+    monkeypatch.setattr(common.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(common.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(common.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(common.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(common.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    with common.distributed(tmp_path / "out") as (rank, world, device):
+        calls.append(("train", rank, world, device.type))
+    assert calls == ["gloo", ("train", 1, 2, "cpu"), "barrier", "destroy"]
+    assert (tmp_path / "out").is_dir()
     calls.clear()
     with pytest.raises(ValueError):
-        training.run_distributed(fail, cfg)
-    assert calls == ["destroy"]
+        with common.distributed(tmp_path / "out"):
+            raise ValueError("bad batch")
+    assert calls == ["gloo", "destroy"]
 
 
 # ---------------------------------------------------------------- the scripts, as subprocesses
@@ -260,7 +226,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
             "--algo", algo]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
     assert json.loads((tmp_path / "whole" / "summary.json").read_text())["corpus"]["frac_zero_std"] < 0.9
-    steps = len(training.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
+    steps = len(common.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
                                    0, "rl-0"))
     crash = steps + 3  # inside the second iteration, after a checkpoint of the first
     killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)], tmp_path,
@@ -292,197 +258,9 @@ def test_scripts_reject_bad_input(tmp_path, tiny_model_dir):
     assert proc.returncode != 0 and "unknown --algo" in proc.stderr
     proc = run([str(ROOT / "train_rl.py"), "--objective", "max"], tmp_path, check=False)
     assert proc.returncode != 0 and "unknown --objective" in proc.stderr
-    proc = run([str(ROOT / "sft.py"), "--target", "nonsense"], tmp_path, check=False)
-    assert proc.returncode != 0 and "unknown --target" in proc.stderr
+    proc = run([str(ROOT / "sft.py"), "--features", "nonsense"], tmp_path, check=False)
+    assert proc.returncode == 2 and "unknown --features" in proc.stderr
     proc = run([str(ROOT / "sft.py"), "--model", tiny_model_dir, "--questions", "100000"], tmp_path, check=False)
     assert proc.returncode != 0 and "not enough" in proc.stderr
 
 
-@pytest.mark.slow
-def test_sft_llm_on_the_default_backbone(tmp_path, default_model_dir):
-    """--target llm keeps right, finished solutions, trains on them and writes a directory --model accepts.
-    Batches of one sequence under a 2-process torchrun leave a rank without rows at every step: it neither
-    hangs nor drifts (the same weights as one process)."""
-    args = [str(ROOT / "sft.py"), "--target", "llm", "--questions", "12", "--val-n", "4", "--samples", "4",
-            "--max-new-tokens", "128", "--batch-size", "1", "--micro-batch", "1", "--epochs", "1",
-            "--cache-dir", str(tmp_path / "cache")]
-    run(args + ["--out-dir", str(tmp_path / "llm")], tmp_path)
-    losses = [r["loss"] for r in metrics(tmp_path / "llm")]
-    assert losses and all(0 < x < 10 for x in losses)
-    tuned, _ = backbone.load_model(str(tmp_path / "llm" / "model"))
-    original, _ = backbone.load_model(default_model_dir)
-    changed = [name for name, p in tuned.named_parameters()
-               if not torch.equal(p, dict(original.named_parameters())[name])]
-    assert changed  # one optimizer step at lr 1e-5 moves the weights
-    engine = Engine(model_path=str(tmp_path / "llm" / "model"))
-    assert engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0].completion_tokens > 0
-    run(args + ["--out-dir", str(tmp_path / "llm2")], tmp_path, torchrun=True)
-    two, _ = backbone.load_model(str(tmp_path / "llm2" / "model"))
-    assert [r["step"] for r in metrics(tmp_path / "llm2")] == list(range(1, len(losses) + 1))
-    assert max((a - b).abs().max().item() for a, b in zip(tuned.parameters(), two.parameters())) < 1e-5
-
-
-# ---------------------------------------------------------------- --target agents (MAGRPO)
-def rollout_sequences(tokenizer):
-    """Two (prompt, completion) pairs of different prompt and completion lengths."""
-    return [(tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"], tokenizer(" It is 5.")["input_ids"]),
-            (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"])]
-
-
-def rollout_batch(tokenizer):
-    return training.completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
-
-
-def agents_grads(model, batches, advantages, cfg, normalizer, reference=None):
-    model.zero_grad()
-    for batch, adv in zip(batches, advantages):
-        loss, _ = train_rl.agents_loss(model, reference, batch, adv, cfg, normalizer)
-        loss.backward()
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def test_agents_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
-    model, tokenizer = tiny_model
-    ids, attention, mask = rollout_batch(tokenizer)
-    logp, completion = training.completion_logprobs(model, (ids, attention, mask))
-    logp = logp.detach().requires_grad_(True)
-    loss, _ = softrank.policy_gradient_loss(logp, torch.tensor([1.0, -0.5]), completion, "token")
-    loss.backward()
-    completion = completion.bool()
-    assert (logp.grad[~completion] == 0).all() and (logp.grad[completion] != 0).all()
-    # whatever sits in the padding, the parameter gradients are the same, bit for bit
-    cfg = train_rl.Config(target="agents", llm_beta=0.0)
-    other = ids.clone()
-    other[attention == 0] = 17
-    a = agents_grads(model, [(ids, attention, mask)], [torch.tensor([1.0, -0.5])], cfg, 10.0)
-    b = agents_grads(model, [(other, attention, mask)], [torch.tensor([1.0, -0.5])], cfg, 10.0)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-
-
-@pytest.mark.parametrize("agg", ["token", "seq", "const"])
-def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_model, agg):
-    model, tokenizer = tiny_model
-    model = model.double()
-    try:
-        sequences = rollout_sequences(tokenizer)
-        cfg = train_rl.Config(target="agents", llm_beta=0.1, loss_agg=agg)
-        advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
-        whole = training.completion_batch(sequences, tokenizer.pad_token_id, "cpu")
-        normalizer = softrank.pg_normalizer(whole[2], agg, max_len=cfg.max_new_tokens)
-        reference = copy_model(model)
-        # each micro-batch is built from its own sequences (its own padding widths), as in training
-        halves = [training.completion_batch(sequences[k:k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)]
-        whole = agents_grads(model, [whole], [advantages], cfg, normalizer, reference)
-        split = agents_grads(model, halves, [advantages[:1], advantages[1:]], cfg, normalizer, reference)
-        for x, y in zip(whole, split):
-            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
-    finally:
-        model.float()
-
-
-def copy_model(model):
-    reference = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in reference.parameters():
-            p.add_(0.01 * torch.randn_like(p))  # a different reference, so the KL term has a gradient
-    return reference
-
-
-def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
-    model, tokenizer = tiny_model
-    model = copy.deepcopy(model)
-    batch = rollout_batch(tokenizer)
-    cfg = train_rl.Config(target="agents", llm_beta=0.0)
-    grads = agents_grads(model, [batch], [torch.zeros(2)], cfg, 10.0)  # an all-equal group: advantages 0
-    assert all(g.abs().max() == 0 for g in grads)
-    before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    agents_grads(model, [batch], [torch.tensor([1.0, -1.0])], cfg, 10.0)
-    optimizer.step()
-    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
-
-
-def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
-    """train_rl.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into tmp_path/target,
-    validated at steps 0 and 2; returns its training metric lines."""
-    run([str(ROOT / "train_rl.py"), "--target", target, "--algo", "magrpo", "--model", model_dir,
-         "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2", "--val-n", "4",
-         "--micro-batch", "3", "--eval-every", "2", "--out-dir", str(tmp_path / target), *extra], tmp_path, torchrun)
-    lines = metrics(tmp_path / target)
-    # held-out validation at steps 0 and 2, on all 4 validation questions whatever the number of ranks
-    assert [(r["step"], r["val_questions"]) for r in lines if "val_accuracy" in r] == [(0, 4), (2, 4)]
-    return [r for r in lines if "loss" in r]
-
-
-@pytest.mark.parametrize("torchrun", [False, True])
-def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
-    out = tmp_path / "agents"
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2", "--rounds", "1",
-                             "--llm-beta", "0.1",
-                             # the bf16 path (rollouts from a bf16 copy, autocast loss) in one of the two runs
-                             "--dtype", "float32" if torchrun else "bfloat16")
-    assert [r["step"] for r in lines] == [1, 2]
-    # random weights never answer right: every group is flat, counted, and teaches nothing
-    assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
-    engine = Engine(model_path=str(out / "model"))
-    assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
-
-
-@pytest.mark.parametrize("torchrun", [False, True])
-def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
-    out = tmp_path / "leader"
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6", "--agents", "3",
-                             "--llm-beta", "0", "--cache-dir", str(tmp_path / "cache"))
-    # random peers are never right: no question is filtered out
-    assert json.loads((out / "pool.json").read_text()) == {"candidates": 6, "kept": 6, "peer_accuracy": 0.0}
-    assert [r["step"] for r in lines] == [1, 2]
-    assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
-    # llm_beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
-    assert all(r["trained_sequences"] == (2 if torchrun else 1) for r in lines)
-    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert checkpoint["config"]["target"] == "leader"
-    assert Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
-
-
-def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
-    """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
-    examples = [data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)]
-    right = {"t/0": 3, "t/1": 2, "t/2": 0}
-
-    def run_llm(engine, calls, game):
-        seen = {}
-        outputs = []
-        for ex, _, _ in calls:
-            k = seen[ex.id] = seen.get(ex.id, 0) + 1
-            outputs.append((S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1))
-        return outputs
-    monkeypatch.setattr(rollouts, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(rollouts, "make_engine", lambda cfg, rank: None)
-    monkeypatch.setattr(rollouts.deliberate, "run_llm", run_llm)
-    cfg = train_rl.Config(target="leader", agents=3, questions=3, val_n=0)
-    pool, stats = rollouts.peer_pool(cfg, 0, 1)
-    assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
-    assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
-    pool, _ = rollouts.peer_pool(train_rl.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1)
-    assert len(pool) == 3
-
-
-@pytest.mark.slow
-def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
-    """--target agents on the default backbone (rewards vary: the format term), killed after step 2 of 3 and
-    resumed: the same weights as an uninterrupted run, no metric step logged twice."""
-    args = [str(ROOT / "train_rl.py"), "--target", "agents", "--algo", "magrpo", "--protocol", "parallel",
-            "--agents", "1", "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "24",
-            "--format-reward", "0.5", "--steps", "3", "--save-every", "1", "--llm-lr", "1e-4", "--val-n", "4"]
-    run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
-    killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", "2"], tmp_path, check=False)
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
-    assert "resuming from" in resumed.stderr
-    whole = metrics(tmp_path / "whole")
-    again = metrics(tmp_path / "resumed")
-    assert [r["step"] for r in again] == [1, 2, 3]
-    assert any(r["grad_norm"] > 0 for r in whole)  # the run learned something
-    assert [r["mean_reward"] for r in again] == [r["mean_reward"] for r in whole]
-    a, b = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["model"] for d in ("whole", "resumed"))
-    assert max((a[k] - b[k]).abs().max().item() for k in a) == 0

@@ -10,6 +10,7 @@ backbone.py loads the model itself. Read top to bottom:
   Engine                        - generate (continuous batching), prefill, and teacher-forced log-probs
 kvcache.py holds what the engine puts under the model: its KV cache layer and, on CPU, oneDNN linears.
 """
+
 import hashlib
 import json
 import time
@@ -24,8 +25,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from backbone import default_model_path, load_model
-from kvcache import OneDNNLinears, PreallocatedLayer
+from llm.backbone import default_model_path, load_model
+from llm.kvcache import OneDNNLinears, PreallocatedLayer
 
 
 @dataclass
@@ -35,14 +36,17 @@ class Completion:
     completion_tokens: int
     finish: str  # "eos", "stop" (a stop string) or "length"
     cached: bool = False
-    token_ids: list | None = None  # with generate(return_tokens=True): the sampled ids, the EOS included
+    token_ids: list | None = (
+        None  # with generate(return_tokens=True): the sampled ids, the EOS included
+    )
     # log p of every generated token (the EOS included) under the model's own untempered distribution:
-    # the generation's confidence, free with the text (DESIGN §2)
+    # the generation's confidence, free with the text (docs/design.md §2)
     token_logprobs: list | None = None
 
 
 class Sample(NamedTuple):
     """What Engine.sample returns per prompt."""
+
     tokens: list  # the sampled ids; they end before the EOS unless keep_eos
     finish: str
     n_generated: int  # tokens generated, the EOS included
@@ -102,10 +106,15 @@ def pick_next_tokens(logits, generators, temperature, top_p):
     if top_p < 1:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # keep a token while the mass strictly before it is < top_p (the top token is always kept)
-        sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(-1) - sorted_probs >= top_p, 0.0)
+        sorted_probs = sorted_probs.masked_fill(
+            sorted_probs.cumsum(-1) - sorted_probs >= top_p, 0.0
+        )
         probs = probs.scatter(-1, order, sorted_probs)
     cdf = probs.double().cumsum(-1)  # float64: 49152 float32 terms would round the tail of the CDF
-    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators]) * cdf[:, -1]
+    u = (
+        torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+        * cdf[:, -1]
+    )
     # the first token whose CDF exceeds u: a token of probability 0 is never drawn
     return torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
 
@@ -140,14 +149,26 @@ def prefix_groups(batch_ids, min_shared=16, keep=1):
         while stop < len(batch_ids):
             longer = common_prefix_length([batch_ids[start], batch_ids[stop]])
             longer = longer if shared is None else min(shared, longer)
-            if longer < min_shared or (shared is not None and longer < shared // 2) or (
-                    stop + 1 < len(batch_ids) and common_prefix_length(batch_ids[stop:stop + 2]) > longer):
+            if (
+                longer < min_shared
+                or (shared is not None and longer < shared // 2)
+                or (
+                    stop + 1 < len(batch_ids)
+                    and common_prefix_length(batch_ids[stop : stop + 2]) > longer
+                )
+            ):
                 break
             shared, stop = longer, stop + 1
         # a prefix is worth running once only when several rows use it
-        shared = min(shared, min(len(ids) for ids in batch_ids[start:stop]) - keep) if stop - start > 1 else 0
+        shared = (
+            min(shared, min(len(ids) for ids in batch_ids[start:stop]) - keep)
+            if stop - start > 1
+            else 0
+        )
         shared = shared if shared >= min_shared else 0
-        if groups and not shared and not groups[-1][2]:  # rows without a prefix still prefill together
+        if (
+            groups and not shared and not groups[-1][2]
+        ):  # rows without a prefix still prefill together
             groups[-1] = (groups[-1][0], stop, 0)
         else:
             groups.append((start, stop, shared))
@@ -194,21 +215,44 @@ class Engine:
     slots, so the batch stays full until the queue is empty. Results are cached on disk when `cache_dir`
     is given."""
 
-    def __init__(self, model_path=None, dtype="float32", device="cpu", batch_size=128, cache_dir=None,
-                 rank=0, model=None, tokenizer=None, prefill_tokens=2048, share_prefix=True,
-                 progress=False):
+    def __init__(
+        self,
+        model_path=None,
+        dtype="float32",
+        device="cpu",
+        batch_size=128,
+        cache_dir=None,
+        rank=0,
+        model=None,
+        tokenizer=None,
+        prefill_tokens=2048,
+        share_prefix=True,
+        progress=False,
+    ):
         if model is None:
             model_path = model_path or default_model_path()
             model, tokenizer = load_model(model_path, dtype, device)
         self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.batch_size, self.prefill_tokens, self.share_prefix = batch_size, prefill_tokens, share_prefix
+        self.batch_size, self.prefill_tokens, self.share_prefix = (
+            batch_size,
+            prefill_tokens,
+            share_prefix,
+        )
         self.progress = progress  # a tqdm bar over the sequences of long generate() calls
         # what another engine on the same machine and cache needs (eval's leader=PATH)
-        self.settings = {"dtype": dtype, "device": device, "batch_size": batch_size, "cache_dir": cache_dir,
-                         "rank": rank, "progress": progress}
+        self.settings = {
+            "dtype": dtype,
+            "device": device,
+            "batch_size": batch_size,
+            "cache_dir": cache_dir,
+            "rank": rank,
+            "progress": progress,
+        }
         # the cache key names the weights and the dtype: both change the text
-        self.model_id = f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:" \
-                        f"{weights_fingerprint(model)}"
+        self.model_id = (
+            f"{model_path or model.name_or_path}:{dtype if model_path else model.dtype}:"
+            f"{weights_fingerprint(model)}"
+        )
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {t for t in eos + [tokenizer.eos_token_id] if t is not None}
@@ -219,35 +263,62 @@ class Engine:
         self.cache = GenerationCache(cache_dir, rank) if cache_dir else None
         # the fp32 CPU Linear layers run through oneDNN inside the engine's forward passes (faster than the
         # default MKL path for the engine's skinny matmuls: README, "The engine")
-        self.linears = OneDNNLinears(model) if torch.backends.mkldnn.is_available() else nullcontext()
-        self.stats = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                      "prefill_tokens": 0, "prefill_s": 0.0}  # prefill_s: seconds spent prefilling prompts
+        self.linears = (
+            OneDNNLinears(model) if torch.backends.mkldnn.is_available() else nullcontext()
+        )
+        self.stats = {
+            "calls": 0,
+            "cache_hits": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "prefill_tokens": 0,
+            "prefill_s": 0.0,
+        }  # prefill_s: seconds spent prefilling prompts
 
     def chat(self, user, system=None):
         """A prompt string in the model's chat format (plain text for models without a template)."""
         if not self.tokenizer.chat_template:
             return (system + "\n\n" if system else "") + user + "\n"
         messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": user}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            {"role": "user", "content": user}
+        ]
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
 
     def encode(self, prompt):
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
-    def generate(self, prompts, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=(),
-                 return_tokens=False):
+    def generate(
+        self,
+        prompts,
+        seeds,
+        max_new_tokens=256,
+        temperature=0.7,
+        top_p=1.0,
+        stop=(),
+        return_tokens=False,
+    ):
         """One Completion per prompt; `seeds[i]` makes prompt i's sample reproducible.
         return_tokens: also return the sampled token ids (for training on them); bypasses the cache."""
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        params = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
-                  "top_p": float(top_p), "stop": list(stop)}
+        params = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": float(temperature),
+            "top_p": float(top_p),
+            "stop": list(stop),
+        }
         if any(not prompt for prompt in prompts):
             raise ValueError(f"prompt {[bool(p) for p in prompts].index(False)} is empty")
-        keys = [GenerationCache.key(self.model_id, prompt, params, int(seed))
-                for prompt, seed in zip(prompts, seeds)]
+        keys = [
+            GenerationCache.key(self.model_id, prompt, params, int(seed))
+            for prompt, seed in zip(prompts, seeds)
+        ]
         # entries written before the engine kept log-probs are misses
-        hits, todo = self._lookup(keys, prompts, not return_tokens, fresh=lambda value: "token_logprobs" in value)
+        hits, todo = self._lookup(
+            keys, prompts, not return_tokens, fresh=lambda value: "token_logprobs" in value
+        )
         results = [None if hit is None else Completion(**hit, cached=True) for hit in hits]
 
         def finished(k, out):  # store each completion as soon as it ends
@@ -255,18 +326,37 @@ class Engine:
             text = self.tokenizer.decode(out.tokens, skip_special_tokens=True)
             for s in stop:  # the text ends before the stop string
                 text = text.split(s)[0] if s in text else text
-            results[i] = Completion(text, len(ids), out.n_generated, out.finish,
-                                    token_ids=out.tokens if return_tokens else None, token_logprobs=out.logprobs)
+            results[i] = Completion(
+                text,
+                len(ids),
+                out.n_generated,
+                out.finish,
+                token_ids=out.tokens if return_tokens else None,
+                token_logprobs=out.logprobs,
+            )
             if self.cache and not return_tokens:
-                self.cache.put(key, {"text": text, "prompt_tokens": len(ids), "completion_tokens": out.n_generated,
-                                     "finish": out.finish, "token_logprobs": out.logprobs})
+                self.cache.put(
+                    key,
+                    {
+                        "text": text,
+                        "prompt_tokens": len(ids),
+                        "completion_tokens": out.n_generated,
+                        "finish": out.finish,
+                        "token_logprobs": out.logprobs,
+                    },
+                )
             self.stats["calls"] += 1
             self.stats["prompt_tokens"] += len(ids)
             self.stats["completion_tokens"] += out.n_generated
 
         if todo:
-            self.sample([ids for _, _, ids in todo], [seeds[i] for i, _, _ in todo], **params,
-                        keep_eos=return_tokens, on_finish=finished)
+            self.sample(
+                [ids for _, _, ids in todo],
+                [seeds[i] for i, _, _ in todo],
+                **params,
+                keep_eos=return_tokens,
+                on_finish=finished,
+            )
         return results
 
     def continuation_logprobs(self, prompts, continuations):
@@ -275,22 +365,34 @@ class Engine:
         (encoded on its own, as `encode` does) or a list of token ids. No sampling: one forward pass per
         chunk over the rows prompt + continuation, the prompt running once as their shared prefix. Cached
         per (prompt, continuations)."""
-        conts = [self.encode(c) if isinstance(c, str) else [int(t) for t in c] for c in continuations]
+        conts = [
+            self.encode(c) if isinstance(c, str) else [int(t) for t in c] for c in continuations
+        ]
         if not all(conts):
             raise ValueError("an empty continuation has no log-probability to score")
-        keys = [GenerationCache.key(self.model_id, "continuation_logprobs", prompt, conts) for prompt in prompts]
+        keys = [
+            GenerationCache.key(self.model_id, "continuation_logprobs", prompt, conts)
+            for prompt in prompts
+        ]
         results, todo = self._lookup(keys, prompts)
         keep = max(map(len, conts))  # the logits of each row's last `keep` positions are needed
-        for chunk in (todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)):
+        for chunk in (todo[k : k + self.batch_size] for k in range(0, len(todo), self.batch_size)):
             # one row per distinct prompt + continuation[:-1]: one-token continuations share the prompt's row
             rows = sorted({tuple(ids + c[:-1]) for _, _, ids in chunk for c in conts})
             with torch.inference_mode():
-                logprobs = torch.log_softmax(self.prefill([list(r) for r in rows], keep=keep).float(), -1)
+                logprobs = torch.log_softmax(
+                    self.prefill([list(r) for r in rows], keep=keep).float(), -1
+                )
             row_of = {r: k for k, r in enumerate(rows)}
             for i, key, ids in chunk:
                 # the logits at a row's last len(c) positions predict the tokens of c
-                results[i] = [logprobs[row_of[tuple(ids + c[:-1])], keep - len(c):].gather(
-                    -1, torch.tensor(c)[:, None]).sum().item() for c in conts]
+                results[i] = [
+                    logprobs[row_of[tuple(ids + c[:-1])], keep - len(c) :]
+                    .gather(-1, torch.tensor(c)[:, None])
+                    .sum()
+                    .item()
+                    for c in conts
+                ]
                 if self.cache:
                     self.cache.put(key, results[i])
                 self.stats["calls"] += 1
@@ -308,8 +410,10 @@ class Engine:
         hits = [self.cache.get(key) if self.cache and use_cache else None for key in keys]
         hits = [hit if hit is not None and fresh(hit) else None for hit in hits]
         self.stats["cache_hits"] += sum(hit is not None for hit in hits)
-        todo = sorted(((i, keys[i], self.encode(prompts[i])) for i, hit in enumerate(hits) if hit is None),
-                      key=lambda item: item[2])
+        todo = sorted(
+            ((i, keys[i], self.encode(prompts[i])) for i, hit in enumerate(hits) if hit is None),
+            key=lambda item: item[2],
+        )
         return hits, todo
 
     def _left_pad(self, batch_ids):
@@ -318,16 +422,24 @@ class Engine:
         input_ids = torch.full((len(batch_ids), width), pad, dtype=torch.long)
         attention_mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
         for row, ids in enumerate(batch_ids):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention_mask[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[row, width - len(ids) :] = 1
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     def _forward(self, input_ids, attention_mask, cache, positions=None, logits_to_keep=1):
-        if positions is None:  # positions count real tokens only, as in HF generate: padding never shifts a row
-            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1]:]
+        if (
+            positions is None
+        ):  # positions count real tokens only, as in HF generate: padding never shifts a row
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
         with self.linears:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                              past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep).logits
+            return self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+            ).logits
 
     def prefill(self, batch_ids, keep=1, cache=None, mask=None, row=0, end=None):
         """Run the prompts; return the logits at each one's last `keep` positions, (rows, keep, vocab).
@@ -341,26 +453,53 @@ class Engine:
         width (long padded batches waste compute and build huge attention score tensors)."""
         if not self.continuous:  # e.g. sliding-window models: one padded pass into HF's own cache
             input_ids, attention_mask = self._left_pad(batch_ids)
-            logits = self._forward(input_ids, attention_mask, DynamicCache(config=self.model.config)
-                                   if cache is None else cache, logits_to_keep=keep)
+            logits = self._forward(
+                input_ids,
+                attention_mask,
+                DynamicCache(config=self.model.config) if cache is None else cache,
+                logits_to_keep=keep,
+            )
             if mask is not None:
-                mask[row:row + len(batch_ids)] = 0
-                mask[row:row + len(batch_ids), end - attention_mask.shape[1]:end] = attention_mask
+                mask[row : row + len(batch_ids)] = 0
+                mask[row : row + len(batch_ids), end - attention_mask.shape[1] : end] = (
+                    attention_mask
+                )
             return logits
-        groups = prefix_groups(batch_ids, keep=keep) if self.share_prefix else [(0, len(batch_ids), 0)]
+        groups = (
+            prefix_groups(batch_ids, keep=keep) if self.share_prefix else [(0, len(batch_ids), 0)]
+        )
         prefixes = [batch_ids[start][:shared] for start, _, shared in groups if shared]
         suffixes = [ids[shared:] for start, stop, shared in groups for ids in batch_ids[start:stop]]
-        self.stats["prefill_tokens"] += sum(map(len, suffixes))  # tokens actually run (prefixes: below)
+        self.stats["prefill_tokens"] += sum(
+            map(len, suffixes)
+        )  # tokens actually run (prefixes: below)
         past = None
         if prefixes:  # the groups' prefixes, sharing their own prefixes in turn, go to a slot cache of their own
             width = max(map(len, prefixes))
-            store = Cache(layers=[PreallocatedLayer(len(prefixes) + 1, width) for _ in range(self.n_layers)])
-            store_mask = torch.zeros((len(prefixes) + 1, width), dtype=torch.long, device=self.device)
+            store = Cache(
+                layers=[PreallocatedLayer(len(prefixes) + 1, width) for _ in range(self.n_layers)]
+            )
+            store_mask = torch.zeros(
+                (len(prefixes) + 1, width), dtype=torch.long, device=self.device
+            )
             self.prefill(prefixes, 1, store, store_mask, 0, width)
-            slot = [sum(1 for g in groups[:k] if g[2]) if groups[k][2] else len(prefixes)  # the last slot: empty
-                    for k in range(len(groups))]
-            past = (store, store_mask, torch.tensor([slot[k] for k, (start, stop, _) in enumerate(groups)
-                                                     for _ in range(start, stop)]))
+            slot = [
+                sum(1 for g in groups[:k] if g[2])
+                if groups[k][2]
+                else len(prefixes)  # the last slot: empty
+                for k in range(len(groups))
+            ]
+            past = (
+                store,
+                store_mask,
+                torch.tensor(
+                    [
+                        slot[k]
+                        for k, (start, stop, _) in enumerate(groups)
+                        for _ in range(start, stop)
+                    ]
+                ),
+            )
         return self._run_rows(suffixes, keep, cache, mask, row, end, past)
 
     def _run_rows(self, rows_ids, keep, cache, mask, row, end, past=None):
@@ -373,30 +512,47 @@ class Engine:
             rows = torch.tensor(order[start:stop])
             chunk_ids, chunk_mask = self._left_pad([rows_ids[k] for k in order[start:stop]])
             chunk_cache = DynamicCache(config=self.model.config)
-            if past is not None:  # the chunk's rows start from their prefixes (right-aligned in the store)
+            if (
+                past is not None
+            ):  # the chunk's rows start from their prefixes (right-aligned in the store)
                 store, store_mask, past_of = past
                 index = past_of[rows]
                 width = int(store_mask[index].sum(1).max())
                 for layer, store_layer in zip(chunk_cache.layers, store.layers):
-                    layer.update(store_layer.key_buffer[index, :, store_layer.capacity - width:],
-                                 store_layer.value_buffer[index, :, store_layer.capacity - width:])
-                chunk_mask = torch.cat([store_mask[index, store_mask.shape[1] - width:], chunk_mask], dim=1)
-            for k, row_logits in zip(order[start:stop], self._forward(chunk_ids, chunk_mask, chunk_cache,
-                                                                       logits_to_keep=keep)):
+                    layer.update(
+                        store_layer.key_buffer[index, :, store_layer.capacity - width :],
+                        store_layer.value_buffer[index, :, store_layer.capacity - width :],
+                    )
+                chunk_mask = torch.cat(
+                    [store_mask[index, store_mask.shape[1] - width :], chunk_mask], dim=1
+                )
+            for k, row_logits in zip(
+                order[start:stop],
+                self._forward(chunk_ids, chunk_mask, chunk_cache, logits_to_keep=keep),
+            ):
                 logits[k] = row_logits
             if cache is not None:
                 width = int(chunk_mask.sum(1).max())
                 # each row's real columns in order, right-aligned (a stable sort puts the padding first)
                 columns = chunk_mask.argsort(dim=1, stable=True)[:, -width:]
                 mask[row + rows] = 0
-                mask[row + rows, end - width:end] = chunk_mask.gather(1, columns)
+                mask[row + rows, end - width : end] = chunk_mask.gather(1, columns)
                 for layer, chunk_layer in zip(cache.layers, chunk_cache.layers):
                     layer.write(row + rows, chunk_layer.keys, chunk_layer.values, columns, end)
         return torch.stack(logits)
 
     @torch.inference_mode()
-    def sample(self, batch_ids, seeds, max_new_tokens=256, temperature=0.7, top_p=1.0, stop=(), keep_eos=False,
-               on_finish=None):
+    def sample(
+        self,
+        batch_ids,
+        seeds,
+        max_new_tokens=256,
+        temperature=0.7,
+        top_p=1.0,
+        stop=(),
+        keep_eos=False,
+        on_finish=None,
+    ):
         """The sampling loop, with continuous batching: one Sample per prompt, in order; on_finish(i, sample)
         is called as soon as prompt i is done. The ids end before the EOS unless keep_eos (training needs the
         very EOS id that was sampled). The prompts wait in a queue in token order (prompts that share a
@@ -413,31 +569,61 @@ class Engine:
         positions = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
         cache = Cache(layers=[PreallocatedLayer(slots, capacity) for _ in range(self.n_layers)])
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        rows, tokens, logprobs, results = [], {}, {}, [None] * len(batch_ids)  # rows: the prompt in each slot
-        start, end = 0, longest  # the window of columns the live rows use; `end` takes the next token
-        bar = tqdm(total=len(batch_ids), desc="generate", unit="seq", leave=False,
-                   disable=not self.progress or len(batch_ids) <= self.batch_size)
+        rows, tokens, logprobs, results = (
+            [],
+            {},
+            {},
+            [None] * len(batch_ids),
+        )  # rows: the prompt in each slot
+        start, end = (
+            0,
+            longest,
+        )  # the window of columns the live rows use; `end` takes the next token
+        bar = tqdm(
+            total=len(batch_ids),
+            desc="generate",
+            unit="seq",
+            leave=False,
+            disable=not self.progress or len(batch_ids) <= self.batch_size,
+        )
         while queue or rows:
-            if queue and slots - len(rows) >= (min(refill, len(queue)) if self.continuous else slots):
+            if queue and slots - len(rows) >= (
+                min(refill, len(queue)) if self.continuous else slots
+            ):
                 new = [queue.popleft() for _ in range(min(slots - len(rows), len(queue)))]
-                if not self.continuous:  # HF's own cache: a padded batch at a time, starting at column 0
-                    cache, end = DynamicCache(config=self.model.config), max(len(batch_ids[i]) for i in new)
+                if (
+                    not self.continuous
+                ):  # HF's own cache: a padded batch at a time, starting at column 0
+                    cache, end = (
+                        DynamicCache(config=self.model.config),
+                        max(len(batch_ids[i]) for i in new),
+                    )
                 began = time.perf_counter()
-                new_logits = self.prefill([batch_ids[i] for i in new], cache=cache, mask=mask, row=len(rows),
-                                          end=end)[:, -1]
+                new_logits = self.prefill(
+                    [batch_ids[i] for i in new], cache=cache, mask=mask, row=len(rows), end=end
+                )[:, -1]
                 self.stats["prefill_s"] += time.perf_counter() - began
-                positions[len(rows):len(rows) + len(new), 0] = torch.tensor([len(batch_ids[i]) for i in new])
+                positions[len(rows) : len(rows) + len(new), 0] = torch.tensor(
+                    [len(batch_ids[i]) for i in new]
+                )
                 logits = torch.cat([logits, new_logits]) if rows else new_logits
                 rows += new
                 for i in new:
                     tokens[i], logprobs[i] = [], []
             if self.continuous:  # the window: from the first column a live row uses to `end`
-                start = int(mask[:len(rows)].any(0).nonzero()[0])
+                start = int(mask[: len(rows)].any(0).nonzero()[0])
                 for layer in cache.layers:
                     layer.window(len(rows), start, end)
-            next_tokens = pick_next_tokens(logits, [generators[i] for i in rows], temperature, top_p)
+            next_tokens = pick_next_tokens(
+                logits, [generators[i] for i in rows], temperature, top_p
+            )
             # log-probs under the untempered distribution, whatever the sampling temperature
-            chosen = torch.log_softmax(logits.float(), -1).gather(-1, next_tokens[:, None]).squeeze(-1).tolist()
+            chosen = (
+                torch.log_softmax(logits.float(), -1)
+                .gather(-1, next_tokens[:, None])
+                .squeeze(-1)
+                .tolist()
+            )
             alive = []
             for slot, (i, token, logprob) in enumerate(zip(rows, next_tokens.tolist(), chosen)):
                 logprobs[i].append(logprob)
@@ -459,25 +645,41 @@ class Engine:
                 bar.update(1)
                 if on_finish:
                     on_finish(i, results[i])
-            if len(alive) < len(rows):  # finished rows leave: the last live rows move into their slots
+            if len(alive) < len(
+                rows
+            ):  # finished rows leave: the last live rows move into their slots
                 tail, kept = [s for s in alive if s >= len(alive)], set(alive)
-                order = torch.tensor([s if s in kept else tail.pop() for s in range(len(alive))], dtype=torch.long)
+                order = torch.tensor(
+                    [s if s in kept else tail.pop() for s in range(len(alive))], dtype=torch.long
+                )
                 cache.batch_select_indices(order)
-                mask[:len(order)], positions[:len(order)] = mask[order], positions[order]
+                mask[: len(order)], positions[: len(order)] = mask[order], positions[order]
                 next_tokens, rows = next_tokens[order], [rows[s] for s in order.tolist()]
             if not rows:
                 continue
-            if self.continuous and end == capacity:  # slide the window back, leaving room for the longest prompt
+            if (
+                self.continuous and end == capacity
+            ):  # slide the window back, leaving room for the longest prompt
                 to = max(0, longest - (end - start))
-                mask[:len(rows)] = torch.cat([mask.new_zeros(len(rows), to), mask[:len(rows), start:end],
-                                              mask.new_zeros(len(rows), capacity - to - end + start)], dim=1)
+                mask[: len(rows)] = torch.cat(
+                    [
+                        mask.new_zeros(len(rows), to),
+                        mask[: len(rows), start:end],
+                        mask.new_zeros(len(rows), capacity - to - end + start),
+                    ],
+                    dim=1,
+                )
                 for layer in cache.layers:
                     layer.slide(to)
                 start, end = to, to + end - start
-            mask[:len(rows), end] = 1
-            logits = self._forward(next_tokens[:, None], mask[:len(rows), start:end + 1], cache,
-                                   positions[:len(rows)])[:, -1]
-            positions[:len(rows)] += 1
+            mask[: len(rows), end] = 1
+            logits = self._forward(
+                next_tokens[:, None],
+                mask[: len(rows), start : end + 1],
+                cache,
+                positions[: len(rows)],
+            )[:, -1]
+            positions[: len(rows)] += 1
             end += 1
         bar.close()
         return results

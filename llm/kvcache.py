@@ -3,6 +3,7 @@ oneDNN for the fp32 Linear layers. Neither changes what the model computes, only
   PreallocatedLayer   - a KV cache layer of fixed slots that grows in place instead of concatenating
   OneDNNLinears       - the model's fp32 Linear layers through oneDNN while the engine runs it (CPU)
 """
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -16,8 +17,13 @@ class OneDNNLinears:
 
     def __init__(self, model):
         # int8 (quantized modules), bf16 and CUDA layers keep their own path
-        self.layers = [m for m in model.modules() if type(m) is torch.nn.Linear
-                       and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"]
+        self.layers = [
+            m
+            for m in model.modules()
+            if type(m) is torch.nn.Linear
+            and m.weight.dtype == torch.float32
+            and m.weight.device.type == "cpu"
+        ]
 
     @staticmethod
     def forward(layer, x):
@@ -52,8 +58,8 @@ class PreallocatedLayer(DynamicLayer):
             self.key_buffer, self.value_buffer = keys.new_zeros(shape), values.new_zeros(shape)
             self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         index = columns[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
-        self.key_buffer[slots, :, end - columns.shape[1]:end] = keys.gather(2, index)
-        self.value_buffer[slots, :, end - columns.shape[1]:end] = values.gather(2, index)
+        self.key_buffer[slots, :, end - columns.shape[1] : end] = keys.gather(2, index)
+        self.value_buffer[slots, :, end - columns.shape[1] : end] = values.gather(2, index)
 
     def window(self, rows, start, end):
         self.rows, self.start, self.end = rows, start, end
@@ -62,8 +68,8 @@ class PreallocatedLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         new = key_states.shape[2]
-        self.key_buffer[:self.rows, :, self.end:self.end + new] = key_states
-        self.value_buffer[:self.rows, :, self.end:self.end + new] = value_states
+        self.key_buffer[: self.rows, :, self.end : self.end + new] = key_states
+        self.value_buffer[: self.rows, :, self.end : self.end + new] = value_states
         self.window(self.rows, self.start, self.end + new)
         return self.keys, self.values
 
@@ -71,12 +77,16 @@ class PreallocatedLayer(DynamicLayer):
         """Slot s takes the row in slot indices[s]; only the rows that change slot are copied."""
         moved = (indices != torch.arange(len(indices))).nonzero().flatten()
         for buffer in (self.key_buffer, self.value_buffer):
-            buffer[moved, :, self.start:self.end] = buffer[indices[moved], :, self.start:self.end]
+            buffer[moved, :, self.start : self.end] = buffer[
+                indices[moved], :, self.start : self.end
+            ]
         self.window(len(indices), self.start, self.end)
 
     def slide(self, to):
         """Move the window's columns to start at column `to`."""
         width = self.end - self.start
         for buffer in (self.key_buffer, self.value_buffer):
-            buffer[:self.rows, :, to:to + width] = buffer[:self.rows, :, self.start:self.end].clone()
+            buffer[: self.rows, :, to : to + width] = buffer[
+                : self.rows, :, self.start : self.end
+            ].clone()
         self.window(self.rows, to, to + width)

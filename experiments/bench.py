@@ -1,0 +1,418 @@
+"""Speed benchmarks of the engine. Timing claims are ratios measured in one process: this machine is
+shared and noisy.
+
+    python experiments/bench.py --bench generate --out results/bench/generate.json
+
+  bench_generate - HF `generate` (fp32) vs the engine (fp32, int8) on one fixed batch of deliberation prompts
+  bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF `generate` in
+                   batches of 64 vs the engine's continuous batching
+  bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question per round
+  bench_slots    - the engine against itself: tokens/s at --engine-batch-size slots and at half as many
+"""
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import deliberate  # noqa: E402
+from common import check_choice, machine, parse_config, write_result  # noqa: E402
+from llm import backbone  # noqa: E402
+from llm.engine import Engine, call_seed  # noqa: E402
+from state import parse_solution  # noqa: E402
+
+
+@dataclass
+class Config:
+    bench: str = "generate"
+    """generate | round | debate | slots (this file's docstring)"""
+    n: int = 0
+    """questions (0: 64 generate, 200 round, 32 debate, 256 slots)"""
+    model: str = ""
+    """HF checkpoint directory; empty: the embedded default backbone"""
+    dtype: str = "float32"
+    """debate: the engine's dtype (the others run float32 and int8 as they say)"""
+    engine_batch_size: int = 128
+    """engine slots (round, debate; slots: this and half as many)"""
+    hf_batch_size: int = 64
+    """round: HF generate's padded batches"""
+    agents: int = 3
+    """round, debate: agents in the team"""
+    rounds: int = 3
+    """debate: REFINE rounds after round 0"""
+    temperature: float = 0.5
+    """debate: the agents' sampling temperature"""
+    top_p: float = 1.0
+    """debate: nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """round, debate, slots: token budget of each call (generate: 128)"""
+    seed: int = 0
+    """the LLM calls' seeds"""
+    out: str = ""
+    """the JSON result file (empty: printed only)"""
+
+
+def matmul_peak_flops(dtype):
+    """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear); fp32: the
+    faster of torch's default matmul and oneDNN's (the engine's Linear layers). The fastest of 3 turns."""
+    x = torch.randn(2048, 2048)
+    if dtype == "int8":
+        layer = torch.nn.Linear(2048, 2048, bias=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            layer = torch.ao.quantization.quantize_dynamic(
+                layer, {torch.nn.Linear}, dtype=torch.qint8
+            )
+        runs = [lambda: layer(x)]
+    else:
+        w = torch.randn(2048, 2048, dtype=backbone.DTYPES[dtype])
+        x = x.to(w.dtype)
+        runs = [lambda: x @ w]
+        if dtype == "float32" and torch.backends.mkldnn.is_available():
+            runs.append(lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""))
+    best, repeats = float("inf"), 5
+    for run in runs:
+        run()
+        for _ in range(3):
+            start = time.time()
+            for _ in range(repeats):
+                run()
+            best = min(best, time.time() - start)
+    return 2 * 2048**3 * repeats / best
+
+
+def matmul_flops(model, prompt_tokens, generated, rows):
+    """Matmul FLOPs of running `prompt_tokens` prompt tokens and `generated` new tokens through the model: the
+    transformer body for every token, the LM head for every generated token and each row's last prompt token."""
+    body = sum(
+        p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2
+    )
+    head = model.config.vocab_size * model.config.hidden_size
+    return 2 * body * (prompt_tokens + generated) + 2 * head * (generated + rows)
+
+
+def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
+    """HF generate, greedy, left-padded batches in the given order: per row the new tokens up to and
+    including the first EOS (the useful tokens)."""
+    tokenizer.padding_side = "left"
+    rows = []
+    for k in range(0, len(prompts), batch_size):
+        batch = tokenizer(
+            prompts[k : k + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+        )
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
+        for row in out[:, batch["input_ids"].shape[1] :].tolist():
+            cut = next((k + 1 for k, t in enumerate(row) if t in eos_ids), len(row))
+            rows.append(row[:cut])
+    return rows
+
+
+def deliberation_prompts(engine, examples):
+    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the refine
+    prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no generation needed."""
+    half = len(examples) // 2
+    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
+    for k in range(len(examples) - half):
+        ex = examples[half + k // 3]
+        team = [
+            parse_solution(
+                f"Let me compute step by step. The result is {int(ex.answer) + d}."
+                f"\nSteps: 2\nConfidence: {7 + d}/10\nAnswer: {int(ex.answer) + d}",
+                ex.task,
+            )
+            for d in (0, 1, 2)
+        ]
+        prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
+    return prompts
+
+
+def bench_generate(cfg, repeats=2):
+    """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy. The machine is
+    shared: the three sides take turns `repeats` times and each reports its fastest (least disturbed) turn."""
+    n = cfg.n or 64
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    engines = {
+        dtype: Engine(model_path=cfg.model or None, dtype=dtype, batch_size=n)
+        for dtype in ("float32", "int8")
+    }
+    reference = engines["float32"]
+    model, tokenizer = reference.model, reference.tokenizer
+    prompts = deliberation_prompts(reference, examples)
+    ids = [reference.encode(p) for p in prompts]
+    with (
+        torch.inference_mode()
+    ):  # warm up every path once (first-call allocations, kernel selection)
+        hf_generate(model, tokenizer, prompts[:2], 4, reference.eos_ids, n)
+        for engine in engines.values():
+            engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)
+    result = {"prompts": n, "prompt_tokens": sum(map(len, ids)), "repeats": repeats}
+    turns = {side: [] for side in ("hf", *engines)}  # tokens/s of each turn
+    for _ in range(repeats):
+        with torch.inference_mode():
+            start = time.time()
+            hf_rows = hf_generate(model, tokenizer, prompts, 128, reference.eos_ids, n)
+            turns["hf"].append(sum(map(len, hf_rows)) / (time.time() - start))
+        for dtype, engine in engines.items():
+            start, prefilled, prefill_s = (
+                time.time(),
+                engine.stats["prefill_tokens"],
+                engine.stats["prefill_s"],
+            )
+            out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0, keep_eos=True)
+            seconds = time.time() - start
+            generated = sum(s.n_generated for s in out)
+            executed = (
+                engine.stats["prefill_tokens"] - prefilled
+            )  # prompt tokens run (shared prefixes once)
+            if not turns[dtype] or generated / seconds > max(
+                turns[dtype]
+            ):  # where the fastest turn's time went
+                result[f"engine_{dtype}_prefill_share"] = (
+                    engine.stats["prefill_s"] - prefill_s
+                ) / seconds
+            turns[dtype].append(generated / seconds)
+            # achieved FLOP/s counts the work actually done, not the work prefix sharing saved
+            result[f"engine_{dtype}_flops"] = max(
+                result.get(f"engine_{dtype}_flops", 0),
+                matmul_flops(model, executed, generated, n) / seconds,
+            )
+            result[f"engine_{dtype}_prompt_tokens_run"] = executed
+            if dtype == "float32":  # the reference: lossless, its tokens are HF's
+                result["generated_tokens"] = generated
+                result["rows_matching"] = sum(s.tokens == hf for s, hf in zip(out, hf_rows))
+                result["outputs_match"] = result["rows_matching"] == n and result.get(
+                    "outputs_match", True
+                )
+    result["hf_tok_s"] = max(turns["hf"])
+    for dtype in engines:
+        result[f"engine_{dtype}_tok_s"] = max(turns[dtype])
+    result["all_tok_s"] = {side: [round(t, 1) for t in values] for side, values in turns.items()}
+    fastest = max(engines, key=lambda d: result[f"engine_{d}_tok_s"])
+    result.update(
+        fastest=fastest,
+        engine_tok_s=result[f"engine_{fastest}_tok_s"],
+        ratio=result[f"engine_{fastest}_tok_s"] / result["hf_tok_s"],
+        ratio_fp32=result["engine_float32_tok_s"] / result["hf_tok_s"],  # int8 is lossy here
+        peak_flops=matmul_peak_flops(fastest),
+        peak_flops_fp32=matmul_peak_flops("float32"),
+    )
+    result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
+    result["roofline_frac_fp32"] = result["engine_float32_flops"] / result["peak_flops_fp32"]
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
+def bench_round(cfg):
+    """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.n
+    (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token budget;
+    greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order, left-padded batches of
+    cfg.hf_batch_size) and then the engine's continuous batching in cfg.engine_batch_size slots (deliberate.run_llm's
+    call, eval.py's default slots); each side builds its refine prompts from its own round-0 texts."""
+    n = cfg.n or 200
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    engine = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.engine_batch_size)
+    model, tokenizer = engine.model, engine.tokenizer
+    game = deliberate.GameConfig(
+        agents=cfg.agents,
+        rounds=1,
+        temperature=0.0,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
+    with torch.inference_mode():  # warm up both paths
+        hf_generate(
+            model, tokenizer, [engine.chat("Hi"), engine.chat("Hello there")], 4, engine.eos_ids, 2
+        )
+        engine.generate(
+            [engine.chat("Hi"), engine.chat("Hello there")], [0, 0], max_new_tokens=4, temperature=0
+        )
+    calls = deliberate.solve_calls(examples, game)
+    requests = {"hf": calls, "engine": calls}
+    round_s, outputs = {"hf": [], "engine": []}, {"hf": [], "engine": []}
+    start_stats = dict(engine.stats)
+    for t in (0, 1):
+        for side in ("hf", "engine"):
+            prompts = [engine.chat(prompt) for _, prompt, _ in requests[side]]
+            start = time.time()
+            if side == "hf":
+                with torch.inference_mode():
+                    rows = hf_generate(
+                        model,
+                        tokenizer,
+                        prompts,
+                        game.max_new_tokens,
+                        engine.eos_ids,
+                        cfg.hf_batch_size,
+                    )
+            else:
+                rows = [
+                    c.token_ids
+                    for c in engine.generate(
+                        prompts,
+                        [seed for _, _, seed in requests[side]],
+                        max_new_tokens=game.max_new_tokens,
+                        temperature=0.0,
+                        top_p=game.top_p,
+                        return_tokens=True,
+                    )
+                ]
+            round_s[side].append(time.time() - start)
+            outputs[side] += rows
+            if t == 0:  # REFINE: every agent sees its own round-0 solution and its peers' answers
+                teams = deliberate.per_question(
+                    [
+                        parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
+                        for (ex, _, _), r in zip(calls, rows)
+                    ],
+                    game.agents,
+                )
+                requests[side] = [
+                    (
+                        ex,
+                        deliberate.refine_prompt(ex, team, i),
+                        call_seed(cfg.seed, ex.id, i, 1, "refine"),
+                    )
+                    for ex, team in zip(examples, teams)
+                    for i in range(game.agents)
+                ]
+            print(f"round {t} {side}: {round_s[side][-1]:.0f} s", file=sys.stderr, flush=True)
+    seconds = {side: sum(times) for side, times in round_s.items()}
+    generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
+    executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
+    result = {
+        "questions": n,
+        "agents": game.agents,
+        "generations": len(outputs["engine"]),
+        "engine_slots": cfg.engine_batch_size,
+        "hf_batch_size": cfg.hf_batch_size,
+        "max_new_tokens": game.max_new_tokens,
+        "hf_s": seconds["hf"],
+        "engine_s": seconds["engine"],
+        "hf_round_s": round_s["hf"],
+        "engine_round_s": round_s["engine"],  # round 0, then the REFINE round
+        "hf_tok_s": generated["hf"] / seconds["hf"],
+        "engine_tok_s": generated["engine"] / seconds["engine"],
+        "prompt_tokens": engine.stats["prompt_tokens"] - start_stats["prompt_tokens"],
+        "engine_prompt_tokens_run": executed,
+        "generated_tokens": generated["engine"],
+        "rows_matching": sum(a == b for a, b in zip(outputs["hf"], outputs["engine"])),
+    }
+    result["outputs_match"] = result["rows_matching"] == result["generations"]
+    result["ratio"] = result["engine_tok_s"] / result["hf_tok_s"]
+    flops = matmul_flops(model, executed, generated["engine"], result["generations"])
+    result["engine_flops"] = flops / seconds["engine"]
+    result["peak_flops"] = matmul_peak_flops("float32")
+    result["roofline_frac"] = result["engine_flops"] / result["peak_flops"]
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
+def bench_debate(cfg):
+    """One LLM-Debate run through the engine vs the usual way: one `generate` call per agent per question
+    per round. Both sample at the same temperature; the usual way is not cached either."""
+    n = cfg.n or 32
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    engine = Engine(
+        model_path=cfg.model or None,
+        dtype=cfg.dtype,
+        batch_size=cfg.engine_batch_size,
+        progress=True,
+    )
+    game = deliberate.GameConfig(
+        agents=cfg.agents,
+        rounds=cfg.rounds,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
+    start = time.time()
+    deliberate.run_protocol(engine, examples, "debate", game)
+    engine_s = time.time() - start
+    print(f"engine: {engine_s:.0f} s; now the usual way", file=sys.stderr)
+    model, tokenizer = engine.model, engine.tokenizer
+    start = time.time()
+    torch.manual_seed(cfg.seed)
+    with torch.inference_mode():
+        for ex in tqdm(examples, desc="usual way", unit="q"):
+
+            def solve(prompt):
+                batch = tokenizer(
+                    engine.chat(prompt), return_tensors="pt", add_special_tokens=False
+                )
+                out = model.generate(
+                    **batch,
+                    max_new_tokens=game.max_new_tokens,
+                    do_sample=True,
+                    temperature=game.temperature,
+                    top_p=game.top_p,
+                    top_k=0,
+                )
+                text = tokenizer.decode(
+                    out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True
+                )
+                return parse_solution(text, ex.task)
+
+            team = [solve(deliberate.solve_prompt(ex)) for _ in range(game.agents)]
+            for _ in range(game.rounds):
+                team = [solve(deliberate.refine_prompt(ex, team, i)) for i in range(game.agents)]
+    usual_s = time.time() - start
+    result = {
+        "questions": n,
+        "agents": game.agents,
+        "rounds": game.rounds,
+        "engine_s": engine_s,
+        "usual_s": usual_s,
+        "ratio": usual_s / engine_s,
+    }
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
+def bench_slots(cfg, repeats=2):
+    """The engine's tokens/s with cfg.engine_batch_size slots against half as many, on 4 x 64 fixed deliberation
+    prompts (the mix of bench_generate), greedy fp32, cfg.max_new_tokens: the two sizes take turns `repeats`
+    times and each reports its fastest turn (the least disturbed on a shared machine). Greedy fp32 output must
+    not depend on the batch size."""
+    n, sizes = cfg.n or 256, (cfg.engine_batch_size // 2, cfg.engine_batch_size)
+    engine = Engine(model_path=cfg.model or None, dtype="float32")
+    ids = [
+        engine.encode(p)
+        for p in deliberation_prompts(engine, data.load_task("arith", split="test", n=n, seed=0))
+    ]
+    engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)  # warm-up
+    turns, outputs = {size: [] for size in sizes}, {}
+    for _ in range(repeats):
+        for size in sizes:
+            engine.batch_size, start = size, time.time()
+            out = engine.sample(
+                ids, list(range(n)), max_new_tokens=cfg.max_new_tokens, temperature=0
+            )
+            turns[size].append(sum(s.n_generated for s in out) / (time.time() - start))
+            outputs[size] = [s.tokens for s in out]
+            print(f"batch {size}: {turns[size][-1]:.1f} tok/s", file=sys.stderr, flush=True)
+    result = {
+        "prompts": n,
+        "max_new_tokens": cfg.max_new_tokens,
+        "tok_s": {size: max(t) for size, t in turns.items()},
+        "all_tok_s": {size: [round(x, 1) for x in t] for size, t in turns.items()},
+        "outputs_match": outputs[sizes[0]] == outputs[sizes[1]],
+    }
+    result["ratio"] = result["tok_s"][sizes[1]] / result["tok_s"][sizes[0]]
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
+BENCHMARKS = {
+    "generate": bench_generate,
+    "round": bench_round,
+    "debate": bench_debate,
+    "slots": bench_slots,
+}
+
+if __name__ == "__main__":
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
+    check_choice("--bench", config.bench, BENCHMARKS)
+    BENCHMARKS[config.bench](config)

@@ -1,0 +1,2 @@
+"""The LLM machinery: model loading (backbone), the KV-cache sampler (engine, kvcache) and completion
+log-probs (logprobs). Nothing here knows the deliberation game."""

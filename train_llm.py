@@ -1,0 +1,445 @@
+"""The agents' LLM weights (docs/design.md §8): MAGRPO, MLPO, and a rejection-sampling warm start.
+
+    python train_llm.py --target agents --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
+    python eval.py --model runs/magrpo/model --protocols debate
+    python train_llm.py --target leader --agents 3 --out-dir runs/mlpo
+    python eval.py --protocols leader=runs/mlpo/model          # peers answer, the trained leader decides
+    python train_llm.py --target sft --out-dir runs/sft-llm    # the backbone on its own right answers
+
+--target agents (MAGRPO, arXiv 2508.04652): G joint rollouts of the protocol per question, one joint reward
+per rollout (the team vote's correctness), its advantage shared by every agent of the rollout; each agent
+learns from its own sampled tokens only. --target leader (MLPO, arXiv 2507.08960): the frozen peers'
+solutions to the training questions are generated once; questions the peers already get right (>=
+--filter-easy of them) are dropped; the leader reads a question and its peers' solutions and answers, G
+samples per prompt, reward = correctness. Both are on-policy: one optimizer step per batch of rollouts,
+no ratio, no clip. A step reads: rollouts (team_rollouts.py) -> group_advantages -> llm_step.
+--target sft: sample solutions to training questions, keep the right (with --trailer, well-formatted) ones
+and fine-tune on them, the loss on completion tokens only (llm_step with advantage 1).
+"""
+
+import copy
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import data
+import deliberate
+import softrank
+import team_rollouts
+from common import (
+    MetricsLog,
+    accumulating,
+    all_gather_list,
+    all_reduce_sum,
+    batch_schedule,
+    check_choice,
+    crash_if_asked,
+    distributed,
+    load_checkpoint,
+    parse_config,
+    save_checkpoint,
+    usage_error,
+    wrap_ddp,
+)
+from corpus import make_engine, training_pool, training_questions
+from llm.engine import Engine, call_seed
+from llm.logprobs import completion_batch, completion_logprobs
+from state import VOTE_RULES, parse_solution
+
+TARGETS = ("agents", "leader", "sft")
+ADVANTAGES = {
+    "magrpo": softrank.mean_baseline_advantages,
+    "grpo": softrank.grpo_advantages,
+    "softrank": softrank.softrank_advantages,
+}
+
+
+@dataclass
+class Config:
+    target: str = "agents"
+    """agents: MAGRPO (the agents' weights) | leader: MLPO (one leader over frozen peers) | sft: the
+    rejection-sampling warm start (the backbone on its own right answers)"""
+    algo: str = "magrpo"
+    """the group advantage: magrpo (reward - group mean, the paper's) | grpo (z-score) | softrank"""
+    tau: float = 0.5
+    """SoftRank temperature (--algo softrank)"""
+    protocol: str = "debate"
+    """--target agents: parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
+    group: int = 4
+    """G: joint rollouts (agents) or leader samples (leader) per question"""
+    questions_per_step: int = 8
+    """questions per optimizer step, over all ranks (whole groups per rank)"""
+    steps: int = 20
+    """optimizer steps (agents, leader)"""
+    rollout_temperature: float = 1.0
+    """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
+    loss_agg: str = ""
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss; empty: token for
+    agents (MAGRPO), const for the leader (MLPO), token for sft"""
+    format_reward: float = 0.0
+    """+ this times the fraction of the team's final answers that parse"""
+    separate_agents: bool = False
+    """one LLM copy per agent (default: the agents share one set of weights)"""
+    lr: float = 1e-5
+    """AdamW learning rate of the LLM weights"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    beta: float = 0.0
+    """weight of the k3 KL to the initial model; 0 as in both papers (no reference copy in memory)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    peers_model: str = ""
+    """--target leader: the frozen peers' HF directory; empty: the same as --model"""
+    filter_easy: float = 0.75
+    """--target leader: drop questions where at least this fraction of the peers is right (0: keep all)"""
+    samples: int = 4
+    """--target sft: solutions sampled per training question"""
+    epochs: int = 30
+    """--target sft: passes over the kept solutions"""
+    batch_size: int = 256
+    """--target sft: sequences per optimizer step, over all ranks"""
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    questions: int = 256
+    """training questions (leader: candidates before the filter; agents: the pool cycles)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
+    seed: int = 0
+    """question split, LLM calls, data order"""
+    agents: int = 3
+    """agents in the team (leader: its frozen peers)"""
+    rounds: int = 3
+    """--protocol debate: REFINE rounds after round 0"""
+    temperature: float = 0.5
+    """the frozen peers' (leader) and the sft samples' temperature"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call (and const's normalizer)"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal (state.VOTE_RULES)"""
+    model: str = ""
+    """HF checkpoint directory to train; empty: the embedded default backbone"""
+    dtype: str = "float32"
+    """float32 | bfloat16 (agents, leader: autocast on fp32 master weights, bf16 rollouts)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache of the frozen calls (peers, sft samples; never the trained weights')"""
+    out_dir: str = "runs/llm"
+    """where the model directory, metrics.jsonl and the checkpoint go"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+
+
+def loss_aggregation(cfg):
+    return cfg.loss_agg or ("const" if cfg.target == "leader" else "token")
+
+
+def group_advantages(rewards, cfg):
+    """(questions, G) rewards -> the advantage every sequence of a rollout shares."""
+    if cfg.algo == "softrank":
+        return softrank.softrank_advantages(rewards, cfg.tau)
+    return ADVANTAGES[cfg.algo](rewards)
+
+
+def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperature):
+    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
+    by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
+    logp, mask = completion_logprobs(model, batch, temperature)
+    agg = loss_aggregation(cfg)
+    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, agg, normalizer)
+    kl = torch.zeros(())
+    if cfg.beta:
+        with torch.no_grad():
+            ref_logp, _ = completion_logprobs(reference, batch, temperature)
+        kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
+        loss = loss + cfg.beta * kl
+    return loss, kl.item()
+
+
+# a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
+FILLER = team_rollouts.Sequence(0, 0, 0, [0], [0])
+
+
+def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg, pad, device, world,
+             temperature):  # fmt: skip
+    """One optimizer step over this rank's sequences, in micro-batches.
+
+    The normalizer covers the whole step (every micro-batch of every rank) and is computed once; DDP
+    averages gradients over ranks, hence the division by world. A sequence of advantage 0 (a flat group)
+    adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank left with
+    nothing still runs one backward at weight 0, for DDP's all-reduce. Returns the step's statistics."""
+    counts = all_reduce_sum([len(sequences), sum(len(s.completion_ids) for s in sequences)], device)
+    normalizer = {"token": counts[1], "seq": counts[0], "const": counts[0] * cfg.max_new_tokens}[
+        loss_aggregation(cfg)
+    ] / world
+    loss_total, kl_total, trained = 0.0, 0.0, 0
+    for e, (model, ddp) in enumerate(zip(models, wrapped)):
+        mine = [s for s in sequences if len(models) == 1 or s.agent == e]
+        if not cfg.beta:
+            mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
+        weight = 1.0
+        if not mine:  # no sequence on this rank at all (a batch smaller than the world)
+            mine, weight = [FILLER], 0.0
+        trained += len(mine) if weight else 0
+        chunks = range(0, len(mine), cfg.micro_batch)
+        for k in chunks:
+            chunk = mine[k : k + cfg.micro_batch]
+            batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in chunk], pad, device)
+            rows = [s.question for s in chunk], [s.sample for s in chunk]
+            chunk_advantages = advantages[rows].to(device) if weight else torch.zeros(len(chunk))
+            with accumulating(ddp, last=k == chunks[-1]):
+                # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward only:
+                # backward runs in the forward's dtypes anyway
+                bf16 = cfg.dtype == "bfloat16"
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    loss, kl = agents_loss(
+                        ddp, references[e], batch, chunk_advantages, cfg, normalizer, temperature
+                    )
+                loss.backward()
+            loss_total, kl_total = loss_total + loss.item(), kl_total + kl
+    params = [p for m in models for p in m.parameters()]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss_total, "kl": kl_total, "trained": trained, "tokens": counts[1],
+            "grad_norm": float(grad_norm)}  # fmt: skip
+
+
+def llm_engines(cfg, device, rank, n_models):
+    """(trained models, rollout engines). No generation cache: the weights change every step. With
+    --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast on fp32 weights
+    would cast every weight at every decoded token)."""
+    engines = [
+        Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
+               batch_size=cfg.engine_batch_size, rank=rank)
+        for _ in range(n_models)
+    ]  # fmt: skip
+    models = [e.model for e in engines]
+    if cfg.dtype == "bfloat16":
+        engines = [
+            Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
+                   device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
+            for m, e in zip(models, engines)
+        ]  # fmt: skip
+    return models, engines
+
+
+def refresh_rollout_weights(models, engines):
+    for m, engine in zip(models, engines):
+        m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
+        if engine.model is not m:
+            with torch.no_grad():
+                for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
+                    rollout_weight.copy_(weight)
+
+
+def validate(models, engines, validation, cfg, rank, world, device, log, step):
+    """Greedy accuracy on the held-out questions: the team's vote (agents) or the leader's answer over its
+    peers (leader), every rank on its shard, one rollout per question at temperature 0."""
+    refresh_rollout_weights(models, engines)
+    greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
+    shard = validation[rank::world]
+    right = torch.zeros(0)
+    if shard and cfg.target == "leader":
+        right = team_rollouts.leader_rollouts(engines[0], shard, greedy, step)[1]
+    elif shard:
+        right = team_rollouts.joint_rollouts(engines, shard, greedy, step)[1]
+    sums = all_reduce_sum([float(right.sum()), right.numel()], device)
+    log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
+    if rank == 0:
+        print(f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
+              file=sys.stderr)  # fmt: skip
+
+
+def save_models(models, engines, out, n_models):
+    """The trained weights as HF directories --model accepts: model/, or agent0/, agent1/, ..."""
+    for e, model in enumerate(models):
+        target = out / ("model" if n_models == 1 else f"agent{e}")
+        model.eval().save_pretrained(target)
+        engines[e].tokenizer.save_pretrained(target)
+
+
+def train_agents_or_leader(cfg, rank, world, device):
+    """MAGRPO (agents) and MLPO (leader): the same on-policy token-level loop; only the rollouts differ."""
+    out = Path(cfg.out_dir)
+    torch.manual_seed(cfg.seed)
+    n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
+    if cfg.target == "leader":
+        pool, pool_stats = team_rollouts.peer_pool(cfg, rank, world)
+        if rank == 0:
+            (out / "pool.json").write_text(json.dumps(pool_stats))
+    else:
+        pool = training_pool(cfg)[cfg.val_n :]
+    models, engines = llm_engines(cfg, device, rank, n_models)
+    references = [None] * n_models
+    if cfg.beta:
+        references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models]
+    params = [p for m in models for p in m.parameters()]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
+    counters = load_checkpoint(out, holder, optimizer, rank, cfg) or {"step": 0}
+    log = MetricsLog(out, rank, counters["step"])
+    for m in models:
+        if cfg.gradient_checkpointing:
+            m.gradient_checkpointing_enable()
+    wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
+    pad = engines[0].tokenizer.pad_token_id
+    validation = training_pool(cfg)[: cfg.val_n]
+    if (
+        cfg.target == "leader" and cfg.eval_every
+    ):  # the leader is validated over its peers' solutions
+        validation = team_rollouts.peer_solutions(validation, cfg, rank, world)
+
+    if cfg.eval_every and counters["step"] == 0:
+        validate(models, engines, validation, cfg, rank, world, device, log, 0)
+    bar = tqdm(
+        range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0
+    )
+    for step in bar:
+        began = time.time()
+        start = step * cfg.questions_per_step
+        questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
+        questions = questions[rank::world]
+        refresh_rollout_weights(models, engines)
+        if cfg.target == "leader":
+            sequences, rewards = team_rollouts.leader_rollouts(engines[0], questions, cfg, step)
+        else:
+            sequences, rewards = team_rollouts.joint_rollouts(engines, questions, cfg, step)
+        rollout_s = time.time() - began
+        advantages = group_advantages(rewards, cfg)
+        for m in models:
+            m.train()
+        update = llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg, pad,
+                          device, world, cfg.rollout_temperature)  # fmt: skip
+
+        flat = softrank.flat_groups(rewards).float()
+        sums = all_reduce_sum(
+            [update["loss"], update["kl"], float(rewards.sum()), rewards.numel(),
+             float(flat.sum()), len(flat), update["trained"]],
+            device,
+        )  # fmt: skip
+        stats = {
+            "loss": sums[0] / world,
+            "kl": sums[1] / world,
+            "mean_reward": sums[2] / sums[3],
+            "frac_zero_std": sums[4] / sums[5],
+            "zero_std_groups": sums[4],
+            "grad_norm": update["grad_norm"],
+            "tokens": update["tokens"],
+            "trained_sequences": sums[6],
+            "rollout_s": rollout_s,
+            "step_s": time.time() - began,
+        }
+        bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
+        log.write(step=step + 1, **stats)
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+            validate(models, engines, validation, cfg, rank, world, device, log, step + 1)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        save_models(models, engines, out, n_models)
+        print(json.dumps({"steps": cfg.steps, "model": str(out / "model")}))
+
+
+def train_sft(cfg, rank, world, device):
+    """The rejection-sampling warm start: the backbone fine-tuned on its own right answers (advantage 1 on
+    every kept sequence: cross-entropy on the completion tokens), epochs over a fixed set."""
+    out = Path(cfg.out_dir)
+    engine = make_engine(cfg, rank)
+    questions, _ = training_questions(cfg)
+    calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
+    prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
+    seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
+    completions = engine.generate(
+        prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
+    )
+    eos = engine.tokenizer.eos_token_id
+    kept = []
+    for (ex, _), prompt, c in zip(calls, prompts, completions):
+        s = parse_solution(c.text, ex.task)
+        right = data.is_correct(s.answer, ex.answer, ex.task)
+        if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
+            kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
+    kept = sorted(
+        all_gather_list(kept)
+    )  # every rank sees the same dataset, whatever the world size
+    if rank == 0:
+        kind = " well-formatted" if cfg.trailer else ""
+        print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
+              file=sys.stderr)  # fmt: skip
+    if len(kept) < cfg.batch_size:
+        usage_error(
+            f"only {len(kept)} right solutions for a --batch-size of {cfg.batch_size}: "
+            "raise --questions or --samples, or lower --batch-size"
+        )
+    model = engine.model.float().to(device).train()
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    counters = load_checkpoint(out, model, optimizer, rank, cfg) or {"step": 0}
+    log = MetricsLog(out, rank, counters["step"])
+    batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
+    ddp = wrap_ddp(model, device, find_unused=False)
+    pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else eos
+    bar = tqdm(range(counters["step"], len(batches)), desc="sft-llm", disable=rank != 0)
+    for step in bar:
+        rows = batches[step][rank::world].tolist()
+        sequences = [team_rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
+        advantages = torch.ones(max(len(sequences), 1), 1)
+        update = llm_step([model], [ddp], [None], optimizer, sequences, advantages, cfg, pad, device,
+                          world, temperature=1.0)  # fmt: skip
+        loss = all_reduce_sum([update["loss"]], device)[0] / world
+        bar.set_postfix(loss=f"{loss:.4f}")
+        log.write(step=step + 1, loss=loss)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
+            save_checkpoint(out, model, optimizer, {"step": step + 1}, cfg, rank)
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        save_models([model], [engine], out, 1)
+        print(json.dumps({"kept": len(kept), "steps": len(batches), "model": str(out / "model")}))
+
+
+def check(cfg, world):
+    """The whole configuration, before any model is loaded."""
+    check_choice("--target", cfg.target, TARGETS)
+    check_choice("--algo", cfg.algo, tuple(ADVANTAGES))
+    check_choice("--dtype", cfg.dtype, ("float32", "bfloat16"))
+    check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
+    check_choice("--vote", cfg.vote, VOTE_RULES)
+    if cfg.loss_agg:
+        check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
+    if cfg.target != "sft" and cfg.questions_per_step % world:
+        usage_error(
+            f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} "
+            "processes (every rank owns whole questions)"
+        )
+
+
+if __name__ == "__main__":
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
+    check(config, int(os.environ.get("WORLD_SIZE", 1)))
+    with distributed(config.out_dir) as (rank, world, device):
+        if config.target == "sft":
+            train_sft(config, rank, world, device)
+        else:
+            train_agents_or_leader(config, rank, world, device)
