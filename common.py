@@ -1,10 +1,14 @@
 """What every script shares and no script should re-read (nanochat's common.py is the model).
 
-parse_config      - the command line from a script's config dataclass; each field's docstring is its --help
+parse_config      - the command line from a script's config dataclass; each field's docstring is its
+                    --help
 usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback
-distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP wrapping
-shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to its mean
-checkpoints       - atomic save, RNG states, save / load for an exact resume, the crash switch of the tests
+distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP
+                    wrapping
+shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to
+                    its mean
+checkpoints       - atomic save, RNG states, save / load for an exact resume, the crash switch of
+                    the tests
 MetricsLog        - metrics.jsonl that a resumed run does not write twice
 batch_schedule    - the global batches of every epoch, a function of the seed alone
 write_result, machine - a result file, and what produced it
@@ -31,10 +35,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from llm.engine import call_seed
 
 
-# ----------------------------------------------------------------------------------------------------
-# The command line: one flag per config field (cleanrl style); its help is the field's docstring, the
-# string literal right under it (what tyro and Sphinx read), so the config is the one source of truth.
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# The command line: one flag per config field (cleanrl style); its help is the field's docstring,
+# the string literal right under it (what tyro and Sphinx read), so the config is the one source of
+# truth.
+# --------------------------------------------------------------------------------------------------
 def field_docs(config_class):
     """{field name: the docstring under it} for a dataclass."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(config_class)))
@@ -76,8 +81,8 @@ def check_choice(flag, value, choices):
 
 
 def write_result(result, out):
-    """Prints a result as one JSON line (the last line of the output) and, when `out` names a file, writes
-    it there (folders created)."""
+    """Prints a result as one JSON line (the last line of the output) and, when `out` names a file,
+    writes it there (folders created)."""
     print(json.dumps(result))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -94,16 +99,16 @@ def machine():
     return "cpu: " + (names[0] if names else "unknown")
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Distributed: `python` runs one process; `torchrun` sets RANK / WORLD_SIZE / LOCAL_RANK.
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def distributed(out_dir):
-    """with distributed(out_dir) as (rank, world, device): ... -- the process group (NCCL on CUDA, gloo on
-    CPU) for the block, out_dir created. The ranks meet at a barrier before the group is torn down: a
-    gloo group torn down while a peer still writes its files (rank-0 work) can abort the process at exit
-    ("terminate called without an active exception": 5 runs in 50 measured). A rank whose block raised
-    skips the barrier, so its error surfaces instead of a hang."""
+    """with distributed(out_dir) as (rank, world, device): ... -- the process group (NCCL on CUDA,
+    gloo on CPU) for the block, out_dir created. The ranks meet at a barrier before the group is
+    torn down: a gloo group torn down while a peer still writes its files (rank-0 work) can abort
+    the process at exit ("terminate called without an active exception": 5 runs in 50 measured). A
+    rank whose block raised skips the barrier, so its error surfaces instead of a hang."""
     if "RANK" not in os.environ:
         rank, world = 0, 1
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -159,14 +164,15 @@ def wrap_ddp(module, device, find_unused):
 
 
 def accumulating(model, last):
-    """Gradient accumulation under DDP: no all-reduce until the optimizer step's last micro-batch."""
+    """Gradient accumulation under DDP: no all-reduce until the optimizer step's last
+    micro-batch."""
     return model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
 
 
 def shard_rows(tensors, rows, rank, world, device):
-    """This rank's part (rows rank::world) of a global batch of corpus rows, and the weight of its mean loss:
-    its share of the rows times the world size. DDP averages gradients over ranks, so P processes compute
-    the gradient of the global batch mean, as one process does."""
+    """This rank's part (rows rank::world) of a global batch of corpus rows, and the weight of its
+    mean loss: its share of the rows times the world size. DDP averages gradients over ranks, so P
+    processes compute the gradient of the global batch mean, as one process does."""
     if len(rows) < world:
         raise ValueError(f"a batch of {len(rows)} rows cannot be split over {world} ranks")
     mine = rows[rank::world]
@@ -174,15 +180,17 @@ def shard_rows(tensors, rows, rank, world, device):
 
 
 def global_mean(stats, rows, device):
-    """Per-rank means of `rows` rows each -> the means over the global batch (every rank must call it)."""
+    """Per-rank means of `rows` rows each -> the means over the global batch (every rank must call
+    it)."""
     names = sorted(stats)
     summed = all_reduce_sum([stats[k] * rows for k in names] + [rows], device)
     return {k: v / summed[-1] for k, v in zip(names, summed)}
 
 
-# ----------------------------------------------------------------------------------------------------
-# Checkpoints: everything a resumed run needs to continue exactly (weights, optimizer, counters, RNGs)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# Checkpoints: everything a resumed run needs to continue exactly (weights, optimizer, counters,
+# RNGs)
+# --------------------------------------------------------------------------------------------------
 def atomic_save(obj, path):
     """Write, then rename: a process killed mid-write leaves the previous file intact."""
     tmp = Path(str(path) + ".tmp")
@@ -209,9 +217,9 @@ def set_rng_states(states):
 
 
 def load_checkpoint(out_dir, model, optimizer, rank, cfg):
-    """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when starting). A
-    checkpoint written under other settings is refused: resuming it would silently train (or, finished,
-    return) the old run under the new name."""
+    """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when
+    starting). A checkpoint written under other settings is refused: resuming it would silently
+    train (or, finished, return) the old run under the new name."""
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
         return {}
@@ -258,8 +266,8 @@ def crash_if_asked(cfg, step):
 
 
 class MetricsLog:
-    """metrics.jsonl, written by rank 0. On resume, the lines past the checkpoint's step (work the killed
-    run did after its last checkpoint, which is being redone) are dropped."""
+    """metrics.jsonl, written by rank 0. On resume, the lines past the checkpoint's step (work the
+    killed run did after its last checkpoint, which is being redone) are dropped."""
 
     def __init__(self, out_dir, rank, resume_step):
         self.path, self.rank = Path(out_dir) / "metrics.jsonl", rank
@@ -275,12 +283,11 @@ class MetricsLog:
 
 
 def batch_schedule(n_rows, batch_size, epochs, seed, tag):
-    """The global batches (index tensors) of every epoch, from (seed, tag, epoch) alone: a resumed run
-    gets the same data order without replaying anything. Every rank holds the whole corpus and runs the
-    same schedule; each global batch is split over the ranks (shard_rows)."""
-    per_epoch = max(
-        1, n_rows // batch_size
-    )  # the last partial batch is dropped (it would weigh more)
+    """The global batches (index tensors) of every epoch, from (seed, tag, epoch) alone: a resumed
+    run gets the same data order without replaying anything. Every rank holds the whole corpus and
+    runs the same schedule; each global batch is split over the ranks (shard_rows)."""
+    # the last partial batch is dropped (it would weigh more)
+    per_epoch = max(1, n_rows // batch_size)
     batches = []
     for epoch in range(epochs):
         generator = torch.Generator().manual_seed(call_seed(seed, tag, epoch) % 2**62)

@@ -1,13 +1,15 @@
 """The game as training data (docs/design.md §5, §6): training questions, the corpus of visited game
 states, and the validation of a policy during training. Shared by sft.py and train_rl.py.
 
-  training_pool, training_questions - the task's training split, a validation slice, a slice per iteration
+  training_pool, training_questions - the task's training split, a validation slice, a slice per
+                                      iteration
   make_engine                       - the engine of one rank, from a script's config
-  collect_states                    - play, and keep every (agent, round) state with its oracle label and,
-                                      for stage 2, its counterfactual reward vector
-  states_to_tensors, load_corpus, save_corpus, action_distribution, corpus_statistics - the corpus as
-                                      tensors, on disk, and what it holds
-  evaluate_policy                   - the team's accuracy and cost under a policy, every rank on its shard
+  collect_states                    - play, and keep every (agent, round) state with its oracle
+                                      label and, for stage 2, its counterfactual reward vector
+  states_to_tensors, load_corpus, save_corpus, action_distribution, corpus_statistics - the corpus
+                                      as tensors, on disk, and what it holds
+  evaluate_policy                   - the team's accuracy and cost under a policy, every rank on its
+                                      shard
 """
 
 import random
@@ -18,16 +20,16 @@ from tqdm import tqdm
 
 import data
 import deliberate
+from common import all_gather_list, all_reduce_sum, atomic_save, barrier
 from llm.engine import Engine
 from policy import oracle_action
 from softrank import flat_groups
 from state import ACTION_KINDS, PERSIST, REFINE, concede
-from common import all_gather_list, all_reduce_sum, atomic_save, barrier
 
 
 def training_pool(cfg):
-    """The task's training split (of a file: the ~5/6 that data.split_of puts in train) in a seeded shuffle;
-    the first `val_n` are the validation questions."""
+    """The task's training split (of a file: the ~5/6 that data.split_of puts in train) in a seeded
+    shuffle; the first `val_n` are the validation questions."""
     kw = {"level": cfg.level} if cfg.level else {}
     pool = data.load_task(cfg.task, path=cfg.path or None, split="train", **kw)
     random.Random(cfg.seed).shuffle(pool)
@@ -35,14 +37,15 @@ def training_pool(cfg):
 
 
 def training_questions(cfg, iteration=0):
-    """(training questions of `iteration`, validation questions): disjoint slices of training_pool. The
-    validation slice comes first, so it stays the same as the questions or iterations grow."""
+    """(training questions of `iteration`, validation questions): disjoint slices of training_pool.
+    The validation slice comes first, so it stays the same as the questions or iterations grow."""
     pool = training_pool(cfg)
     start = cfg.val_n + iteration * cfg.questions
     if start + cfg.questions > len(pool):
         raise ValueError(
-            f"task {cfg.task!r} has {len(pool)} training questions: not enough for val_n={cfg.val_n}"
-            f" + questions={cfg.questions} per iteration over {iteration + 1} iteration(s)"
+            f"task {cfg.task!r} has {len(pool)} training questions: not enough for "
+            f"val_n={cfg.val_n} + questions={cfg.questions} per iteration over {iteration + 1} "
+            "iteration(s)"
         )
     return pool[start : start + cfg.questions], pool[: cfg.val_n]
 
@@ -71,10 +74,10 @@ def collect_states(
     critic=False,
     refine_cost=0.0,
 ):
-    """Plays the game with `policy` (actions sampled) on this rank's shard of `examples` and returns every
-    rank's visited (agent, round) states, in a canonical order (so the corpus does not depend on the number
-    of ranks). A state holds its observation, the action taken, the oracle label and, with
-    `counterfactual`, the reward of each of the K actions (docs/design.md §6), a REFINE paying
+    """Plays the game with `policy` (actions sampled) on this rank's shard of `examples` and returns
+    every rank's visited (agent, round) states, in a canonical order (so the corpus does not depend
+    on the number of ranks). A state holds its observation, the action taken, the oracle label and,
+    with `counterfactual`, the reward of each of the K actions (docs/design.md §6), a REFINE paying
     `refine_cost` per 1000 tokens."""
     shard = examples[rank::world]
     bar = tqdm(total=cfg.rounds, desc=desc, disable=rank != 0, leave=False)
@@ -88,7 +91,8 @@ def collect_states(
         for t in range(1, len(tr["rounds"])):
             before, record = tr["rounds"][t - 1], tr["rounds"][t]
             for i in range(cfg.agents):
-                # the label of the state the agent decided in (`before`), never of the round's outcome
+                # the label of the state the agent decided
+                # in (`before`), never of the round's outcome
                 label = oracle_action(i, before["agent_correct"], before["confidence"])
                 rows.append(
                     {
@@ -144,9 +148,10 @@ def action_distribution(actions, n_actions):
 
 
 def corpus_statistics(tensors, k):
-    """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are all equal
-    (nothing to learn). frac_multi_valued: states with at least three distinct rewards, the only ones where
-    SoftRank and GRPO advantages can differ (with two values both give the same two-level vector)."""
+    """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are
+    all equal (nothing to learn). frac_multi_valued: states with at least three distinct rewards,
+    the only ones where SoftRank and GRPO advantages can differ (with two values both give the same
+    two-level vector)."""
     rewards = tensors["rewards"]
     distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
     return {
@@ -160,7 +165,8 @@ def corpus_statistics(tensors, k):
 
 
 def evaluate_policy(engine, examples, policy, cfg, rank, world, device):
-    """Team accuracy and tokens per question of `policy` (greedy) on `examples`, every rank on its shard."""
+    """Team accuracy and tokens per question of `policy` (greedy) on `examples`, every rank on its
+    shard."""
     game = deliberate.game_config(cfg, greedy_policy=True)
     results = deliberate.play(engine, examples[rank::world], policy, game)
     counts = deliberate.action_counts(results)

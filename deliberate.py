@@ -1,12 +1,14 @@
-"""The deliberation game (docs/design.md §1, §4, §7): prompts, the round loop, the shaped reward, the protocols.
+"""The deliberation game (docs/design.md §1, §4, §7): the round loop, the shaped reward, the
+protocols.
 
-Read top to bottom (state.py holds the solutions, actions, vote and state; policy.py the policies;
-engine.py generates text):
-  1. Prompts    - the solve / refine / leader / critic prompts and the answer trailer (docs/design.md §2).
-  2. LLM calls  - one engine call for many prompts, parsed into Solutions; the critic pass.
-  3. Reward     - the shaped reward (docs/design.md §4) and the counterfactual reward vectors (docs/design.md §6).
-  4. The game   - play(): observe -> decide -> execute the simultaneous moves -> reward, round by round.
-  5. Protocols  - MLPO's leader (lead) and every protocol of the evaluation (run_protocol).
+Read top to bottom (prompts.py holds the prompts, re-exported here; state.py the solutions, actions,
+vote and state; policy.py the policies; llm/engine.py generates text):
+  1. LLM calls  - one engine call for many prompts, parsed into Solutions; the critic pass.
+  2. Reward     - the shaped reward (docs/design.md §4) and the counterfactual reward vectors
+                  (docs/design.md §6).
+  3. The game   - play(): observe -> decide -> execute the simultaneous moves -> reward, round
+                  by round.
+  4. Protocols  - MLPO's leader (lead) and every protocol of the evaluation (run_protocol).
 """
 
 from dataclasses import dataclass, field, fields, replace
@@ -18,6 +20,20 @@ import data
 from llm.backbone import default_model_path
 from llm.engine import Engine, call_seed
 from policy import FixedPolicy, make_policy
+from prompts import (  # noqa: F401 (re-exported: every prompt name stays importable from here)
+    ANSWER_HINT,
+    TRAILER,
+    VERDICTS,
+    WORKED_EXAMPLE,
+    answer_request,
+    cot_prompt,
+    critic_prompt,
+    hint,
+    leader_prompt,
+    refine_prompt,
+    solve_prompt,
+    vanilla_prompt,
+)
 from state import (
     ACTION_KINDS,
     PERSIST,
@@ -30,129 +46,40 @@ from state import (
     parse_solution,
 )
 
-# ----------------------------------------------------------------------------------------------------
-# 1. Prompts. Short: the 135M default backbone loses accuracy on every extra instruction. Measured (48
-#    arith questions x 3 samples, T = 0.7, fp32): "End with 'Answer: <number>'." 13.2% correct; the
-#    Steps / Confidence / Answer trailer with a worked example 4.9% (trailer complete in 31%). So the
-#    trailer is opt-in (`GameConfig.trailer`); the state falls back to defaults without it (docs/design.md §2).
-# ----------------------------------------------------------------------------------------------------
-ANSWER_HINT = {
-    "number": "a number",
-    "mc": "the letter of the correct option",
-    "math": "a LaTeX expression",
-}
-WORKED_EXAMPLE = (
-    "Problem: Ann has 3 bags with 4 apples in each bag. She eats 2 apples. "
-    "How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10"
-)
-TRAILER = "Steps: <number of steps>\nConfidence: <0-10>/10\nAnswer: <{hint}>"
 
-
-def hint(task):
-    return ANSWER_HINT[data.answer_kind(task)]
-
-
-def vanilla_prompt(example):
-    return f"{example.render()}\nAnswer with {hint(example.task)}."
-
-
-def cot_prompt(example):
-    return (
-        f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
-    )
-
-
-def answer_request(example, trailer):
-    if trailer:
-        return f"Show short steps, then end with three lines:\n{TRAILER.format(hint=hint(example.task))}"
-    return f"End with 'Answer: <{hint(example.task)}>'."
-
-
-def solve_prompt(example, trailer=False):
-    """Round 0 of the game. With `trailer`, one worked example of the Steps / Confidence / Answer trailer."""
-    if trailer:
-        return (
-            f"Solve the problem. {answer_request(example, True)}\n\nExample:\n{WORKED_EXAMPLE}\n\n"
-            f"Problem: {example.render()}\n"
-        )
-    return f"{example.render()}\n{answer_request(example, False)}"
-
-
-def refine_prompt(example, solutions, agent, trailer=False):
-    """REFINE: the LLM-Debate update from the agent's own solution and its peers' current solutions.
-
-    The peers appear through their final answers only, and the own solution through its last 300
-    characters: measured on 32 arith questions (T = 0.7), one refine round took agent accuracy from 14.6%
-    to 9.4% this way, and to 5.2% with every solution's text in the prompt: the 135M backbone rambles on
-    long prompts. (Refining hurts this backbone on average; a good meta-policy has to learn when not to.)"""
-    others = ", ".join(
-        f"Agent {j + 1}: {s.answer if s.answer is not None else 'no answer'}"
-        for j, s in enumerate(solutions)
-        if j != agent
-    )
-    return (
-        f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
-        f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
-        f"{answer_request(example, trailer)}"
-    )
-
-
-def leader_prompt(example, solutions, trailer=False):
-    """MLPO's leader (docs/design.md §8) reads every peer's solution (its last 300 characters, as in refine_prompt)
-    and answers."""
-    shown = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()[-300:]}" for j, s in enumerate(solutions))
-    return (
-        f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
-        f"Check these solutions and solve the problem. {answer_request(example, trailer)}"
-    )
-
-
-def critic_prompt(example, solution):
-    return (
-        f"Problem: {example.render()}\n\nProposed solution:\n{solution.text.strip()}\n\n"
-        "Is the proposed solution correct? Reply with one word: Correct or Incorrect."
-    )
-
-
-VERDICTS = ("Correct", "Incorrect")
-
-
-# ----------------------------------------------------------------------------------------------------
-# 2. LLM calls
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# 1. LLM calls
+# --------------------------------------------------------------------------------------------------
 @dataclass
 class GameConfig:
     agents: int = 3
     rounds: int = 3
-    temperature: float = (
-        0.5  # sampling temperature of every agent's LLM call (README: the temperature study)
-    )
+    # sampling temperature of every agent's LLM call (README: the temperature study)
+    temperature: float = 0.5
     top_p: float = 1.0
     max_new_tokens: int = 192
     seed: int = 0  # seeds every LLM call (with the question id, agent and round) and the policy
-    trailer: bool = (
-        False  # ask for the Steps / Confidence / Answer trailer (costs accuracy, see §1)
-    )
-    greedy_policy: bool = (
-        True  # argmax actions from a learned policy; False samples them (data collection)
-    )
+    # ask for the Steps / Confidence / Answer trailer (costs accuracy: prompts.py)
+    trailer: bool = False
+    # argmax actions from a learned policy; False samples them (data collection)
+    greedy_policy: bool = True
     critic: bool = False  # run the critic pass (always for a policy trained with it: reads_critic)
-    vote: str = (
-        "mean_prob"  # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
-    )
-    refine_cost: float = (
-        0.0  # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
-    )
+    # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
+    vote: str = "mean_prob"
+    # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
+    refine_cost: float = 0.0
 
 
 def game_config(cfg, **overrides):
-    """The game a script's config describes: each GameConfig field that the config has, then `overrides`."""
+    """The game a script's config describes: each GameConfig field that the config has, then
+    `overrides`."""
     settings = {f.name: getattr(cfg, f.name) for f in fields(GameConfig) if hasattr(cfg, f.name)}
     return GameConfig(**{**settings, **overrides})
 
 
 def run_llm(engine, requests, cfg, temperature=None):
-    """requests: (example, prompt, seed) -> [(Solution, prompt + completion tokens)], in one engine call."""
+    """requests: (example, prompt, seed) -> [(Solution, prompt + completion tokens)], in one engine
+    call."""
     if not requests:
         return []
     completions = engine.generate(
@@ -172,17 +99,16 @@ def run_llm(engine, requests, cfg, temperature=None):
 
 
 def run_critic(engine, items):
-    """Sets `critic` = p(Correct) on each (example, solution): each verdict scored by the log-probability of
-    its whole token sequence after the critic prompt (one teacher-forced pass, no sampling), then a softmax
-    over the two. (`Incorrect` is `In` + `correct` on the default tokenizer: comparing first tokens scored
-    `Correct` against `In`, the start of any reply "In ...", and ranked right solutions below wrong ones.)
-    Returns the prompt tokens of each pass."""
+    """Sets `critic` = p(Correct) on each (example, solution): each verdict scored by the
+    log-probability of its whole token sequence after the critic prompt (one teacher-forced pass, no
+    sampling), then a softmax over the two. (`Incorrect` is `In` + `correct` on the default
+    tokenizer: comparing first tokens scored `Correct` against `In`, the start of any reply "In
+    ...", and ranked right solutions below wrong ones.) Returns the prompt tokens of each pass."""
     if not items:
         return []
     prompts = [engine.chat(critic_prompt(ex, s)) for ex, s in items]
-    p_correct = torch.softmax(engine.continuation_logprobs(prompts, list(VERDICTS)), -1)[
-        :, 0
-    ].tolist()
+    scores = engine.continuation_logprobs(prompts, list(VERDICTS))
+    p_correct = torch.softmax(scores, -1)[:, 0].tolist()
     for (_, solution), p in zip(items, p_correct):
         solution.critic = p
     return [len(engine.encode(p)) for p in prompts]
@@ -198,16 +124,17 @@ def solve_calls(examples, cfg):
 
 
 def per_question(flat, n):
-    """A flat list of n items per question (question-major, as solve_calls makes them) -> one list per question."""
+    """A flat list of n items per question (question-major, as solve_calls makes them) -> one list
+    per question."""
     return [flat[k : k + n] for k in range(0, len(flat), n)]
 
 
-# ----------------------------------------------------------------------------------------------------
-# 3. Reward
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# 2. Reward
+# --------------------------------------------------------------------------------------------------
 def shaped_reward(before, after, agent, gold, task):
-    """docs/design.md §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] - 1[vote without i
-    correct]), all on the same round's post-action answers."""
+    """docs/design.md §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] -
+    1[vote without i correct]), all on the same round's post-action answers."""
 
     def correct(answer):
         return float(data.is_correct(answer, gold, task))
@@ -228,9 +155,10 @@ def outcome(before, agent, action, refined):
 
 
 def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
-    """docs/design.md §6: every agent's shaped reward for each of its K actions, the peers held at what they actually
-    did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would have
-    drawn (refined[i]: same prompt, same seed) and pays refine_costs[i] (GameConfig.refine_cost)."""
+    """docs/design.md §6: every agent's shaped reward for each of its K actions, the peers held at
+    what they actually did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the
+    agent drew or would have drawn (refined[i]: same prompt, same seed) and pays refine_costs[i]
+    (GameConfig.refine_cost)."""
     vectors = []
     for i in range(len(before)):
 
@@ -245,25 +173,26 @@ def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None
     return vectors
 
 
-# ----------------------------------------------------------------------------------------------------
-# 4. The game
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# 3. The game
+# --------------------------------------------------------------------------------------------------
 @dataclass
 class Game:
-    """One question's game in progress: the team's current solutions, its history and its LLM cost."""
+    """One question's game in progress: the team's current solutions, its history and its LLM
+    cost."""
 
     example: data.Example
     solutions: list = field(default_factory=list)
     changed: list = field(default_factory=list)  # each agent's answer changed in the previous round
-    last_actions: list = field(
-        default_factory=list
-    )  # each agent's previous action (None before round 1)
+    # each agent's previous action (None before round 1)
+    last_actions: list = field(default_factory=list)
     rounds: list = field(default_factory=list)  # the transcript: one record per round
     tokens: int = 0  # prompt + completion tokens of every LLM call
     calls: int = 0
 
     def vote_summary(self, solutions):
-        """The answers, each agent's correctness and confidence, the team's vote and its correctness."""
+        """The answers, each agent's correctness and confidence, the team's vote and its
+        correctness."""
         ex = self.example
         vote, _ = majority_vote(solutions)
         return {
@@ -293,8 +222,8 @@ class Game:
 
 
 def ask(engine, requests, cfg, critic):
-    """requests: (game, prompt, seed) -> [(Solution, tokens)], in one engine call. Each call's tokens, and
-    those of its critic pass (part of the state, and of the cost), go to its game."""
+    """requests: (game, prompt, seed) -> [(Solution, tokens)], in one engine call. Each call's
+    tokens, and those of its critic pass (part of the state, and of the cost), go to its game."""
     outputs = run_llm(engine, [(g.example, prompt, seed) for g, prompt, seed in requests], cfg)
     solutions = [s for s, _ in outputs]
     critic_tokens = (
@@ -311,8 +240,8 @@ def ask(engine, requests, cfg, critic):
 
 
 def decide(policy, games, t, cfg):
-    """Every agent of every game observes the round-t state and picks its action; all decide before any
-    action executes. Returns (observations, actions), one list per game."""
+    """Every agent of every game observes the round-t state and picks its action; all decide before
+    any action executes. Returns (observations, actions), one list per game."""
     rows = [(g, i) for g in games for i in range(cfg.agents)]
     observations = [
         observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows
@@ -330,7 +259,8 @@ def decide(policy, games, t, cfg):
         }
         for g, i in rows
     ]
-    # one uniform per (question, agent, round): a question's actions do not depend on its batch-mates
+    # one uniform per (question, agent, round): a
+    # question's actions do not depend on its batch-mates
     uniforms = torch.tensor(
         [call_seed(cfg.seed, g.example.id, i, t, "act") / 2**60 for g, i in rows],
         dtype=torch.float64,
@@ -342,13 +272,15 @@ def decide(policy, games, t, cfg):
 
 
 def play(engine, examples, policy, cfg, record_states=False, counterfactual=False, progress=None):
-    """Plays the deliberation game on every example at once; returns one transcript dict per example.
+    """Plays the deliberation game on every example at once; returns one transcript dict per
+    example.
 
     All LLM calls of a round, for every question and agent, go through the engine together.
     record_states: each round record keeps every agent's observation (`own`, `peers`).
-    counterfactual (docs/design.md §6, the training corpus): each round record also gets `reward_vectors`, every
-    agent's shaped reward for each of its K actions (counterfactual_rewards). REFINE needs a sample from
-    every agent that did not REFINE; these samples count in `tokens` and `calls`."""
+    counterfactual (docs/design.md §6, the training corpus): each round record also gets
+    `reward_vectors`, every agent's shaped reward for each of its K actions
+    (counterfactual_rewards). REFINE needs a sample from every agent that did not REFINE; these
+    samples count in `tokens` and `calls`."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
@@ -374,36 +306,31 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
             }
         )
     for t in range(1, cfg.rounds + 1):
-        active = [
-            g for g in games if not g.stopped
-        ]  # early stop: a round of all PERSIST ends a game
+        # early stop: a round of all PERSIST ends a game
+        active = [g for g in games if not g.stopped]
         if not active:
             break
         observations, actions = decide(policy, active, t, cfg)
-        # execute: the REFINE calls first (of every agent, for the counterfactual rewards), then the moves
+        # execute: the REFINE calls first (of every agent,
+        # for the counterfactual rewards), then the moves
         refine = [
             (k, i)
             for k, acts in enumerate(actions)
             for i, a in enumerate(acts)
             if a == REFINE or counterfactual
         ]
-        samples = ask(
-            engine,
-            [
-                (
-                    active[k],
-                    refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
-                    call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
-                )
-                for k, i in refine
-            ],
-            cfg,
-            critic,
-        )
+        requests = [
+            (
+                active[k],
+                refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
+                call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
+            )
+            for k, i in refine
+        ]
+        samples = ask(engine, requests, cfg, critic)
         refined = [{} for _ in active]  # per game: agent -> its REFINE sample
-        costs = [
-            [0.0] * cfg.agents for _ in active
-        ]  # per game: what a REFINE costs each agent's reward
+        # per game: what a REFINE costs each agent's reward
+        costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
             refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
         for g, acts, seen, mine, cost in zip(active, actions, observations, refined, costs):
@@ -436,8 +363,8 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
 
 
 def action_counts(transcripts, round_index=None):
-    """How often each kind of action was taken over every round of the transcripts (or in round `round_index`
-    only: 1 = the first decision)."""
+    """How often each kind of action was taken over every round of the transcripts (or in round
+    `round_index` only: 1 = the first decision)."""
     kinds = [
         action_kind(a)
         for r in transcripts
@@ -448,14 +375,15 @@ def action_counts(transcripts, round_index=None):
     return {kind: kinds.count(kind) for kind in ACTION_KINDS}
 
 
-# ----------------------------------------------------------------------------------------------------
-# 5. Protocols
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# 4. Protocols
+# --------------------------------------------------------------------------------------------------
 def lead(engine, leader, examples, cfg):
-    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader` engine reads
-    their solutions and answers (greedy). Each of cfg.rounds further rounds lets every peer revise after
-    reading the leader's answer (REFINE with the leader as one more peer), and the leader answers again.
-    The prediction is the leader's last answer; `peer_vote_correct` is the peers' round-0 majority vote."""
+    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader`
+    engine reads their solutions and answers (greedy). Each of cfg.rounds further rounds lets every
+    peer revise after reading the leader's answer (REFINE with the leader as one more peer), and the
+    leader answers again. The prediction is the leader's last answer; `peer_vote_correct` is the
+    peers' round-0 majority vote."""
     n = cfg.agents
     outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
     peers = [[s for s, _ in team] for team in outputs]
@@ -475,35 +403,24 @@ def lead(engine, leader, examples, cfg):
     for t in range(cfg.rounds + 1):
         if t:
             calls = [(q, i) for q in range(len(examples)) for i in range(n)]
-            revised = run_llm(
-                engine,
-                [
-                    (
-                        examples[q],
-                        refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
-                        call_seed(cfg.seed, examples[q].id, i, t, "revise"),
-                    )
-                    for q, i in calls
-                ],
-                cfg,
-            )
+            requests = [
+                (
+                    examples[q],
+                    refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
+                    call_seed(cfg.seed, examples[q].id, i, t, "revise"),
+                )
+                for q, i in calls
+            ]
+            revised = run_llm(engine, requests, cfg)
             for (q, i), (s, k) in zip(calls, revised):
                 peers[q][i] = s
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
-        led = run_llm(
-            leader,
-            [
-                (
-                    ex,
-                    leader_prompt(ex, peers[q], cfg.trailer),
-                    call_seed(cfg.seed, ex.id, t, "lead"),
-                )
-                for q, ex in enumerate(examples)
-            ],
-            cfg,
-            temperature=0.0,
-        )
+        requests = [
+            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"))
+            for q, ex in enumerate(examples)
+        ]
+        led = run_llm(leader, requests, cfg, temperature=0.0)
         for q, (s, k) in enumerate(led):
             results[q]["tokens"] += k
             results[q]["calls"] += 1
@@ -517,24 +434,18 @@ def lead(engine, leader, examples, cfg):
 
 
 PROTOCOLS = (
-    "vanilla",
-    "cot",
-    "sc",
-    "debate",
-    "mpdf-persist",
-    "mpdf-random",
-    "mpdf-oracle",
-    "mpdf=PATH",
-    "leader=PATH",
-    "leader=default",
-)
+    "vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle",
+    "mpdf=PATH", "leader=PATH", "leader=default",
+)  # fmt: skip
 
 
 def run_protocol(engine, examples, protocol, cfg):
-    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the game)."""
+    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
+    game)."""
     if protocol in ("vanilla", "cot", "sc"):
         prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
-        # self-consistency gets as many samples as debate makes generations; single answers are greedy
+        # self-consistency gets as many samples as debate
+        # makes generations; single answers are greedy
         samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
         requests = [
             (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol))
@@ -567,12 +478,12 @@ def run_protocol(engine, examples, protocol, cfg):
         return play(engine, examples, make_policy(protocol[len("mpdf=") :]), cfg)
     if protocol.startswith("leader="):
         path = protocol[len("leader=") :]
-        path = (
-            str(default_model_path()) if path == "default" else path
-        )  # the untrained backbone as leader
+        # the untrained backbone as leader
+        path = str(default_model_path()) if path == "default" else path
         if not Path(path, "config.json").is_file():
             raise ValueError(
-                f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target leader)"
+                f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target "
+                "leader)"
             )
         return lead(engine, Engine(model_path=path, **engine.settings), examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

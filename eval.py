@@ -187,6 +187,25 @@ def print_table(summaries):
         print(row.rstrip())
 
 
+def print_reading(summaries, reference):
+    """The table in words: each protocol against the reference, on the same questions."""
+    ref = summaries[reference]
+    print(
+        f"\nIn words (paired on the same {ref['n']} questions; a 95% interval that excludes 0 is a "
+        "difference these questions can show):"
+    )
+    for name, s in summaries.items():
+        if name == reference:
+            continue
+        low, high = s["vs_reference"]["ci95"]
+        verdict = "above" if low > 0 else "below" if high < 0 else "not separable from"
+        print(
+            f"  {name}: {s['accuracy']:.3f} at {s['tokens_per_question']:.0f} tokens/q, {verdict} "
+            f"{reference} ({ref['accuracy']:.3f} at {ref['tokens_per_question']:.0f} tokens/q): "
+            f"{format_paired(s['vs_reference'])}"
+        )
+
+
 def load_examples(cfg):
     """The questions of cfg.split; "val" is the validation slice of the training pool (the levers are studied
     on it, never on the test questions)."""
@@ -237,6 +256,8 @@ def main(cfg):
         f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\nvote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)
+    if cfg.reference:
+        print_reading(summaries, cfg.reference)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         with open(cfg.out, "w") as f:

@@ -1,10 +1,11 @@
 """Who decides (docs/design.md §3): the learned meta-policy network and the fixed policies.
 
-Every policy maps a batch of observations (state.observe) to actions through `act`; `reads_critic` says
-whether its state includes the critic's p(Correct) (then the game pays for the critic pass).
+Every policy maps a batch of observations (state.observe) to actions through `act`; `reads_critic`
+says whether its state includes the critic's p(Correct) (then the game pays for the critic pass).
   PolicyNet, MetaPolicy  - the learned policy: permutation-equivariant over peers, any team size
   sample_actions         - inverse-CDF sampling with one given uniform per row (batch-independent)
-  FixedPolicy, oracle_action - persist, random, refine (LLM-Debate) and the gold-aware oracle (the SFT label)
+  FixedPolicy, oracle_action - persist, random, refine (LLM-Debate) and the gold-aware oracle (the
+                         SFT label)
   save_policy, load_policy, make_policy - checkpoints and the `mpdf=` protocol specs
 """
 
@@ -24,10 +25,13 @@ from state import (
     peers_of,
 )
 
-# Which state features a policy reads (issue 18's state lever); the others are zeroed before its first layer.
+# Which state features a policy reads (issue 18's state lever); the others are zeroed before its
+# first layer.
 #   all        every feature of state.py
-#   paper      the paper's: no generation confidence (the token log-probs' mean_prob, min_prob, tail_prob)
-#   confidence the generation confidence and the team's agreement, no self-report, critic or text statistics
+#   paper      the paper's: no generation confidence (the token log-probs' mean_prob, min_prob,
+#              tail_prob)
+#   confidence the generation confidence and the team's agreement, no self-report, critic or text
+#              statistics
 _SELF_REPORTED = (
     "trailer_ok",
     "steps",
@@ -49,9 +53,9 @@ def feature_mask(names, features):
 
 
 class PolicyNet(nn.Module):
-    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers, then
-    PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that peer's
-    embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
+    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers,
+    then PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that
+    peer's embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
 
     def __init__(self, hidden=64, heads=4):
         super().__init__()
@@ -70,8 +74,8 @@ class PolicyNet(nn.Module):
         )
 
     def forward(self, own, peers):
-        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K = n_actions(1 + P)),
-        in the action order of state.py: PERSIST, REFINE, CONCEDE(0..P-1)."""
+        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K =
+        n_actions(1 + P)), in the action order of state.py: PERSIST, REFINE, CONCEDE(0..P-1)."""
         me = self.embed_own(own)
         them = self.embed_peer(peers)
         context, _ = self.attend(me[:, None], them, them, need_weights=False)
@@ -82,8 +86,9 @@ class PolicyNet(nn.Module):
 
 
 class MetaPolicy(nn.Module):
-    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent (`separate`).
-    critic: trained on states that carry the critic's p(Correct), so the game must run the critic for it."""
+    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent
+    (`separate`). critic: trained on states that carry the critic's p(Correct), so the game must run
+    the critic for it."""
 
     def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False, features="all"):
         super().__init__()
@@ -106,7 +111,8 @@ class MetaPolicy(nn.Module):
         return self.config["critic"]
 
     def forward(self, own, peers, agent_index):
-        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when separate."""
+        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when
+        separate."""
         own, peers = own * self.own_mask, peers * self.peer_mask
         if len(self.nets) == 1:
             return self.nets[0](own, peers)
@@ -126,16 +132,18 @@ class MetaPolicy(nn.Module):
 
 
 def sample_actions(probs, uniforms):
-    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest of the
-    batch, so sharding questions over ranks, or batching them differently, samples the same actions."""
+    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest
+    of the batch, so sharding questions over ranks, or batching them differently, samples the same
+    actions."""
     cdf = probs.cumsum(-1)
     return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
 
 
 class FixedPolicy:
-    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE (LLM-Debate).
-    oracle: reads the gold answer (own correct -> PERSIST; else a correct peer -> CONCEDE to the most
-    confident correct peer; else REFINE). It is the upper bound of these actions and the SFT label."""
+    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE
+    (LLM-Debate). oracle: reads the gold answer (own correct -> PERSIST; else a correct peer ->
+    CONCEDE to the most confident correct peer; else REFINE). It is the upper bound of these actions
+    and the SFT label."""
 
     reads_critic = False
     NAMES = ("persist", "random", "refine", "oracle")
@@ -157,9 +165,9 @@ class FixedPolicy:
 
 
 def oracle_action(agent, agent_correct, confidence):
-    """docs/design.md §5's label for `agent`, from the team's correctness and confidences in the state it
-    decides in: own answer right -> PERSIST; else a right peer -> CONCEDE to the most confident right peer
-    (the lower peer index on ties); else REFINE."""
+    """docs/design.md §5's label for `agent`, from the team's correctness and confidences in the
+    state it decides in: own answer right -> PERSIST; else a right peer -> CONCEDE to the most
+    confident right peer (the lower peer index on ties); else REFINE."""
     if agent_correct[agent]:
         return PERSIST
     peers = peers_of(agent, len(agent_correct))

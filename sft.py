@@ -1,13 +1,14 @@
 """Stage 1 (docs/design.md §5): supervised bootstrapping of the meta-policy.
 
     python sft.py --out-dir runs/sft                        # -> runs/sft/policy.pt (pi_sft)
-    torchrun --nproc_per_node=2 sft.py --out-dir runs/sft   # the same on 2 processes (gloo on CPU, NCCL on CUDA)
+    torchrun --nproc_per_node=2 sft.py --out-dir runs/sft   # the same on 2 processes (gloo on
+                                                            # CPU, NCCL on CUDA)
 
 Read top to bottom: play the game with a behaviour policy (uniform random by default) on training
-questions; label every (agent, round) state with the oracle action, from the state the agent decided in
-(own answer right -> PERSIST; else a right peer -> CONCEDE to the most confident right peer; else
-REFINE); train the policy by cross-entropy, one optimizer step per global batch of states. The LLM itself
-is fine-tuned by train_llm.py (--target sft: the rejection-sampling warm start).
+questions; label every (agent, round) state with the oracle action, from the state the agent decided
+in (own answer right -> PERSIST; else a right peer -> CONCEDE to the most confident right peer; else
+REFINE); train the policy by cross-entropy, one optimizer step per global batch of states. The LLM
+itself is fine-tuned by train_llm.py (--target sft: the rejection-sampling warm start).
 """
 
 import dataclasses
@@ -77,7 +78,8 @@ class Config:
     vote: str = "mean_prob"
     """the vote's tie-break signal (state.VOTE_RULES)"""
     behaviour: str = "random"
-    """the policy that plays the labelled games: persist | random | refine | oracle | a policy file"""
+    """the policy that plays the labelled games: persist | random | refine | oracle | a policy
+    file"""
     hidden: int = 64
     """the policy network's width"""
     heads: int = 4

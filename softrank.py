@@ -3,27 +3,29 @@
 Read top to bottom:
   1. Advantages - softrank_advantages (paper Eq. 2), and the baselines grpo_advantages,
                   mean_baseline_advantages (MAGRPO), rloo_advantages.
-  2. Losses over the whole action set - softrank_loss (paper Eq. 3: the expected advantage, bounded, with
-                  its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and the unbounded literal
-                  form unweighted_softrank_loss, kept to show why it is not used.
-  3. Losses on sampled actions - ppo_clip_loss, kl_k3, and the token-level policy_gradient_loss for LLMs
-                  (DAPO / GRPO / Dr.GRPO normalizers) with pg_normalizer for exact gradient accumulation.
+  2. Losses over the whole action set - softrank_loss (paper Eq. 3: the expected advantage,
+                  bounded, with its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and
+                  the unbounded literal form unweighted_softrank_loss, kept to show why it is not
+                  used.
+  3. Losses on sampled actions - ppo_clip_loss, kl_k3, and the token-level policy_gradient_loss
+                  for LLMs (DAPO / GRPO / Dr.GRPO normalizers) with pg_normalizer for exact
+                  gradient accumulation.
   4. Demo - `python softrank.py` prints SoftRank vs GRPO advantages under reward transforms, and the
              expected-advantage objective against the unbounded literal form under gradient descent.
 
 Conventions:
   - A group is the last dim (..., K): the K actions of one state, or the K rollouts of one prompt.
-  - `mask` (bool, same shape, True = the action exists) lets groups of different sizes share one batch.
-    Every group needs at least one existing action.
+  - `mask` (bool, same shape, True = the action exists) lets groups of different sizes share one
+    batch. Every group needs at least one existing action.
   - Advantages and reference log-probs are constants: the losses detach them.
   - Every *_loss returns (loss, stats); stats is a dict of python floats, for logging.
 """
 
 import torch
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. Advantages
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def _mask_like(x, mask):
@@ -42,9 +44,10 @@ def _std(x, m):
 
 
 def flat_groups(rewards, mask=None):
-    """(..., 1) True for groups whose existing rewards are all equal: nothing to prefer, so every advantage
-    below is 0 exactly (z-scoring would divide rounding noise by a tiny std), and the group teaches the
-    full-action-set losses nothing. The one test of "a flat group" (logged as frac_zero_std)."""
+    """(..., 1) True for groups whose existing rewards are all equal: nothing to prefer, so every
+    advantage below is 0 exactly (z-scoring would divide rounding noise by a tiny std), and the
+    group teaches the full-action-set losses nothing. The one test of "a flat group" (logged as
+    frac_zero_std)."""
     m = _mask_like(rewards, mask)
     hi = rewards.masked_fill(~m, -torch.inf).amax(-1, keepdim=True)
     lo = rewards.masked_fill(~m, torch.inf).amin(-1, keepdim=True)
@@ -59,10 +62,11 @@ def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
         A*_k   = Phi^-1(p_k)                        standard normal quantile (torch.special.ndtri)
         A_k    = (A*_k - mean A*) / (std A* + eps)  population std
 
-    A depends on the rewards only through their order: any strictly increasing transform of the rewards
-    (scale, shift, exp, cube, ...) leaves it unchanged, and an outlier reward cannot swamp the group.
-    Tied rewards share a rank, hence p, hence A. tau = 1 spaces the quantiles symmetrically; tau < 1 pushes
-    every p toward 1 and skews them. A group whose rewards are all equal gets zeros.
+    A depends on the rewards only through their order: any strictly increasing transform of the
+    rewards (scale, shift, exp, cube, ...) leaves it unchanged, and an outlier reward cannot swamp
+    the group. Tied rewards share a rank, hence p, hence A. tau = 1 spaces the quantiles
+    symmetrically; tau < 1 pushes every p toward 1 and skews them. A group whose rewards are all
+    equal gets zeros.
     rewards: float (..., K); mask: optional bool (..., K), K is then the count of existing actions.
     """
     m = _mask_like(rewards, mask)
@@ -81,8 +85,9 @@ def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
 
 
 def grpo_advantages(rewards, eps=1e-6, mask=None):
-    """GRPO advantages: the z-score within the group,  A_k = (r_k - mean r) / (std r + eps), population std.
-    Invariant to r -> a r + b (a > 0) but not to other increasing transforms. All-equal groups get zeros."""
+    """GRPO advantages: the z-score within the group,  A_k = (r_k - mean r) / (std r + eps),
+    population std. Invariant to r -> a r + b (a > 0) but not to other increasing transforms.
+    All-equal groups get zeros."""
     m = _mask_like(rewards, mask)
     A = (rewards - _mean(rewards, m)) / (_std(rewards, m) + eps)
     return torch.where(flat_groups(rewards, m) | ~m, 0, A)
@@ -107,46 +112,49 @@ def rloo_advantages(rewards, mask=None):
     return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. Losses over the whole action set (every action's reward is known: no sampling)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def _log_softmax(logits, m):
-    """log pi over the existing actions. A masked action gets pi = 0, but its log pi is returned as 0, not
-    -inf: then pi * log pi = 0 and A * log pi = 0 instead of nan, and no nan reaches the gradient."""
+    """log pi over the existing actions. A masked action gets pi = 0, but its log pi is returned as
+    0, not -inf: then pi * log pi = 0 and A * log pi = 0 instead of nan, and no nan reaches the
+    gradient."""
     logp = torch.log_softmax(logits.masked_fill(~m, -torch.inf), dim=-1)
     return logp.masked_fill(~m, 0.0)
 
 
 def softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
-    """The SoftRankPO objective (paper Eq. 3, read as docs/design.md §6 does), exact over the K actions, averaged
-    over states: the KL-regularized expected advantage, as a loss to minimize
+    """The SoftRankPO objective (paper Eq. 3, read as docs/design.md §6 does), exact over the K
+    actions, averaged over states: the KL-regularized expected advantage, as a loss to minimize
 
         L = -sum_k pi_k A_k + beta * KL(pi(.|s) || pi_ref(.|s)) - lam * H(pi(.|s))
         KL = sum_k pi_k (log pi_k - log pi_ref_k),   H = -sum_k pi_k log pi_k
 
-    This is the exact-over-K form of the paper's trajectory objective E_{a~pi}[A log pi] (the same gradient:
-    sum_k pi_k A_k grad log pi_k). It is bounded below (every term is), and its unique minimum is
+    This is the exact-over-K form of the paper's trajectory objective E_{a~pi}[A log pi] (the same
+    gradient: sum_k pi_k A_k grad log pi_k). It is bounded below (every term is), and its unique
+    minimum is
 
         pi* ∝ exp((A + beta log pi_ref) / (beta + lam)),    i.e. pi_ref exp(A / beta) when lam = 0,
 
-    the solution Eq. 4 (rank_matching_loss) regresses onto: beta is a real trust region, and the result does
-    not depend on how long one trains. (The literal -sum_k A_k log pi_k has no minimum: see
-    unweighted_softrank_loss.)
-    logits, advantages, ref_logits, mask: (..., K). Masked actions (mask False) do not exist: they get
-    pi = 0, add nothing to any term and receive exactly zero gradient.
+    the solution Eq. 4 (rank_matching_loss) regresses onto: beta is a real trust region, and the
+    result does not depend on how long one trains. (The literal -sum_k A_k log pi_k has no minimum:
+    see unweighted_softrank_loss.)
+    logits, advantages, ref_logits, mask: (..., K). Masked actions (mask False) do not exist: they
+    get pi = 0, add nothing to any term and receive exactly zero gradient.
     stats: pg (the mean of -sum_k pi_k A_k), kl, entropy (means over states).
     """
     return _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=True)
 
 
 def unweighted_softrank_loss(logits, advantages, ref_logits, beta, lam, mask=None):
-    """The literal unweighted form, L = -sum_k A_k log pi_k + beta KL - lam H: kept for comparison only
-    (train_rl.py --objective unweighted). It is UNBOUNDED below: SoftRank and GRPO advantages sum to zero over
-    the K actions, so the gradient on logit k is -A_k whatever pi is; the logits of negative-advantage
-    actions fall at a constant rate, the loss decreases linearly forever, and beta cannot hold it (the KL
-    term's gradient vanishes as those actions' probabilities go to 0). What it learns depends on lr x steps.
+    """The literal unweighted form, L = -sum_k A_k log pi_k + beta KL - lam H: kept for comparison
+    only (train_rl.py --objective unweighted). It is UNBOUNDED below: SoftRank and GRPO advantages
+    sum to zero over the K actions, so the gradient on logit k is -A_k whatever pi is; the logits of
+    negative-advantage actions fall at a constant rate, the loss decreases linearly forever, and
+    beta cannot hold it (the KL term's gradient vanishes as those actions' probabilities go to 0).
+    What it learns depends on lr x steps.
     """
     return _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=False)
 
@@ -168,27 +176,30 @@ def _full_action_set_loss(logits, advantages, ref_logits, beta, lam, mask, weigh
 
 
 def optimal_policy(advantages, ref_logits, beta, lam, mask=None):
-    """pi* of softrank_loss: softmax((A + beta log pi_ref) / (beta + lam)) over the existing actions."""
+    """pi* of softrank_loss: softmax((A + beta log pi_ref) / (beta + lam)) over the existing
+    actions."""
     m = _mask_like(advantages, mask)
     z = (advantages.masked_fill(~m, 0.0) + beta * _log_softmax(ref_logits, m)) / (beta + lam)
     return torch.softmax(z.masked_fill(~m, -torch.inf), -1)
 
 
 def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
-    """The rank-matching form (paper Eq. 4): regress the centered log-ratio on the centered advantages,
+    """The rank-matching form (paper Eq. 4): regress the centered log-ratio on the centered
+    advantages,
 
-        d_k = beta * log(pi_k / pi_ref_k),   L = mean_{s,k} ((d_k - mean_j d_j) - (A_k - mean_j A_j))^2
+        d_k = beta * log(pi_k / pi_ref_k)
+        L = mean_{s,k} ((d_k - mean_j d_j) - (A_k - mean_j A_j))^2
 
     means over the existing actions, then over states. Why it matches the KL-regularized objective
     max_pi sum_k pi_k A_k - beta KL(pi || pi_ref): its optimum is pi ∝ pi_ref exp(A / beta), i.e.
-    beta log(pi / pi_ref) = A + const(s). Centering removes const(s) (log Z included), so L = 0 exactly
-    there, and L measures the distance to it: the same policy softrank_loss reaches when lam = 0.
+    beta log(pi / pi_ref) = A + const(s). Centering removes const(s) (log Z included), so L = 0
+    exactly there, and L measures the distance to it: the same policy softrank_loss reaches when
+    lam = 0.
     stats: mse and abs_log_ratio, the mean |log(pi / pi_ref)|.
     """
     m = _mask_like(logits, mask)
-    log_ratio = _log_softmax(logits, m) - _log_softmax(
-        ref_logits.detach(), m
-    )  # 0 at masked actions
+    # 0 at masked actions
+    log_ratio = _log_softmax(logits, m) - _log_softmax(ref_logits.detach(), m)
     d = beta * log_ratio
     A = advantages.detach().masked_fill(~m, 0.0)
     err = (d - _mean(d, m)) - (A - _mean(A, m))
@@ -197,9 +208,9 @@ def rank_matching_loss(logits, ref_logits, advantages, beta, mask=None):
     return loss, stats
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Losses on sampled actions
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def ppo_clip_loss(logp, old_logp, advantages, clip=0.2):
@@ -208,8 +219,8 @@ def ppo_clip_loss(logp, old_logp, advantages, clip=0.2):
         ratio = pi(a|s) / pi_old(a|s) = exp(logp - old_logp)
         L = -mean( min(ratio * A, clip(ratio, 1 - c, 1 + c) * A) )
 
-    The min is pessimistic: once the ratio has moved past 1 +- c in the direction A rewards, the clipped
-    term wins and the gradient is 0, so one batch cannot drag the policy far from pi_old.
+    The min is pessimistic: once the ratio has moved past 1 +- c in the direction A rewards, the
+    clipped term wins and the gradient is 0, so one batch cannot drag the policy far from pi_old.
     stats: clip_frac (fraction of samples with |ratio - 1| > c) and the mean ratio.
     """
     A = advantages.detach()
@@ -229,7 +240,8 @@ def kl_k3(logp, ref_logp):
         k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1
 
     Non-negative (e^x >= 1 + x), and unbiased: E_pi[exp(ref_logp - logp)] = sum_a pi_ref(a) = 1, so
-    E[k3] = E[logp - ref_logp] = KL. Lower variance than the plain log-ratio. ref_logp is a constant.
+    E[k3] = E[logp - ref_logp] = KL. Lower variance than the plain log-ratio. ref_logp is a
+    constant.
     """
     log_ratio = ref_logp.detach() - logp
     return torch.exp(log_ratio) - log_ratio - 1
@@ -239,16 +251,18 @@ PG_KINDS = ("token", "seq", "const")
 
 
 def pg_normalizer(mask, kind, max_len=None):
-    """What policy_gradient_loss divides by, for a whole batch. mask: (B, T), 1 on completion tokens.
+    """What policy_gradient_loss divides by, for a whole batch. mask: (B, T), 1 on completion
+    tokens.
 
         token: the number of completion tokens, sum(mask)
         seq:   the number of sequences, B
         const: B * max_len, max_len the fixed generation budget (default: T, the padded length)
 
-    For gradient accumulation, compute it ONCE over the optimizer step's full batch and pass it to every
-    micro-batch: the summed micro-batch gradients then equal the full-batch gradient exactly (a per
-    micro-batch `token` mean would weigh a token by its micro-batch's size). Under DDP, which averages
-    gradients over ranks, pass the normalizer summed over all ranks divided by the world size.
+    For gradient accumulation, compute it ONCE over the optimizer step's full batch and pass it to
+    every micro-batch: the summed micro-batch gradients then equal the full-batch gradient exactly
+    (a per micro-batch `token` mean would weigh a token by its micro-batch's size). Under DDP, which
+    averages gradients over ranks, pass the normalizer summed over all ranks divided by the world
+    size.
     """
     if kind == "token":
         return float(mask.sum())
@@ -266,14 +280,15 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
         seq   (GRPO):    L = -sum_b (sum_t A_b logp_bt / |o_b|) / B
         const (Dr.GRPO): L = -sum_{b,t} A_b logp_bt / (B * max_len)
 
-    sums over completion tokens only (mask_bt = 1). What one token weighs, and the bias that follows:
+    sums over completion tokens only (mask_bt = 1). What one token weighs, and the bias that
+    follows:
         token: 1 / N_tokens, the same for every token: a long sequence counts more in total.
-        seq:   1 / (B |o_b|): tokens of short sequences weigh more (length bias: long wrong answers are
-               penalised less per token, so they drift longer).
+        seq:   1 / (B |o_b|): tokens of short sequences weigh more (length bias: long wrong answers
+               are penalised less per token, so they drift longer).
         const: 1 / (B max_len), a constant: the sequence-level REINFORCE gradient (sum over tokens),
                scaled by a constant, so no length bias.
-    logp: (B, T) log-probs of the sampled tokens; advantages: (B,) per sequence, a constant; mask: (B, T).
-    normalizer: from pg_normalizer over the full batch (default: this batch's own).
+    logp: (B, T) log-probs of the sampled tokens; advantages: (B,) per sequence, a constant; mask:
+    (B, T). normalizer: from pg_normalizer over the full batch (default: this batch's own).
     """
     if kind not in PG_KINDS:
         raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
@@ -283,22 +298,22 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
     # where, not * mask: a pad position may hold -inf or nan, and 0 * inf = nan.
     term = torch.where(m, -advantages.detach().unsqueeze(-1) * logp, 0)
     if kind == "seq":
-        term = term / m.sum(-1, keepdim=True).clamp(
-            min=1
-        )  # each sequence's mean over its own tokens
+        # each sequence's mean over its own tokens
+        term = term / m.sum(-1, keepdim=True).clamp(min=1)
     loss = term.sum() / normalizer
     return loss, {"tokens": float(m.sum())}
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Demo: SoftRank depends only on the order of the rewards, GRPO on their values
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def objective_demo(steps=3000, lr=5e-2, lam=0.01, seed=0):
-    """Adam on 64 random states (the logits themselves are the parameters), SoftRank advantages of random
-    rewards: the expected-advantage objective levels off at pi*, the literal form falls for ever. The six runs
-    (3 betas x 2 objectives) share one optimizer: Adam is elementwise, so each run is as if alone."""
+    """Adam on 64 random states (the logits themselves are the parameters), SoftRank advantages of
+    random rewards: the expected-advantage objective levels off at pi*, the literal form falls for
+    ever. The six runs (3 betas x 2 objectives) share one optimizer: Adam is elementwise, so each
+    run is as if alone."""
     g = torch.Generator().manual_seed(seed)
     start, ref = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
     advantages = softrank_advantages(torch.randint(0, 4, (64, 4), generator=g).float())
@@ -321,8 +336,8 @@ def objective_demo(steps=3000, lr=5e-2, lam=0.01, seed=0):
         losses.append([loss.item() for loss in per_run])
     x = x.detach()
     print(
-        f"\nAdam (lr {lr}) on 64 random states, K = 4, lam = {lam}: loss after 1000 / 2000 / 3000 steps, the "
-        "largest |centered logit|, and for the expected advantage max |pi - pi*|."
+        f"\nAdam (lr {lr}) on 64 random states, K = 4, lam = {lam}: loss after 1000 / 2000 / 3000 "
+        "steps, the largest |centered logit|, and for the expected advantage max |pi - pi*|."
     )
     for r, (beta, name, _) in enumerate(runs):
         gap = (
@@ -353,6 +368,7 @@ if __name__ == "__main__":
             f"{k:>6}" + "".join(f"{c[k].item():>+{w}.3f}" for c, w in zip(columns.values(), widths))
         )
     print(
-        "SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, not exp r."
+        "SoftRank: identical for r, 10r and exp r (only the order counts). GRPO: same for 10r, "
+        "not exp r."
     )
     objective_demo()

@@ -1,9 +1,10 @@
-"""What an agent knows in the game (docs/design.md §1, §2): its solution, the action space, the team vote, and the
-meta-cognitive state vector the policy reads.
+"""What an agent knows in the game (docs/design.md §1, §2): its solution, the action space, the team
+vote, and the meta-cognitive state vector the policy reads.
 
 Read top to bottom:
   Actions   - PERSIST, REFINE, CONCEDE(k): the one home of the action encoding
-  Solution  - one agent's current solution: parsed answer, self-reported and measured profile, confidence
+  Solution  - one agent's current solution: parsed answer, self-reported and measured profile,
+              confidence
   Vote      - the team's majority vote (the game's final answer)
   State     - the features of an agent's observation o_t^i = (own features, one row per peer)
 """
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 
 import data
 
-# ----------------------------------------------------------------------------------------------------
-# Actions. For N agents there are K = 2 + (N - 1) actions: PERSIST, REFINE, then CONCEDE(k) to the k-th
-# peer, the peers of agent i being the other agents in agent order (i itself left out).
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# Actions. For N agents there are K = 2 + (N - 1) actions: PERSIST, REFINE, then CONCEDE(k) to the
+# k-th peer, the peers of agent i being the other agents in agent order (i itself left out).
+# --------------------------------------------------------------------------------------------------
 PERSIST, REFINE = 0, 1
 ACTION_KINDS = ("persist", "refine", "concede")
 
@@ -46,9 +47,9 @@ def action_kind(action):
     return ACTION_KINDS[min(action, 2)]
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Solution: one agent's answer with its reasoning profile (docs/design.md §2)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @dataclass
 class Solution:
     text: str
@@ -60,9 +61,8 @@ class Solution:
     n_operations: int  # arithmetic operations written out (`3 * 4`)
     consistent: bool  # the answer equals the last computed result shown (`... = 10`)
     critic: float | None = None  # introspective confidence p(Correct) from the critic pass
-    token_logprobs: list | None = (
-        None  # log p of every sampled token under the untempered model (engine)
-    )
+    # log p of every sampled token under the untempered model (engine)
+    token_logprobs: list | None = None
     confidence: float = 0.5  # what breaks vote ties: the signal the vote rule names (VOTE_RULES)
 
     @property
@@ -70,17 +70,19 @@ class Solution:
         return generation_confidence(self.token_logprobs)
 
 
-# Generation confidence (docs/design.md §2; the paper has none): statistics of the probabilities the model gave the
-# tokens it sampled, free because the engine returns them with the text. Each is a probability in [0, 1];
-# 0.5 when unknown (a hand-made solution). On 240 round-0 arith solutions the minimum token probability
-# told right from wrong best (AUROC 0.61-0.68; `eval.py` reports each signal's AUROC as confidence_auroc).
+# Generation confidence (docs/design.md §2; the paper has none): statistics of the probabilities the
+# model gave the tokens it sampled, free because the engine returns them with the text. Each is a
+# probability in [0, 1]; 0.5 when unknown (a hand-made solution). On 240 round-0 arith solutions the
+# minimum token probability told right from wrong best (AUROC 0.61-0.68; `eval.py` reports each
+# signal's AUROC as confidence_auroc).
 TAIL_TOKENS = 8  # the answer line ("Answer: 42" and EOS) is the last few tokens
 CONFIDENCE_SIGNALS = ("mean_prob", "min_prob", "tail_prob")
 
 
 def generation_confidence(token_logprobs):
-    """{signal: value}: mean_prob = exp(mean log p), the geometric mean token probability; min_prob = the
-    least likely token's probability; tail_prob = exp(mean log p) of the last TAIL_TOKENS, the answer."""
+    """{signal: value}: mean_prob = exp(mean log p), the geometric mean token probability;
+    min_prob = the least likely token's probability; tail_prob = exp(mean log p) of the last
+    TAIL_TOKENS, the answer."""
     if not token_logprobs:
         return dict.fromkeys(CONFIDENCE_SIGNALS, 0.5)
     tail = token_logprobs[-TAIL_TOKENS:]
@@ -91,9 +93,9 @@ def generation_confidence(token_logprobs):
     }
 
 
-# The vote rule (docs/design.md §1): majority; ties go to the higher confidence, then the lower agent index. The
-# confidence is a generation-confidence signal, the same for every protocol (it costs no LLM call), or
-# "index" (ties to the lower agent index alone).
+# The vote rule (docs/design.md §1): majority; ties go to the higher confidence, then the lower
+# agent index. The confidence is a generation-confidence signal, the same for every protocol (it
+# costs no LLM call), or "index" (ties to the lower agent index alone).
 VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
 
 
@@ -101,7 +103,8 @@ def describe_vote(rule):
     return (
         "majority; ties to the lower agent index"
         if rule == "index"
-        else f"majority; ties to the higher {rule} (generation confidence), then the lower agent index"
+        else f"majority; ties to the higher {rule} (generation confidence), then the lower agent "
+        "index"
     )
 
 
@@ -113,8 +116,9 @@ _RESULT_RE = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
 
 
 def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="index"):
-    """A Solution from a completion. A garbled or missing trailer gives defaults and trailer_ok=False. `vote`
-    (one of VOTE_RULES) names the signal that becomes the solution's vote confidence."""
+    """A Solution from a completion. A garbled or missing trailer gives defaults and
+    trailer_ok=False. `vote` (one of VOTE_RULES) names the signal that becomes the solution's vote
+    confidence."""
     if vote not in VOTE_RULES:
         raise ValueError(f"unknown vote rule {vote!r}: choose one of {', '.join(VOTE_RULES)}")
     answer = data.extract_answer(text, task)
@@ -141,13 +145,13 @@ def same_answer(a, b):
     return a.answer is not None and a.answer == b.answer
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The vote (docs/design.md §1): the game's final answer, and the consensus terms of the reward
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def majority_vote(solutions, exclude=None):
     """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
-    confidence (Solution.confidence: the vote rule's signal), then to the lower agent index. (None, None)
-    when no answer parses."""
+    confidence (Solution.confidence: the vote rule's signal), then to the lower agent index. (None,
+    None) when no answer parses."""
     groups = {}
     for i, s in enumerate(solutions):
         if i != exclude and s.answer is not None:
@@ -165,10 +169,10 @@ def majority_vote(solutions, exclude=None):
     return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
 
 
-# ----------------------------------------------------------------------------------------------------
-# The meta-cognitive state: what the policy sees of one solution (never the raw answer value, only its
-# relations to the others)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# The meta-cognitive state: what the policy sees of one solution (never the raw answer value, only
+# its relations to the others)
+# --------------------------------------------------------------------------------------------------
 PROFILE_FEATURES = (
     "parse_ok",  # the answer could be extracted
     "trailer_ok",  # the Steps / Confidence / Answer trailer was complete
@@ -177,7 +181,8 @@ PROFILE_FEATURES = (
     "critic",  # p(Correct) from the critic pass (0.5 when not measured)
     "mean_prob",  # generation confidence: geometric mean probability of the sampled tokens
     "min_prob",  # generation confidence: probability of the least likely sampled token
-    "tail_prob",  # generation confidence: geometric mean probability of the last 8 tokens (the answer)
+    # generation confidence: geometric mean probability of the last 8 tokens (the answer)
+    "tail_prob",
     "length",  # completion tokens / 256, clipped to 1
     "operations",  # arithmetic operations shown / 10, clipped to 1
     "consistent",  # the answer equals the last computed result shown
@@ -217,7 +222,8 @@ def profile(solution):
 
 def observe(solutions, agent, round_index, rounds, changed, last_actions):
     """Agent `agent`'s observation o_t^i = (own features, one feature row per peer), at round index
-    `round_index` of `rounds`; `changed` and `last_actions` describe every agent's previous round."""
+    `round_index` of `rounds`; `changed` and `last_actions` describe every agent's previous
+    round."""
     vote, _ = majority_vote(solutions)
     own = solutions[agent]
     peers = peers_of(agent, len(solutions))

@@ -1,5 +1,5 @@
-"""The statistics every reported number goes through: AUROC of a confidence signal, the paired bootstrap
-difference of two protocols on the same questions, and the sample std over seeds."""
+"""The statistics every reported number goes through: AUROC of a confidence signal, the paired
+bootstrap difference of two protocols on the same questions, and the sample std over seeds."""
 
 import statistics
 
@@ -7,7 +7,8 @@ import numpy as np
 
 
 def auroc(scores, labels):
-    """P(score of a positive > score of a negative), ties counting half; None without both classes."""
+    """P(score of a positive > score of a negative), ties counting half; None without both
+    classes."""
     positives = [s for s, y in zip(scores, labels) if y]
     negatives = [s for s, y in zip(scores, labels) if not y]
     if not positives or not negatives:
@@ -17,9 +18,9 @@ def auroc(scores, labels):
 
 
 def paired_difference(summary, reference, resamples=10_000, seed=0):
-    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean difference,
-    its 95% percentile bootstrap interval (questions resampled with replacement) and the number of questions
-    on which the two disagree (only those move the difference)."""
+    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean
+    difference, its 95% percentile bootstrap interval (questions resampled with replacement) and the
+    number of questions on which the two disagree (only those move the difference)."""
     theirs = dict(zip(reference["question_ids"], reference["correct"]))
     if set(theirs) != set(summary["question_ids"]):
         raise ValueError("a paired difference needs both protocols on the same questions")
@@ -36,10 +37,12 @@ def paired_difference(summary, reference, resamples=10_000, seed=0):
 
 
 def format_paired(v):
-    """A paired_difference as the tables print it: +0.050 [-0.025, +0.120] (54 questions disagree)."""
+    """A paired_difference as the tables print it: +0.050 [-0.025, +0.120] (54 questions
+    disagree)."""
     return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
 
 
 def sample_std(values):
-    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the spread."""
+    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the
+    spread."""
     return statistics.stdev(values) if len(values) > 1 else 0.0

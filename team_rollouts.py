@@ -1,10 +1,12 @@
-"""The sampled episodes train_llm.py learns from (docs/design.md §8), on the game's prompts and vote.
+"""The sampled episodes train_llm.py learns from (docs/design.md §8), on the game's prompts and
+vote.
 
 Sequence          - one sampled completion, the unit the token-level loss trains on
-joint_rollouts    - MAGRPO: G joint rollouts of a protocol (parallel or debate) per question, one joint
-                    reward per rollout (the team vote's correctness)
+joint_rollouts    - MAGRPO: G joint rollouts of a protocol (parallel or debate) per question, one
+                    joint reward per rollout (the team vote's correctness)
 leader_rollouts   - MLPO: G samples of the leader reading its peers' solutions, reward = correctness
-peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO's pool, its validation)
+peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO's pool, its
+                    validation)
 peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
 """
 
@@ -17,10 +19,10 @@ import torch
 
 import data
 import deliberate
+from common import all_gather_list
 from corpus import make_engine, training_pool
 from llm.engine import call_seed
 from state import majority_vote, parse_solution
-from common import all_gather_list
 
 
 @dataclass
@@ -35,19 +37,18 @@ class Sequence:
 
 
 def joint_rollouts(engines, examples, cfg, step):
-    """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's Sequences
-    and a (len(examples), G) tensor of rewards, the team vote's correctness (+ format_reward x the fraction
-    of final answers that parse)."""
+    """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's
+    Sequences and a (len(examples), G) tensor of rewards, the team vote's correctness (+
+    format_reward x the fraction of final answers that parse)."""
     teams = {(q, g): [None] * cfg.agents for q in range(len(examples)) for g in range(cfg.group)}
     sequences = []
 
     def run_round(t, prompt_of):
-        """Every agent of every rollout answers prompt_of(q, g, i), built from the teams before the round
-        (simultaneous moves), through its own model's engine."""
+        """Every agent of every rollout answers prompt_of(q, g, i), built from the teams before the
+        round (simultaneous moves), through its own model's engine."""
         solutions = {}
-        for e, engine in enumerate(
-            engines
-        ):  # one engine per agent with separate weights, else one for all
+        # one engine per agent with separate weights, else one for all
+        for e, engine in enumerate(engines):
             calls = [
                 (q, g, i)
                 for (q, g) in teams
@@ -89,9 +90,9 @@ def joint_rollouts(engines, examples, cfg, step):
 
 
 def leader_rollouts(engine, items, cfg, step):
-    """G samples of the leader per (example, peer solutions) item, as joint_rollouts returns them (agent 0):
-    the leader's Sequences and a (len(items), G) tensor of rewards, its correctness (+ format_reward if it
-    parses)."""
+    """G samples of the leader per (example, peer solutions) item, as joint_rollouts returns them
+    (agent 0): the leader's Sequences and a (len(items), G) tensor of rewards, its correctness (+
+    format_reward if it parses)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
     prompts = [
         engine.chat(deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer))
@@ -118,8 +119,9 @@ def leader_rollouts(engine, items, cfg, step):
 
 
 def peer_solutions(examples, cfg, rank, world):
-    """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank generates its
-    shard through the engine and its cache (the game's own calls), then every rank gets all of them."""
+    """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
+    generates its shard through the engine and its cache (the game's own calls), then every rank
+    gets all of them."""
     engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank)
     game = deliberate.game_config(cfg, greedy_policy=True)
     mine = list(range(rank, len(examples), world))
@@ -132,9 +134,9 @@ def peer_solutions(examples, cfg, rank, world):
 
 
 def peer_pool(cfg, rank, world):
-    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions, generated once.
-    Questions where at least cfg.filter_easy of the peers are right are dropped: the leader has nothing to
-    learn there."""
+    """MLPO's offline pool: the frozen peers' solutions to the candidate training questions,
+    generated once. Questions where at least cfg.filter_easy of the peers are right are dropped: the
+    leader has nothing to learn there."""
     candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
     pool, peer_right = [], []
     for example, solutions in peer_solutions(candidates, cfg, rank, world):
@@ -154,7 +156,7 @@ def peer_pool(cfg, rank, world):
         print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
     if not pool:
         sys.exit(
-            f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers right: "
-            "lower --filter-easy or add --questions"
+            f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers "
+            "right: lower --filter-easy or add --questions"
         )
     return pool, stats

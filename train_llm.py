@@ -1,20 +1,23 @@
 """The agents' LLM weights (docs/design.md §8): MAGRPO, MLPO, and a rejection-sampling warm start.
 
-    python train_llm.py --target agents --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
+    python train_llm.py --target agents --protocol debate --agents 3 --rounds 1 \
+        --out-dir runs/magrpo
     python eval.py --model runs/magrpo/model --protocols debate
     python train_llm.py --target leader --agents 3 --out-dir runs/mlpo
-    python eval.py --protocols leader=runs/mlpo/model          # peers answer, the trained leader decides
-    python train_llm.py --target sft --out-dir runs/sft-llm    # the backbone on its own right answers
+    python eval.py --protocols leader=runs/mlpo/model        # peers answer, the trained leader
+                                                             # decides
+    python train_llm.py --target sft --out-dir runs/sft-llm  # the backbone on its own right answers
 
---target agents (MAGRPO, arXiv 2508.04652): G joint rollouts of the protocol per question, one joint reward
-per rollout (the team vote's correctness), its advantage shared by every agent of the rollout; each agent
-learns from its own sampled tokens only. --target leader (MLPO, arXiv 2507.08960): the frozen peers'
-solutions to the training questions are generated once; questions the peers already get right (>=
---filter-easy of them) are dropped; the leader reads a question and its peers' solutions and answers, G
-samples per prompt, reward = correctness. Both are on-policy: one optimizer step per batch of rollouts,
-no ratio, no clip. A step reads: rollouts (team_rollouts.py) -> group_advantages -> llm_step.
---target sft: sample solutions to training questions, keep the right (with --trailer, well-formatted) ones
-and fine-tune on them, the loss on completion tokens only (llm_step with advantage 1).
+--target agents (MAGRPO, arXiv 2508.04652): G joint rollouts of the protocol per question, one joint
+reward per rollout (the team vote's correctness), its advantage shared by every agent of the
+rollout; each agent learns from its own sampled tokens only. --target leader (MLPO, arXiv
+2507.08960): the frozen peers' solutions to the training questions are generated once; questions the
+peers already get right (>= --filter-easy of them) are dropped; the leader reads a question and its
+peers' solutions and answers, G samples per prompt, reward = correctness. Both are on-policy: one
+optimizer step per batch of rollouts, no ratio, no clip. A step reads: rollouts (team_rollouts.py)
+-> group_advantages -> llm_step. --target sft: sample solutions to training questions, keep the
+right (with --trailer, well-formatted) ones and fine-tune on them, the loss on completion tokens
+only (llm_step with advantage 1).
 """
 
 import copy
@@ -71,7 +74,8 @@ class Config:
     tau: float = 0.5
     """SoftRank temperature (--algo softrank)"""
     protocol: str = "debate"
-    """--target agents: parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
+    """--target agents: parallel (independent answers, then the vote) | debate (--rounds REFINE
+    rounds)"""
     group: int = 4
     """G: joint rollouts (agents) or leader samples (leader) per question"""
     questions_per_step: int = 8
@@ -81,8 +85,8 @@ class Config:
     rollout_temperature: float = 1.0
     """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
     loss_agg: str = ""
-    """token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss; empty: token for
-    agents (MAGRPO), const for the leader (MLPO), token for sft"""
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss; empty: token
+    for agents (MAGRPO), const for the leader (MLPO), token for sft"""
     format_reward: float = 0.0
     """+ this times the fraction of the team's final answers that parse"""
     separate_agents: bool = False
@@ -94,13 +98,15 @@ class Config:
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     beta: float = 0.0
-    """weight of the k3 KL to the initial model; 0 as in both papers (no reference copy in memory)"""
+    """weight of the k3 KL to the initial model; 0 as in both papers (no reference copy in
+    memory)"""
     gradient_checkpointing: bool = False
     """recompute activations in the backward (less memory, more time)"""
     peers_model: str = ""
     """--target leader: the frozen peers' HF directory; empty: the same as --model"""
     filter_easy: float = 0.75
-    """--target leader: drop questions where at least this fraction of the peers is right (0: keep all)"""
+    """--target leader: drop questions where at least this fraction of the peers is right (0: keep
+    all)"""
     samples: int = 4
     """--target sft: solutions sampled per training question"""
     epochs: int = 30
@@ -161,8 +167,9 @@ def group_advantages(rewards, cfg):
 
 
 def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperature):
-    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model), divided
-    by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss mask)."""
+    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model),
+    divided by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss
+    mask)."""
     logp, mask = completion_logprobs(model, batch, temperature)
     agg = loss_aggregation(cfg)
     loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, agg, normalizer)
@@ -184,9 +191,10 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
     """One optimizer step over this rank's sequences, in micro-batches.
 
     The normalizer covers the whole step (every micro-batch of every rank) and is computed once; DDP
-    averages gradients over ranks, hence the division by world. A sequence of advantage 0 (a flat group)
-    adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank left with
-    nothing still runs one backward at weight 0, for DDP's all-reduce. Returns the step's statistics."""
+    averages gradients over ranks, hence the division by world. A sequence of advantage 0 (a flat
+    group) adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank
+    left with nothing still runs one backward at weight 0, for DDP's all-reduce. Returns the step's
+    statistics."""
     counts = all_reduce_sum([len(sequences), sum(len(s.completion_ids) for s in sequences)], device)
     normalizer = {"token": counts[1], "seq": counts[0], "const": counts[0] * cfg.max_new_tokens}[
         loss_aggregation(cfg)
@@ -207,8 +215,8 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
             rows = [s.question for s in chunk], [s.sample for s in chunk]
             chunk_advantages = advantages[rows].to(device) if weight else torch.zeros(len(chunk))
             with accumulating(ddp, last=k == chunks[-1]):
-                # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward only:
-                # backward runs in the forward's dtypes anyway
+                # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward
+                # only: backward runs in the forward's dtypes anyway
                 bf16 = cfg.dtype == "bfloat16"
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     loss, kl = agents_loss(
@@ -226,8 +234,8 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
 
 def llm_engines(cfg, device, rank, n_models):
     """(trained models, rollout engines). No generation cache: the weights change every step. With
-    --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast on fp32 weights
-    would cast every weight at every decoded token)."""
+    --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast on fp32
+    weights would cast every weight at every decoded token)."""
     engines = [
         Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
                batch_size=cfg.engine_batch_size, rank=rank)
@@ -253,8 +261,8 @@ def refresh_rollout_weights(models, engines):
 
 
 def validate(models, engines, validation, cfg, rank, world, device, log, step):
-    """Greedy accuracy on the held-out questions: the team's vote (agents) or the leader's answer over its
-    peers (leader), every rank on its shard, one rollout per question at temperature 0."""
+    """Greedy accuracy on the held-out questions: the team's vote (agents) or the leader's answer
+    over its peers (leader), every rank on its shard, one rollout per question at temperature 0."""
     refresh_rollout_weights(models, engines)
     greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
     shard = validation[rank::world]
@@ -279,7 +287,8 @@ def save_models(models, engines, out, n_models):
 
 
 def train_agents_or_leader(cfg, rank, world, device):
-    """MAGRPO (agents) and MLPO (leader): the same on-policy token-level loop; only the rollouts differ."""
+    """MAGRPO (agents) and MLPO (leader): the same on-policy token-level loop; only the rollouts
+    differ."""
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
@@ -304,9 +313,8 @@ def train_agents_or_leader(cfg, rank, world, device):
     wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
     pad = engines[0].tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
-    if (
-        cfg.target == "leader" and cfg.eval_every
-    ):  # the leader is validated over its peers' solutions
+    # the leader is validated over its peers' solutions
+    if cfg.target == "leader" and cfg.eval_every:
         validation = team_rollouts.peer_solutions(validation, cfg, rank, world)
 
     if cfg.eval_every and counters["step"] == 0:
@@ -362,8 +370,9 @@ def train_agents_or_leader(cfg, rank, world, device):
 
 
 def train_sft(cfg, rank, world, device):
-    """The rejection-sampling warm start: the backbone fine-tuned on its own right answers (advantage 1 on
-    every kept sequence: cross-entropy on the completion tokens), epochs over a fixed set."""
+    """The rejection-sampling warm start: the backbone fine-tuned on its own right answers
+    (advantage 1 on every kept sequence: cross-entropy on the completion tokens), epochs over a
+    fixed set."""
     out = Path(cfg.out_dir)
     engine = make_engine(cfg, rank)
     questions, _ = training_questions(cfg)
@@ -380,9 +389,8 @@ def train_sft(cfg, rank, world, device):
         right = data.is_correct(s.answer, ex.answer, ex.task)
         if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
             kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
-    kept = sorted(
-        all_gather_list(kept)
-    )  # every rank sees the same dataset, whatever the world size
+    # every rank sees the same dataset, whatever the world size
+    kept = sorted(all_gather_list(kept))
     if rank == 0:
         kind = " well-formatted" if cfg.trailer else ""
         print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
@@ -406,8 +414,8 @@ def train_sft(cfg, rank, world, device):
         rows = batches[step][rank::world].tolist()
         sequences = [team_rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
-        update = llm_step([model], [ddp], [None], optimizer, sequences, advantages, cfg, pad, device,
-                          world, temperature=1.0)  # fmt: skip
+        update = llm_step([model], [ddp], [None], optimizer, sequences, advantages, cfg, pad,
+                          device, world, temperature=1.0)  # fmt: skip
         loss = all_reduce_sum([update["loss"]], device)[0] / world
         bar.set_postfix(loss=f"{loss:.4f}")
         log.write(step=step + 1, loss=loss)

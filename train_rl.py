@@ -1,29 +1,33 @@
 """Stage 2 (docs/design.md §6): SoftRankPO on an offline corpus of counterfactual rewards.
 
-    python train_rl.py --init runs/sft/policy.pt --out-dir runs/rl             # -> runs/rl/policy.pt
+    python train_rl.py --init runs/sft/policy.pt --out-dir runs/rl  # -> runs/rl/policy.pt
     torchrun --nproc_per_node=2 train_rl.py --init runs/sft/policy.pt --out-dir runs/rl
     python eval.py --protocols mpdf=runs/rl/policy.pt
 
 Read top to bottom:
-1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training questions.
-   At every visited (agent, round) state, every action is evaluated with the peers' actions held at what
-   they did: R(s) in R^K (corpus.collect_states -> deliberate.play(counterfactual=True)). Stored: the
-   state, R, the behaviour action and the behaviour policy's logits.
-2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient term;
-   all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
-     softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the order of
-                the K rewards matters. Bounded; its optimum is pi* ∝ exp((A + beta log pi_ref) / (beta +
-                lam)). --objective eq4 regresses onto it instead (paper Eq. 4); --objective unweighted is
-                the literal -sum_k A_k log pi, which has no minimum, kept for comparison
+1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
+   questions. At every visited (agent, round) state, every action is evaluated with the peers'
+   actions held at what they did: R(s) in R^K (corpus.collect_states ->
+   deliberate.play(counterfactual=True)). Stored: the state, R, the behaviour action and the
+   behaviour policy's logits.
+2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient
+   term; all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
+     softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the
+                order of the K rewards matters. Bounded; its optimum is
+                pi* ∝ exp((A + beta log pi_ref) / (beta + lam)). --objective eq4 regresses onto it
+                instead (paper Eq. 4); --objective unweighted is the literal -sum_k A_k log pi,
+                which has no minimum, kept for comparison
      grpo       the same with A = z-scored R(s)
-     ppo        clipped surrogate on the behaviour action, ratio to the behaviour policy (pi_sft in the
-                first iteration), advantage R(s, a_b) - mean R(s)
-     reinforce  -R(s, a_b) log pi(a_b|s): plain REINFORCE on the behaviour action, no baseline, no ratio
-3. --iterations M re-collects the corpus with the current policy before each of the M updates (online).
+     ppo        clipped surrogate on the behaviour action, ratio to the behaviour policy (pi_sft in
+                the first iteration), advantage R(s, a_b) - mean R(s)
+     reinforce  -R(s, a_b) log pi(a_b|s): plain REINFORCE on the behaviour action, no baseline, no
+                ratio
+3. --iterations M re-collects the corpus with the current policy before each of the M updates
+   (online).
 
---reward-scale and --reward-transform (none, exp) change R before the advantages: the robustness study.
-Every rank plays its shard of the questions; the corpus is gathered, so every rank holds all of it and
-the update is the same schedule of global batches on any number of processes.
+--reward-scale and --reward-transform (none, exp) change R before the advantages: the robustness
+study. Every rank plays its shard of the questions; the corpus is gathered, so every rank holds all
+of it and the update is the same schedule of global batches on any number of processes.
 """
 
 import copy
@@ -74,7 +78,8 @@ class Config:
     init: str = "runs/sft/policy.pt"
     """pi_sft (sft.py's policy.pt): the starting policy and pi_ref"""
     algo: str = "softrank"
-    """softrank | grpo | ppo | reinforce (the last three: the paper's ablations on the same corpus)"""
+    """softrank | grpo | ppo | reinforce (the last three: the paper's ablations on the same
+    corpus)"""
     objective: str = "expected"
     """softrank and grpo: expected (-sum_k pi_k A_k + KL - entropy, bounded) | eq4 (rank matching,
     paper Eq. 4) | unweighted (the literal -sum_k A_k log pi_k, unbounded, for comparison)"""
@@ -85,8 +90,8 @@ class Config:
     lam: float = 0.01
     """weight of the entropy bonus"""
     refine_cost: float = 0.5
-    """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's choice,
-    the same accuracy as 0 at half the tokens"""
+    """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's
+    choice, the same accuracy as 0 at half the tokens"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -146,7 +151,8 @@ class Config:
 
 
 def transform_rewards(rewards, cfg):
-    """The robustness study's change of reward scale: R -> scale * R, then exp(R) with --reward-transform exp."""
+    """The robustness study's change of reward scale: R -> scale * R, then exp(R) with
+    --reward-transform exp."""
     rewards = rewards * cfg.reward_scale
     return rewards.exp() if cfg.reward_transform == "exp" else rewards
 
@@ -197,8 +203,9 @@ def rl_loss(logits, batch, cfg):
 
 
 def corpus_objective(logits, tensors, cfg):
-    """The objective over the whole corpus at `logits`, and its analytic minimum (softrank.optimal_policy;
-    the expected-advantage objective only, else (None, None)): the bound the loss approaches."""
+    """The objective over the whole corpus at `logits`, and its analytic minimum
+    (softrank.optimal_policy; the expected-advantage objective only, else (None, None)): the bound
+    the loss approaches."""
     if cfg.algo not in ("softrank", "grpo") or cfg.objective != "expected":
         return None, None
     advantages = action_advantages(transform_rewards(tensors["rewards"], cfg), cfg)
@@ -252,7 +259,8 @@ def train(cfg, rank, world, device):
     counters = load_checkpoint(out, policy, optimizer, rank, cfg)
     counters = counters or {"iteration": 0, "step": 0, "global_step": 0}
     if counters["iteration"] >= cfg.iterations and (out / "summary.json").is_file():
-        # a finished run, started again (by hand or by a study script): nothing to train or overwrite
+        # a finished run, started again (by hand or by
+        # a study script): nothing to train or overwrite
         if rank == 0:
             print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
         return json.loads((out / "summary.json").read_text())
@@ -264,7 +272,8 @@ def train(cfg, rank, world, device):
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]
     for iteration in range(counters["iteration"], cfg.iterations):
-        # 1. the corpus of this iteration, played by the current policy (collected once, then read back)
+        # 1. the corpus of this iteration, played by the
+        # current policy (collected once, then read back)
         questions, _ = training_questions(cfg, iteration)
         behaviour = frozen_copy(policy)
         rows = load_corpus(out / f"corpus-{iteration}.pt")
@@ -275,9 +284,8 @@ def train(cfg, rank, world, device):
             )  # fmt: skip
             old_logits = policy_logits(behaviour, states_to_tensors(rows)).tolist()
             for row, logits in zip(rows, old_logits):
-                row["old_logits"] = (
-                    logits  # what the behaviour actions were sampled from (PPO's ratio)
-                )
+                # what the behaviour actions were sampled from (PPO's ratio)
+                row["old_logits"] = logits
             save_corpus(rows, out / f"corpus-{iteration}.pt", rank)
         tensors = states_to_tensors(rows)
         tensors["old_logits"] = torch.tensor([r["old_logits"] for r in rows])

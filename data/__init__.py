@@ -1,4 +1,5 @@
-"""Tasks for the deliberation game (docs/design.md §9): loading questions, reading and judging answers.
+"""Tasks for the deliberation game (docs/design.md §9): loading questions, reading and judging
+answers.
 
     from data import load_task, extract_answer, is_correct
     examples = load_task("arith", split="test", n=64, seed=0, level=1)
@@ -6,8 +7,8 @@
     pred = extract_answer(completion, ex.task)          # "42", "B", "\\frac{3}{4}" or None
     reward = float(is_correct(pred, ex.answer, ex.task))
 
-Modules: example.py (Example, DataError), answers.py (extraction and comparison), arith.py (the built-in
-generator), files.py (the file formats).
+Modules: example.py (Example, DataError), answers.py (extraction and comparison), arith.py (the
+built-in generator; its templates in arith_templates.py), files.py (the file formats).
 """
 
 import random
@@ -48,11 +49,12 @@ def load_task(
 ) -> list[Example]:
     """The examples of a task, all of them (n=None) or a seeded random subset of n.
 
-    name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed level),
-           or a file task: "gsm8k", "mawps", "svamp", "mc", "math", which need path.
-    split: "train" (the default) or "test" for arith. For a file task: "all" (the default) is the whole file;
-           "train" / "test" divide it by a hash of each question's text (about 1 in 6 to test, data.split_of),
-           so a policy trained on a file's train split is evaluated on questions it never saw.
+    name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed
+           level), or a file task: "gsm8k", "mawps", "svamp", "mc", "math", which need path.
+    split: "train" (the default) or "test" for arith. For a file task: "all" (the default) is the
+           whole file; "train" / "test" divide it by a hash of each question's text (about 1 in 6
+           to test, data.split_of), so a policy trained on a file's train split is evaluated on
+           questions it never saw.
     n, seed: random.Random(seed).sample(all_examples, n); n larger than the task is an error.
     """
     if name not in TASKS:

@@ -1,15 +1,15 @@
 """Answer extraction and comparison (docs/design.md §2, §9).
 
-The reward, the game's majority vote and the evaluation all call these two functions, so a completion is
-judged the same way everywhere:
+The reward, the game's majority vote and the evaluation all call these two functions, so a
+completion is judged the same way everywhere:
 
     pred = extract_answer(completion, task)   # a canonical string, or None when nothing parses
     ok = is_correct(pred, gold, task)         # numeric / letter / LaTeX-string comparison
 
-Numbers are read exactly (fractions.Fraction) and returned in one canonical form ("1,234.50" -> "1234.5",
-"6/8" -> "0.75", "1/3" stays "1/3"), so equal values give equal strings and a vote can count strings.
-Every regex here is linear in the text (no nested or adjacent overlapping quantifiers): completions are
-untrusted and can be long.
+Numbers are read exactly (fractions.Fraction) and returned in one canonical form ("1,234.50" ->
+"1234.5", "6/8" -> "0.75", "1/3" stays "1/3"), so equal values give equal strings and a vote can
+count strings. Every regex here is linear in the text (no nested or adjacent overlapping
+quantifiers): completions are untrusted and can be long.
 """
 
 import math
@@ -33,12 +33,13 @@ def answer_kind(task: str) -> str:
     raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(ANSWER_TASKS)}")
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # numbers
 
-# One number token: thousands groups "1,234,567" or plain digits, optional decimals, optional short exponent,
-# optional "/denominator". A token glued to a preceding letter, digit or dot ("mp3", "H2O", the "5" of "3.5")
-# is not a number; a leading "-" counts only when it is not glued to a word either ("10-5" is 10 and 5).
+# One number token: thousands groups "1,234,567" or plain digits, optional decimals, optional short
+# exponent, optional "/denominator". A token glued to a preceding letter, digit or dot ("mp3",
+# "H2O", the "5" of "3.5") is not a number; a leading "-" counts only when it is not glued to a word
+# either ("10-5" is 10 and 5).
 _UNSIGNED = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"
 _TOKEN = rf"(?:{_UNSIGNED})(?:[eE][+-]?[0-9]{{1,3}})?(?:[ \t]*/[ \t]*(?:{_UNSIGNED}))?"
 _NUM_RE = re.compile(rf"(?<![\w.])-?{_TOKEN}")
@@ -54,16 +55,16 @@ _NAN_INF = {"nan", "inf", "infinity"}
 
 def _delatex(s: str, keep_text: bool = True) -> str:
     """Turn the LaTeX around a number into plain text (a linear pass of small substitutions)."""
-    s = (
-        s.replace("\u2212", "-").replace("\\$", "$").replace("\\%", "%").replace("-$", "-")
-    )  # -$5 is -5
+    # -$5 is -5
+    s = s.replace("\u2212", "-").replace("\\$", "$").replace("\\%", "%").replace("-$", "-")
     s = _FRAC_RE.sub(r"\1/\2", s)
     s = _TEXT_RE.sub(r" \1" if keep_text else "", s)
     return _LATEX_NOISE.sub("", s)
 
 
 def _token_value(tok: str) -> Fraction | None:
-    """Exact value of a number token matched by _TOKEN (commas, decimals, exponent, a/b); None if invalid."""
+    """Exact value of a number token matched by _TOKEN (commas, decimals, exponent, a/b); None if
+    invalid."""
     if len(tok) > _MAX_TOKEN:
         return None
     num, _, den = tok.replace(",", "").replace(" ", "").replace("\t", "").partition("/")
@@ -87,9 +88,10 @@ def _token_value(tok: str) -> Fraction | None:
 def _parse(s, units: bool = True) -> Fraction | None:
     """Exact value of a string that is one number, or None.
 
-    Accepts a sign, a currency sign ($ € £ ¥), thousands commas, decimals, "a/b", \\frac{a}{b} and a trailing
-    "." or "%". With units=True anything after the number that holds no digit is a unit and ignored
-    ("12 apples", "5 km", "50%"); with units=False (task "math", where "2x" is not 2) only LaTeX \\text{} units are.
+    Accepts a sign, a currency sign ($ € £ ¥), thousands commas, decimals, "a/b", \\frac{a}{b} and a
+    trailing "." or "%". With units=True anything after the number that holds no digit is a unit and
+    ignored ("12 apples", "5 km", "50%"); with units=False (task "math", where "2x" is not 2) only
+    LaTeX \\text{} units are.
     """
     if s is None or isinstance(s, bool):
         return None
@@ -122,15 +124,16 @@ def _parse(s, units: bool = True) -> Fraction | None:
 def normalize_number(s) -> float | None:
     """The value of a numeric answer string as a finite float, or None.
 
-    "$1,234.50" -> 1234.5, "12 apples" -> 12.0, "007" -> 7.0, "-3" -> -3.0, "3/4" -> 0.75, "50%" -> 50.0,
-    "12." -> 12.0; "", "nan", "inf", "abc", "12 + 3" -> None.
+    "$1,234.50" -> 1234.5, "12 apples" -> 12.0, "007" -> 7.0, "-3" -> -3.0, "3/4" -> 0.75, "50%" ->
+    50.0, "12." -> 12.0; "", "nan", "inf", "abc", "12 + 3" -> None.
     """
     value = _parse(s, units=True)
     return None if value is None else float(value)
 
 
 def _canon(value: Fraction) -> str:
-    """Canonical text of an exact value: "12", "-0.75", "1234.5", or "1/3" when no finite decimal exists."""
+    """Canonical text of an exact value: "12", "-0.75", "1234.5", or "1/3" when no finite decimal
+    exists."""
     num, den = value.numerator, value.denominator
     if den == 1:
         return str(num)
@@ -154,8 +157,8 @@ def _close(a: float, b: float) -> bool:
 
 
 def _same(p: Fraction, g: Fraction) -> bool:
-    """Equal values. Two integers must match exactly (1000000 is not 1000001); otherwise within REL_TOL,
-    so a rounded decimal ("0.833333") matches a fraction ("5/6")."""
+    """Equal values. Two integers must match exactly (1000000 is not 1000001); otherwise within
+    REL_TOL, so a rounded decimal ("0.833333") matches a fraction ("5/6")."""
     if p == g:
         return True
     if p.denominator == 1 and g.denominator == 1:
@@ -163,15 +166,15 @@ def _same(p: Fraction, g: Fraction) -> bool:
     return _close(float(p), float(g))
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pieces of a completion
 
-_ANSWER_RE = re.compile(
-    r"\banswer\b[ \t*_]*[:：]", re.I
-)  # "Answer:", "**Answer:**", "Final answer:"
+# "Answer:", "**Answer:**", "Final answer:"
+_ANSWER_RE = re.compile(r"\banswer\b[ \t*_]*[:：]", re.I)
 _ANSWER_IS_RE = re.compile(r"\banswer\s+is\b[ \t*_:]*", re.I)  # "the (final/correct) answer is"
 _BOXED_RE = re.compile(r"\\boxed\s*\{")
-# Trailer fields whose numbers are not the answer: "Steps: 3", "Confidence: 8/10", "confidence (1-10): 80%".
+# Trailer fields whose numbers are not the answer: "Steps:
+# 3", "Confidence: 8/10", "confidence (1-10): 80%".
 _TRAILER_FIELD_RE = re.compile(
     r"\b(?:steps?|confidence)\b[ \t*_]*(?:\([^()\n]{0,30}\)[ \t*_]*)?[:=][ \t*_]*"
     r"(?:[0-9]+(?:\.[0-9]+)?(?:[ \t]*(?:/|out of)[ \t]*[0-9]+)?[ \t]*%?)?",
@@ -180,9 +183,11 @@ _TRAILER_FIELD_RE = re.compile(
 
 
 def _values_after(regex, text: str):
-    """For each match of regex, last first: the text after it up to the end of its line (or the next match).
+    """For each match of regex, last first: the text after it up to the end of its line (or the next
+    match).
 
-    Cutting at the next match keeps the total work linear even for a line holding thousands of matches.
+    Cutting at the next match keeps the total work linear even for a line holding thousands of
+    matches.
     """
     matches = list(regex.finditer(text))
     for i in range(len(matches) - 1, -1, -1):
@@ -195,7 +200,8 @@ def _values_after(regex, text: str):
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last closed \\boxed{...} (nested braces allowed), or None. One pass over the braces."""
+    """Content of the last closed \\boxed{...} (nested braces allowed), or None. One pass over the
+    braces."""
     opens = [m.end() - 1 for m in _BOXED_RE.finditer(text)]  # index of each boxed "{"
     if not opens:
         return None
@@ -213,7 +219,8 @@ def last_boxed(text: str) -> str | None:
 
 
 def _number_in(span: str) -> str | None:
-    """Canonical number stated in a short answer span ("$1,234.50", "72 apples", "48 + 24 = 72", "\\boxed{3}")."""
+    """Canonical number stated in a short answer span ("$1,234.50", "72 apples", "48 + 24 = 72",
+    "\\boxed{3}")."""
     boxed = last_boxed(span)
     if boxed is not None:
         span = boxed
@@ -236,14 +243,15 @@ _LETTER_OPTION = re.compile(r"\b(?:option|choice)\s*\(?([A-Da-d])\b", re.I)  # "
 _LETTER_ANY = re.compile(r"(?<![A-Za-z'])([A-D])(?![A-Za-z'])")  # "B) 42", "I think C"
 # Fallback over a whole completion: "(B)", "B)", "option B", or a line that is just a letter.
 _LETTER_LAST = re.compile(
-    r"\(([A-Da-d])\)|(?<![A-Za-z(])([A-D])\)|(?i:\b(?:option|choice)\s+\(?([A-D])\b)|^[ \t*]*([A-D])[ \t.*]*$",
+    r"\(([A-Da-d])\)|(?<![A-Za-z(])([A-D])\)|(?i:\b(?:option|choice)\s+\(?([A-D])\b)|^[ "
+    r"\t*]*([A-D])[ \t.*]*$",
     re.M,
 )
 
 
 def _letter_in(span: str) -> str | None:
-    """Option letter A-D stated in a short answer span, upper-cased. A lone lowercase letter counts only when
-    it is the whole span ("b", "(b)"), so "Answer: a dog" is not option A."""
+    """Option letter A-D stated in a short answer span, upper-cased. A lone lowercase letter counts
+    only when it is the whole span ("b", "(b)"), so "Answer: a dog" is not option A."""
     span = _TEXT_RE.sub(r"\1", span).strip().strip("*_`$ \t").strip()
     m = _LETTER_WHOLE.fullmatch(span)
     if m is None:
@@ -252,25 +260,28 @@ def _letter_in(span: str) -> str | None:
 
 
 def _math_key(s: str) -> str:
-    """A LaTeX answer with the no-op differences removed: whitespace, $ delimiters, \\left/\\right, \\dfrac."""
+    """A LaTeX answer with the no-op differences removed: whitespace, $ delimiters, \\left/\\right,
+    \\dfrac."""
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
     s = re.sub(r"\\left|\\right|\\[,;:! ]", "", s)
     s = re.sub(r"\s+", "", s)
     return s.strip("$").rstrip(".")
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the two public functions
 
 
 def extract_answer(text: str | None, task: str) -> str | None:
     """The final answer of a completion, or None when none can be read.
 
-    Numeric tasks, in order: the last "Answer: <value>" trailer that holds a number; the last \\boxed{};
-    the last "the answer is X"; else the last number of the text, not counting the numbers of "Steps: n" and
-    "Confidence: n/10" trailer fields. Numbers come back canonical ("$1,234.50" -> "1234.5", "3/4" -> "0.75").
-    Task "mc": the option letter ("Answer: (B)", "the answer is b", "B)") upper-cased.
-    Task "math": the stripped content of the last \\boxed{} if any, else the trailer value, else as numeric.
+    Numeric tasks, in order: the last "Answer: <value>" trailer that holds a number; the last
+    \\boxed{}; the last "the answer is X"; else the last number of the text, not counting the
+    numbers of "Steps: n" and "Confidence: n/10" trailer fields. Numbers come back canonical
+    ("$1,234.50" -> "1234.5", "3/4" -> "0.75"). Task "mc": the option letter ("Answer: (B)", "the
+    answer is b", "B)") upper-cased.
+    Task "math": the stripped content of the last \\boxed{} if any, else the trailer value, else as
+    numeric.
     """
     kind = answer_kind(task)
     if text is None:
@@ -332,10 +343,11 @@ def _as_text(x) -> str | None:
 def is_correct(pred, gold, task: str) -> bool:
     """Whether a predicted answer matches the gold answer.
 
-    Numeric tasks: equal values after normalize_number ("12.0" == "12", "$1,234" == "1234", "3/4" == "0.75",
-    "12 apples" == "12"), integers exactly, other numbers within REL_TOL ("0.833333" == "5/6").
-    Task "mc": same option letter ("(b)" == "B"). Task "math": numeric when both sides are plain numbers,
-    else equal LaTeX strings after _math_key. None, empty, nan and inf are always wrong, whatever the gold.
+    Numeric tasks: equal values after normalize_number ("12.0" == "12", "$1,234" == "1234", "3/4" ==
+    "0.75", "12 apples" == "12"), integers exactly, other numbers within REL_TOL ("0.833333" ==
+    "5/6"). Task "mc": same option letter ("(b)" == "B"). Task "math": numeric when both sides are
+    plain numbers, else equal LaTeX strings after _math_key. None, empty, nan and inf are always
+    wrong, whatever the gold.
     """
     kind = answer_kind(task)
     pred, gold = _as_text(pred), _as_text(gold)

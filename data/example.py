@@ -1,18 +1,20 @@
-"""The record every task loader returns, the error every loader raises on bad input, and the split rule."""
+"""The record every task loader returns, the error every loader raises on bad input, and the split
+rule."""
 
 import hashlib
 from dataclasses import dataclass, field
 
 
 def split_of(question: str) -> str:
-    """ "test" for about 1 question in 6, decided by the text alone: stable across machines, files and
-    arith levels, so a question in any test split is never in a train split."""
+    """ "test" for about 1 question in 6, decided by the text alone: stable across machines, files
+    and arith levels, so a question in any test split is never in a train split."""
     digest = hashlib.sha256(question.encode("utf-8")).digest()
     return "test" if int.from_bytes(digest[:8], "big") % 6 == 0 else "train"
 
 
 class DataError(ValueError):
-    """A data file is missing, malformed or empty. The message names the file (and the line when known)."""
+    """A data file is missing, malformed or empty. The message names the file (and the line when
+    known)."""
 
 
 @dataclass
@@ -21,10 +23,13 @@ class Example:
 
     question: the text shown to the agents (for multiple choice without the options; see render()).
     answer:   the gold answer as a string: "72", "0.75", "B", or a LaTeX string for task "math".
-    task:     the answer kind the reward and the evaluation use ("arith", "gsm8k", "mawps", "svamp", "mc", "math").
+    task:     the answer kind the reward and the evaluation use ("arith", "gsm8k", "mawps",
+              "svamp", "mc", "math").
     choices:  the four option texts A-D for multiple choice, else None.
-    id:       stable identifier, e.g. "gsm8k/train/12" (task / file stem / line) or "arith/test/L1/5".
-    meta:     free-form extras (arith: level, template, expr; gsm8k: solution; mawps: equation, ...).
+    id:       stable identifier, e.g. "gsm8k/train/12" (task / file stem / line) or
+              "arith/test/L1/5".
+    meta:     free-form extras (arith: level, template, expr; gsm8k: solution; mawps: equation,
+              ...).
     """
 
     question: str

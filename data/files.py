@@ -1,9 +1,10 @@
 """Loaders for the file tasks: gsm8k, mawps, svamp, mc, math (docs/design.md §9).
 
-Every loader reads records through read_records (JSONL, JSON list or CSV, by file extension) and raises
-DataError naming the file and line for anything malformed: a missing file, a bad JSON line, a missing or
-empty field, a file with no examples. Nothing is skipped silently; the one deliberate filter, mawps rows
-whose equation does not reproduce their answer, is counted in load_stats["mawps"] and logged.
+Every loader reads records through read_records (JSONL, JSON list or CSV, by file extension) and
+raises DataError naming the file and line for anything malformed: a missing file, a bad JSON line, a
+missing or empty field, a file with no examples. Nothing is skipped silently; the one deliberate
+filter, mawps rows whose equation does not reproduce their answer, is counted in load_stats["mawps"]
+and logged.
 """
 
 import csv
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 load_stats: dict = {}  # task -> counts from its last load (mawps: rows, kept, dropped, reasons)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # records
 
 
@@ -38,7 +39,8 @@ def _read_text(path: Path) -> str:
 
 
 def read_records(path) -> list[tuple[int, dict]]:
-    """(line number, record with lower-cased keys) for every record of a .jsonl, .json (a list) or .csv file."""
+    """(line number, record with lower-cased keys) for every record of a .jsonl, .json (a list) or
+    .csv file."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".json", ".csv"):
@@ -65,9 +67,8 @@ def _lower_keys(path, line, obj) -> dict:
 
 def _jsonl(path, text) -> list:
     out = []
-    for line, s in enumerate(
-        text.split("\n"), 1
-    ):  # split("\n"), not splitlines(): JSON may hold U+2028
+    # split("\n"), not splitlines(): JSON may hold U+2028
+    for line, s in enumerate(text.split("\n"), 1):
         if not s.strip():
             continue
         try:
@@ -81,7 +82,8 @@ def _jsonl(path, text) -> list:
 
 
 def _json_list(path, text) -> list:
-    """A JSON array of objects, decoded one element at a time so each record knows its line number."""
+    """A JSON array of objects, decoded one element at a time so each record knows its line
+    number."""
     decoder, out = json.JSONDecoder(), []
     ws = re.compile(r"[ \t\r\n]*")
 
@@ -123,10 +125,8 @@ def _csv(path, text) -> list:
         if header is None:
             return []
         keys = [h.strip().lower() for h in header]
-        out, start = (
-            [],
-            reader.line_num + 1,
-        )  # a quoted field may span lines: number each record by its first
+        # a quoted field may span lines: number each record by its first
+        out, start = ([], reader.line_num + 1)
         for row in reader:
             if any(cell.strip() for cell in row):
                 if len(row) > len(keys):
@@ -185,7 +185,7 @@ def _ex(task, path, line, question, answer, choices=None, **meta) -> Example:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # tasks
 
 
@@ -207,7 +207,8 @@ def load_gsm8k(path) -> list[Example]:
 
 
 def load_svamp(path) -> list[Example]:
-    """SVAMP JSON list (or JSONL) of {Body, Question, Answer}; the question is Body + " " + Question."""
+    """SVAMP JSON list (or JSONL) of {Body, Question, Answer}; the question is Body + " " +
+    Question."""
     out = []
     for line, rec in read_records(path):
         body, ques = _field(path, line, rec, "body"), _field(path, line, rec, "question")
@@ -218,8 +219,8 @@ def load_svamp(path) -> list[Example]:
 
 
 def load_mc(path) -> list[Example]:
-    """Multiple choice, JSONL or CSV: question; options as columns A, B, C, D or a "choices" list of four;
-    answer as a letter ("B", "(b)") or a 0-based index."""
+    """Multiple choice, JSONL or CSV: question; options as columns A, B, C, D or a "choices" list of
+    four; answer as a letter ("B", "(b)") or a 0-based index."""
     out = []
     for line, rec in read_records(path):
         question = _field(path, line, rec, "question")
@@ -248,7 +249,8 @@ def load_mc(path) -> list[Example]:
 
 
 def load_math(path) -> list[Example]:
-    """MATH-style JSONL: problem, solution with \\boxed{}; gold = the last boxed content (or field "answer")."""
+    """MATH-style JSONL: problem, solution with \\boxed{}; gold = the last boxed content (or field
+    "answer")."""
     out = []
     for line, rec in read_records(path):
         problem, solution = _field(path, line, rec, "problem"), _field(path, line, rec, "solution")
@@ -272,11 +274,11 @@ _OPS = {
 
 
 def _eval_prefix(equation: str, numbers: list[float]) -> float:
-    """Value of a prefix equation like "- number0 * number1 number2" (raises on anything malformed)."""
+    """Value of a prefix equation like "- number0 * number1 number2" (raises on anything
+    malformed)."""
     stack = []
-    for tok in reversed(
-        equation.split()
-    ):  # right to left: operands are on the stack when an operator comes
+    # right to left: operands are on the stack when an operator comes
+    for tok in reversed(equation.split()):
         if tok in _OPS:
             a, b = stack.pop(), stack.pop()
             stack.append(_OPS[tok](a, b))
@@ -290,18 +292,21 @@ def _eval_prefix(equation: str, numbers: list[float]) -> float:
 
 
 def _detokenize(s: str) -> str:
-    """Undo the dataset's tokenization: "books ." -> "books.", "$ 5" -> "$5", "Bryan 's" -> "Bryan's"."""
+    """Undo the dataset's tokenization: "books ." -> "books.", "$ 5" -> "$5", "Bryan 's" ->
+    "Bryan's"."""
     s = re.sub(r" ([.,?!;:%)])", r"\1", s)
     s = re.sub(r"([$(]) ", r"\1", s)
     return re.sub(r" (n't|'s|'ve|'re|'ll|'d|'m)\b", r"\1", s)
 
 
 def load_mawps(path) -> list[Example]:
-    """MAWPS/ASDiv-A CSV (Question, Numbers, Equation, Answer): number0.. placeholders filled from Numbers.
+    """MAWPS/ASDiv-A CSV (Question, Numbers, Equation, Answer): number0.. placeholders filled from
+    Numbers.
 
-    A row is kept only when its prefix Equation, evaluated on the numbers its question states, reproduces its
-    Answer (the tolerance is is_correct's). The rest (a rounded answer, a placeholder or equation index with
-    no number, a malformed equation) are dropped, counted in load_stats["mawps"] and logged.
+    A row is kept only when its prefix Equation, evaluated on the numbers its question states,
+    reproduces its Answer (the tolerance is is_correct's). The rest (a rounded answer, a placeholder
+    or equation index with no number, a malformed equation) are dropped, counted in
+    load_stats["mawps"] and logged.
     """
     records, out, reasons = read_records(path), [], Counter()
     for line, rec in records:

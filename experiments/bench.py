@@ -3,11 +3,14 @@ shared and noisy.
 
     python experiments/bench.py --bench generate --out results/bench/generate.json
 
-  bench_generate - HF `generate` (fp32) vs the engine (fp32, int8) on one fixed batch of deliberation prompts
-  bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF `generate` in
-                   batches of 64 vs the engine's continuous batching
-  bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question per round
-  bench_slots    - the engine against itself: tokens/s at --engine-batch-size slots and at half as many
+  bench_generate - HF `generate` (fp32) vs the engine (fp32, int8) on one fixed batch of
+                   deliberation prompts
+  bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF
+                   `generate` in batches of 64 vs the engine's continuous batching
+  bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question
+                   per round
+  bench_slots    - the engine against itself: tokens/s at --engine-batch-size slots and at half as
+                   many
 """
 
 import sys
@@ -59,8 +62,9 @@ class Config:
 
 
 def matmul_peak_flops(dtype):
-    """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear); fp32: the
-    faster of torch's default matmul and oneDNN's (the engine's Linear layers). The fastest of 3 turns."""
+    """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear);
+    fp32: the faster of torch's default matmul and oneDNN's (the engine's Linear layers). The
+    fastest of 3 turns."""
     x = torch.randn(2048, 2048)
     if dtype == "int8":
         layer = torch.nn.Linear(2048, 2048, bias=False)
@@ -88,8 +92,9 @@ def matmul_peak_flops(dtype):
 
 
 def matmul_flops(model, prompt_tokens, generated, rows):
-    """Matmul FLOPs of running `prompt_tokens` prompt tokens and `generated` new tokens through the model: the
-    transformer body for every token, the LM head for every generated token and each row's last prompt token."""
+    """Matmul FLOPs of running `prompt_tokens` prompt tokens and `generated` new tokens through the
+    model: the transformer body for every token, the LM head for every generated token and each
+    row's last prompt token."""
     body = sum(
         p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2
     )
@@ -114,8 +119,9 @@ def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
 
 
 def deliberation_prompts(engine, examples):
-    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the refine
-    prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no generation needed."""
+    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the
+    refine prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no
+    generation needed."""
     half = len(examples) // 2
     prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
     for k in range(len(examples) - half):
@@ -133,8 +139,9 @@ def deliberation_prompts(engine, examples):
 
 
 def bench_generate(cfg, repeats=2):
-    """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy. The machine is
-    shared: the three sides take turns `repeats` times and each reports its fastest (least disturbed) turn."""
+    """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy. The
+    machine is shared: the three sides take turns `repeats` times and each reports its fastest
+    (least disturbed) turn."""
     n = cfg.n or 64
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engines = {
@@ -145,9 +152,8 @@ def bench_generate(cfg, repeats=2):
     model, tokenizer = reference.model, reference.tokenizer
     prompts = deliberation_prompts(reference, examples)
     ids = [reference.encode(p) for p in prompts]
-    with (
-        torch.inference_mode()
-    ):  # warm up every path once (first-call allocations, kernel selection)
+    # warm up every path once (first-call allocations, kernel selection)
+    with torch.inference_mode():
         hf_generate(model, tokenizer, prompts[:2], 4, reference.eos_ids, n)
         for engine in engines.values():
             engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)
@@ -167,12 +173,10 @@ def bench_generate(cfg, repeats=2):
             out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0, keep_eos=True)
             seconds = time.time() - start
             generated = sum(s.n_generated for s in out)
-            executed = (
-                engine.stats["prefill_tokens"] - prefilled
-            )  # prompt tokens run (shared prefixes once)
-            if not turns[dtype] or generated / seconds > max(
-                turns[dtype]
-            ):  # where the fastest turn's time went
+            # prompt tokens run (shared prefixes once)
+            executed = engine.stats["prefill_tokens"] - prefilled
+            # where the fastest turn's time went
+            if not turns[dtype] or generated / seconds > max(turns[dtype]):
                 result[f"engine_{dtype}_prefill_share"] = (
                     engine.stats["prefill_s"] - prefill_s
                 ) / seconds
@@ -209,10 +213,11 @@ def bench_generate(cfg, repeats=2):
 
 def bench_round(cfg):
     """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.n
-    (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token budget;
-    greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order, left-padded batches of
-    cfg.hf_batch_size) and then the engine's continuous batching in cfg.engine_batch_size slots (deliberate.run_llm's
-    call, eval.py's default slots); each side builds its refine prompts from its own round-0 texts."""
+    (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token
+    budget; greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order,
+    left-padded batches of cfg.hf_batch_size) and then the engine's continuous batching in
+    cfg.engine_batch_size slots (deliberate.run_llm's call, eval.py's default slots); each side
+    builds its refine prompts from its own round-0 texts."""
     n = cfg.n or 200
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engine = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.engine_batch_size)
@@ -312,8 +317,8 @@ def bench_round(cfg):
 
 
 def bench_debate(cfg):
-    """One LLM-Debate run through the engine vs the usual way: one `generate` call per agent per question
-    per round. Both sample at the same temperature; the usual way is not cached either."""
+    """One LLM-Debate run through the engine vs the usual way: one `generate` call per agent per
+    question per round. Both sample at the same temperature; the usual way is not cached either."""
     n = cfg.n or 32
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engine = Engine(
@@ -373,10 +378,10 @@ def bench_debate(cfg):
 
 
 def bench_slots(cfg, repeats=2):
-    """The engine's tokens/s with cfg.engine_batch_size slots against half as many, on 4 x 64 fixed deliberation
-    prompts (the mix of bench_generate), greedy fp32, cfg.max_new_tokens: the two sizes take turns `repeats`
-    times and each reports its fastest turn (the least disturbed on a shared machine). Greedy fp32 output must
-    not depend on the batch size."""
+    """The engine's tokens/s with cfg.engine_batch_size slots against half as many, on 4 x 64 fixed
+    deliberation prompts (the mix of bench_generate), greedy fp32, cfg.max_new_tokens: the two sizes
+    take turns `repeats` times and each reports its fastest turn (the least disturbed on a shared
+    machine). Greedy fp32 output must not depend on the batch size."""
     n, sizes = cfg.n or 256, (cfg.engine_batch_size // 2, cfg.engine_batch_size)
     engine = Engine(model_path=cfg.model or None, dtype="float32")
     ids = [

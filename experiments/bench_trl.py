@@ -1,13 +1,15 @@
-"""Step time of GRPO on the LLM weights: train_llm.py --target agents --agents 1 vs TRL's GRPOTrainer (issue 6).
+"""Step time of GRPO on the LLM weights: train_llm.py --target agents --agents 1 vs TRL's
+GRPOTrainer (issue 6).
 
-    bash experiments/bench_trl.sh        # makes .venv-trl (the project's pins + trl), then runs this file
+    bash experiments/bench_trl.sh  # makes .venv-trl (the project's pins + trl), then runs this file
 
-The same setup on both sides, in one process, one after the other: the default backbone, 8 arith training
-prompts x 4 completions per step, 64 new tokens at temperature 1 (no top-p/top-k), reward = correctness,
-advantage = reward - group mean (no std scaling), the Dr.GRPO loss (token sum / (32 x 64)), beta 0, one
-AdamW step per batch of 32 completions (one micro-batch of 32 on both sides); fp32, then bf16 (autocast,
-fp32 master weights, on both sides). The first step of each run is warm-up and is not timed; the figure is
-the median of the others. Prints a table and, as its last line, JSON; --out writes it too.
+The same setup on both sides, in one process, one after the other: the default backbone, 8 arith
+training prompts x 4 completions per step, 64 new tokens at temperature 1 (no top-p/top-k), reward =
+correctness, advantage = reward - group mean (no std scaling), the Dr.GRPO loss (token sum / (32 x
+64)), beta 0, one AdamW step per batch of 32 completions (one micro-batch of 32 on both sides);
+fp32, then bf16 (autocast, fp32 master weights, on both sides). The first step of each run is
+warm-up and is not timed; the figure is the median of the others. Prints a table and, as its last
+line, JSON; --out writes it too.
 """
 
 import argparse
@@ -19,13 +21,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llm import backbone  # noqa: E402
 import corpus  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
 import state  # noqa: E402
 import train_llm  # noqa: E402
 from common import distributed  # noqa: E402
+from llm import backbone  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
 
@@ -63,9 +65,8 @@ def trl(steps, dtype, root):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    examples = corpus.training_pool(train_llm.Config())[
-        : PROMPTS * steps
-    ]  # our run's questions, in order
+    # our run's questions, in order
+    examples = corpus.training_pool(train_llm.Config())[: PROMPTS * steps]
     dataset = Dataset.from_list(
         [
             {
@@ -133,7 +134,7 @@ def trl(steps, dtype, root):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--steps", type=int, default=3, help="steps per run; the first one is not timed"
     )
@@ -167,8 +168,8 @@ if __name__ == "__main__":
             result[dtype]["ratio"] = result[dtype]["ours_step_s"] / result[dtype]["trl_step_s"]
             print(
                 f"{dtype}: ours {result[dtype]['ours_step_s']:.1f} s/step (rollouts "
-                f"{result[dtype]['ours_rollout_s']:.1f} s), TRL {result[dtype]['trl_step_s']:.1f} s/step, "
-                f"ratio {result[dtype]['ratio']:.2f}",
+                f"{result[dtype]['ours_rollout_s']:.1f} s), TRL {result[dtype]['trl_step_s']:.1f} "
+                f"s/step, ratio {result[dtype]['ratio']:.2f}",
                 flush=True,
             )
     if cli.out:

@@ -1,14 +1,16 @@
-"""How well each confidence signal tells a right round-0 solution from a wrong one (issue 17's AUROC table).
+"""How well each confidence signal tells a right round-0 solution from a wrong one (issue 17's AUROC
+table).
 
     python experiments/confidence_auroc.py --task arith --n 200 --out results/auroc/arith.json
-    python experiments/confidence_auroc.py --task mawps --path ../shared/data/mawps_asdiv/train.csv --n 200 \
-        --out results/auroc/mawps.json
+    python experiments/confidence_auroc.py --task mawps \
+        --path ../shared/data/mawps_asdiv/train.csv --n 200 --out results/auroc/mawps.json
 
-The round-0 solutions are the game's own calls (deliberate.solve_calls: same prompts and seeds as eval.py, so
-they come from the generation cache when eval.py made them). Signals: the critic as it was (p(Correct) from
-the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs `In`), the critic as it is
-(deliberate.run_critic: each verdict scored by its whole token sequence), and the free generation-confidence
-signals (state.generation_confidence). AUROC 0.5 is chance; below 0.5 the signal points the wrong way.
+The round-0 solutions are the game's own calls (deliberate.solve_calls: same prompts and seeds as
+eval.py, so they come from the generation cache when eval.py made them). Signals: the critic as it
+was (p(Correct) from the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs
+`In`), the critic as it is (deliberate.run_critic: each verdict scored by its whole token sequence),
+and the free generation-confidence signals (state.generation_confidence). AUROC 0.5 is chance; below
+0.5 the signal points the wrong way.
 """
 
 import dataclasses
@@ -21,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from llm.engine import Engine  # noqa: E402
-from stats import auroc  # noqa: E402
-from state import CONFIDENCE_SIGNALS  # noqa: E402
 from common import parse_config, write_result  # noqa: E402
+from llm.engine import Engine  # noqa: E402
+from state import CONFIDENCE_SIGNALS  # noqa: E402
+from stats import auroc  # noqa: E402
 
 
 @dataclass
@@ -43,9 +45,9 @@ class Config:
 
 
 def verdict_token_ids(tokenizer):
-    """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often two
-    tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after their
-    common prefix (returned too: the prompt must end with it)."""
+    """Token ids that tell `Correct` from `Incorrect` at the verdict position. `Incorrect` is often
+    two tokens (`In` + `correct`), so compare the first tokens where the two spellings differ, after
+    their common prefix (returned too: the prompt must end with it)."""
     good, bad = (
         tokenizer(w, add_special_tokens=False)["input_ids"] for w in ("Correct", "Incorrect")
     )

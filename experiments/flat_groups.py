@@ -1,15 +1,18 @@
-"""How many MAGRPO / MLPO groups carry signal (issue 19): the share of questions whose G rollouts all get the
-same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8, on the untrained model.
+"""How many MAGRPO / MLPO groups carry signal (issue 19): the share of questions whose G rollouts
+all get the same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8,
+on the untrained model.
 
-    python experiments/flat_groups.py --level 1 --agents 3 --n 32 --out results/llm/flat_groups-L1-a3.json
-    python experiments/flat_groups.py --target leader --n 64 --out results/llm/flat_groups-leader.json
+    python experiments/flat_groups.py --level 1 --agents 3 --n 32 \
+        --out results/llm/flat_groups-L1-a3.json
+    python experiments/flat_groups.py --target leader --n 64 \
+        --out results/llm/flat_groups-leader.json
 
---target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question, sampled at
-the rollout temperature; its reward is the team vote's correctness (train_llm.py --target agents).
---target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions where >= 75% of them
-are right are filtered out, as train_llm.py does; a rollout is one leader answer over those peers, its reward
-its correctness. The 8 rollouts of a question are sampled once through the engine and its cache; G = 2 and 4
-use the first G of them.
+--target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question,
+sampled at the rollout temperature; its reward is the team vote's correctness (train_llm.py --target
+agents). --target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions
+where >= 75% of them are right are filtered out, as train_llm.py does; a rollout is one leader
+answer over those peers, its reward its correctness. The 8 rollouts of a question are sampled once
+through the engine and its cache; G = 2 and 4 use the first G of them.
 """
 
 import dataclasses
@@ -20,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
+from common import parse_config, write_result  # noqa: E402
 from llm.engine import Engine, call_seed  # noqa: E402
 from state import majority_vote  # noqa: E402
-from common import parse_config, write_result  # noqa: E402
 
 GROUPS = (2, 4, 8)
 
@@ -81,7 +84,8 @@ def main(cfg):
         ]
         per_rollout = cfg.agents
     outputs = deliberate.run_llm(engine, calls, game)
-    # per question, the reward of each rollout: the vote's or the leader's correctness (the mean: vote_accuracy)
+    # per question, the reward of each rollout: the vote's
+    # or the leader's correctness (the mean: vote_accuracy)
     rewards = []
     for ex, question_outputs in zip(examples, deliberate.per_question(outputs, G * per_rollout)):
         teams = deliberate.per_question([s for s, _ in question_outputs], per_rollout)

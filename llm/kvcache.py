@@ -1,5 +1,6 @@
-"""What the engine slips under an HF causal LM while it runs it: a KV cache of preallocated slots and, on CPU,
-oneDNN for the fp32 Linear layers. Neither changes what the model computes, only where and how fast.
+"""What the engine slips under an HF causal LM while it runs it: a KV cache of preallocated slots
+and, on CPU, oneDNN for the fp32 Linear layers. Neither changes what the model computes, only where
+and how fast.
   PreallocatedLayer   - a KV cache layer of fixed slots that grows in place instead of concatenating
   OneDNNLinears       - the model's fp32 Linear layers through oneDNN while the engine runs it (CPU)
 """
@@ -9,11 +10,12 @@ from transformers.cache_utils import DynamicLayer
 
 
 class OneDNNLinears:
-    """A reusable context: inside it, every fp32 `nn.Linear` of `model` computes through oneDNN's matmul
-    (`torch.ops.mkldnn._linear_pointwise`) instead of torch's default MKL sgemm. Measured on this machine
-    (README, "The engine"): faster for the engine's 64-128-row decode matmuls, the LM head above all.
-    The engine only, and only under no_grad (the op has no backward), so training's forward passes through
-    the same model object keep the default path; the same products, summed in another order."""
+    """A reusable context: inside it, every fp32 `nn.Linear` of `model` computes through oneDNN's
+    matmul (`torch.ops.mkldnn._linear_pointwise`) instead of torch's default MKL sgemm. Measured on
+    this machine (README, "The engine"): faster for the engine's 64-128-row decode matmuls, the LM
+    head above all. The engine only, and only under no_grad (the op has no backward), so training's
+    forward passes through the same model object keep the default path; the same products, summed in
+    another order."""
 
     def __init__(self, model):
         # int8 (quantized modules), bf16 and CUDA layers keep their own path
@@ -41,10 +43,11 @@ class OneDNNLinears:
 
 
 class PreallocatedLayer(DynamicLayer):
-    """A KV-cache layer over buffers allocated once, (slots, heads, capacity, head_dim); the model sees the
-    window of rows [0, rows) and columns [start, end). HF's DynamicLayer concatenates on every token,
-    copying the whole cache each step (about 1 GB per step for 64 rows of 500 tokens on this model); here
-    a step writes one column, and a row that leaves costs a copy of the one row moved into its slot."""
+    """A KV-cache layer over buffers allocated once, (slots, heads, capacity, head_dim); the model
+    sees the window of rows [0, rows) and columns [start, end). HF's DynamicLayer concatenates on
+    every token, copying the whole cache each step (about 1 GB per step for 64 rows of 500 tokens on
+    this model); here a step writes one column, and a row that leaves costs a copy of the one row
+    moved into its slot."""
 
     def __init__(self, slots, capacity):
         super().__init__()
@@ -52,7 +55,8 @@ class PreallocatedLayer(DynamicLayer):
         self.rows, self.start, self.end = 0, 0, 0
 
     def write(self, slots, keys, values, columns, end):
-        """Rows `slots` get the columns `columns` (a row of indices per row) of keys and values, ending at `end`."""
+        """Rows `slots` get the columns `columns` (a row of indices per row) of keys and values,
+        ending at `end`."""
         if not self.is_initialized:
             shape = (self.slots, keys.shape[1], self.capacity, keys.shape[3])
             self.key_buffer, self.value_buffer = keys.new_zeros(shape), values.new_zeros(shape)

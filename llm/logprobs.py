@@ -4,10 +4,10 @@ import torch
 
 
 def completion_batch(sequences, pad_id, device):
-    """(input_ids, attention_mask, loss_mask) from (prompt_ids, completion_ids) pairs: prompts left-padded to
-    the longest prompt, completions right-padded after them, so every completion starts at the same column
-    and the LM head only has to run on the last columns (token_logprobs). loss_mask is 1 exactly on the
-    completion tokens, never on the prompt or the padding."""
+    """(input_ids, attention_mask, loss_mask) from (prompt_ids, completion_ids) pairs: prompts
+    left-padded to the longest prompt, completions right-padded after them, so every completion
+    starts at the same column and the LM head only has to run on the last columns (token_logprobs).
+    loss_mask is 1 exactly on the completion tokens, never on the prompt or the padding."""
     prompt_width = max(len(p) for p, _ in sequences)
     width = prompt_width + max(len(c) for _, c in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -22,10 +22,11 @@ def completion_batch(sequences, pad_id, device):
 
 
 def token_logprobs(model, ids, attention, temperature=1.0, last=None):
-    """log p(ids[:, t] | ids[:, :t]) of the `last` final columns (default: every t >= 1), aligned with
-    ids[:, -last:], under `temperature`: a policy gradient must score the tokens with the distribution they
-    were sampled from. The LM head and the softmax run on those columns only (the vocabulary is most of the
-    memory), and position ids skip the left padding, as in generation."""
+    """log p(ids[:, t] | ids[:, :t]) of the `last` final columns (default: every t >= 1), aligned
+    with ids[:, -last:], under `temperature`: a policy gradient must score the tokens with the
+    distribution they were sampled from. The LM head and the softmax run on those columns only
+    (the vocabulary is most of the memory), and position ids skip the left padding, as in
+    generation."""
     last = last or ids.shape[1] - 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     out = model(

@@ -1,20 +1,24 @@
 """Shared pytest fixtures: the repo root on sys.path, a tiny random model, and the default backbone.
 
 Fixtures (all generic, for any test file):
-  default_model_dir   the converted default backbone (backbone.default_model_path(); converts once if absent)
-  tiny_model_dir      a 2-layer random Llama with the default tokenizer, saved with save_pretrained, so that
-                      `Engine(model_path=dir)` and `load_model(dir)` work on it (loads in well under a second)
-  tiny_model          (model, tokenizer) loaded once from tiny_model_dir; build per-test engines with
-                      `Engine(model=..., tokenizer=...)` instead of reloading
-  default_engine      Engine() on the default backbone in float32, loaded once per session. Shared: a test
-                      that changes its attributes (eos_ids, batch_size, ...) must put them back.
+  default_model_dir   the converted default backbone (backbone.default_model_path(); converts once
+                      if absent)
+  tiny_model_dir      a 2-layer random Llama with the default tokenizer, saved with save_pretrained,
+                      so that `Engine(model_path=dir)` and `load_model(dir)` work on it (loads in
+                      well under a second)
+  tiny_model          (model, tokenizer) loaded once from tiny_model_dir; build per-test engines
+                      with `Engine(model=..., tokenizer=...)` instead of reloading
+  default_engine      Engine() on the default backbone in float32, loaded once per session. Shared:
+                      a test that changes its attributes (eos_ids, batch_size, ...) must put them
+                      back.
 
 Nothing here downloads: HF_HUB_OFFLINE is set before transformers is imported.
 
-torch runs single-threaded in tests (MPDF_TEST_THREADS=n to change it): the models here are small, and
-on a small machine shared with another busy process, two OpenMP threads spin-waiting on each other made
-the engine tests about ten times slower.
+torch runs single-threaded in tests (MPDF_TEST_THREADS=n to change it): the models here are small,
+and on a small machine shared with another busy process, two OpenMP threads spin-waiting on each
+other made the engine tests about ten times slower.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -22,49 +26,67 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))   # the repo root, wherever pytest runs from
+sys.path.insert(0, str(ROOT))  # the repo root, wherever pytest runs from
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 TEST_THREADS = int(os.environ.get("MPDF_TEST_THREADS", "1"))
-os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)   # for subprocesses that tests start
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)  # for subprocesses that tests start
 
 import torch  # noqa: E402
 
 torch.set_num_threads(TEST_THREADS)
 
-TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=128, max_position_embeddings=1024, tie_word_embeddings=False)
+TINY_CONFIG = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=1024,
+    tie_word_embeddings=False,
+)
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: loads or runs the real default backbone (seconds); still runs by default, "
-                   "after the other tests")
+        "markers",
+        "slow: loads or runs the real default backbone (seconds); still runs by default, after "
+        "the other tests",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow` run after all the others (each group keeps its order): quick failures show first,
-    and the subprocesses test_backbone.py starts in the background get the quick tests' time to finish."""
-    items[:] = ([item for item in items if item.get_closest_marker("slow") is None]
-                + [item for item in items if item.get_closest_marker("slow") is not None])
+    """Tests marked `slow` run after all the others (each group keeps its order): quick failures
+    show first, and the subprocesses test_backbone.py starts in the background get the quick tests'
+    time to finish."""
+    items[:] = [item for item in items if item.get_closest_marker("slow") is None] + [
+        item for item in items if item.get_closest_marker("slow") is not None
+    ]
 
 
 @pytest.fixture(scope="session")
 def default_model_dir():
     from llm import backbone
+
     return backbone.default_model_path()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, default_model_dir):
-    """A random 2-layer LlamaForCausalLM (hidden 64, 4 heads, 2 KV heads) over the default tokenizer's vocab."""
+    """A random 2-layer LlamaForCausalLM (hidden 64, 4 heads, 2 KV heads) over the default
+    tokenizer's vocab."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         **TINY_CONFIG)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY_CONFIG,
+    )
     model = LlamaForCausalLM(config).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     out = tmp_path_factory.mktemp("tiny-llama")
@@ -76,10 +98,12 @@ def tiny_model_dir(tmp_path_factory, default_model_dir):
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
     from llm import backbone
+
     return backbone.load_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
 def default_engine(default_model_dir):
     import deliberate
+
     return deliberate.Engine(model_path=default_model_dir, dtype="float32")

@@ -5,6 +5,7 @@
 
 The scripts take their engine from corpus.make_engine; it is replaced before the script is loaded.
 """
+
 import runpy
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import corpus  # noqa: E402
 from scripted import ScriptedEngine, arith_script  # noqa: E402
+
+import corpus  # noqa: E402
 
 corpus.make_engine = lambda cfg, rank: ScriptedEngine(arith_script())
 script, sys.argv = sys.argv[1], sys.argv[1:]

@@ -1,10 +1,11 @@
 """Tests of backbone.py: the embedded GGUF file, its conversion, and model loading.
 
-The converted checkpoint must be the GGUF model itself (same weights, same tokenizer, same greedy text);
-the default backbone must load with the hub offline; paths and dtypes behave as documented.
-Run: python -m pytest -q tests/test_backbone.py  (about 30 s, most of it load_gguf parsing the GGUF file in a
-subprocess that runs while the other tests do).
+The converted checkpoint must be the GGUF model itself (same weights, same tokenizer, same greedy
+text); the default backbone must load with the hub offline; paths and dtypes behave as documented.
+Run: python -m pytest -q tests/test_backbone.py  (about 30 s, most of it load_gguf parsing the GGUF
+file in a subprocess that runs while the other tests do).
 """
+
 import hashlib
 import json
 import os
@@ -16,23 +17,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm import backbone
 import deliberate
+from llm import backbone
 from llm.backbone import default_gguf_path, default_model_path, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the GGUF file and its conversion
+
 
 def test_default_gguf_path_finds_the_file():
     path = default_gguf_path()
     assert isinstance(path, Path) and path.is_file()
     assert path.name == backbone.GGUF_FILE and path.suffix == ".gguf"
     with open(path, "rb") as f:
-        assert f.read(4) == b"GGUF"   # the format's magic number
-    assert path.stat().st_size > 50_000_000   # a real 135M-parameter Q4_1 file, not an LFS pointer
+        assert f.read(4) == b"GGUF"  # the format's magic number
+    assert path.stat().st_size > 50_000_000  # a real 135M-parameter Q4_1 file, not an LFS pointer
 
 
 def test_default_gguf_path_explains_a_missing_package(monkeypatch):
@@ -41,8 +43,9 @@ def test_default_gguf_path_explains_a_missing_package(monkeypatch):
         default_gguf_path()
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # default_model_path
+
 
 def test_default_model_path_is_the_converted_cache(monkeypatch, default_model_dir):
     expected = backbone.CACHE_ROOT / "smollm2-135m-instruct"
@@ -53,7 +56,9 @@ def test_default_model_path_is_the_converted_cache(monkeypatch, default_model_di
     assert path == expected
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         assert (path / name).is_file()
-    assert not list(path.parent.glob(path.name + ".tmp*")), "a conversion left its temporary directory"
+    assert not list(path.parent.glob(path.name + ".tmp*")), (
+        "a conversion left its temporary directory"
+    )
 
 
 def test_default_model_path_honours_MPDF_MODEL_DIR(monkeypatch, tmp_path, default_model_dir):
@@ -63,7 +68,7 @@ def test_default_model_path_honours_MPDF_MODEL_DIR(monkeypatch, tmp_path, defaul
     (target / "config.json").symlink_to(Path(default_model_dir) / "config.json")
     monkeypatch.setenv("MPDF_MODEL_DIR", str(target))
     assert default_model_path() == str(target)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-model"]   # no lock file, no tmp dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-model"]  # no lock file, no tmp dir
     assert sorted(p.name for p in target.iterdir()) == ["config.json"]
 
 
@@ -77,8 +82,9 @@ def test_MPDF_MODEL_DIR_makes_the_engine_load_that_model(monkeypatch, tiny_model
     assert str(Path(tiny_model_dir).resolve()) in engine.model_id
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # load_model
+
 
 def test_load_model_rejects_an_unknown_dtype(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match=r"unknown dtype 'float128'.*float32"):
@@ -88,14 +94,16 @@ def test_load_model_rejects_an_unknown_dtype(tiny_model_dir, tmp_path):
         load_model(str(tmp_path / "nothing-here"), dtype="bogus")
 
 
-@pytest.mark.parametrize("dtype, expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
-                                             ("float16", torch.float16)])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)],
+)
 def test_load_model_dtypes(tiny_model_dir, dtype, expected):
     model, tokenizer = load_model(tiny_model_dir, dtype=dtype)
     assert model.dtype == expected
     assert not model.training
     assert tokenizer.pad_token_id is not None
-    assert load_model(tiny_model_dir)[0].dtype == torch.float32   # the default
+    assert load_model(tiny_model_dir)[0].dtype == torch.float32  # the default
 
 
 def test_load_model_int8_runs(tiny_model_dir):
@@ -104,7 +112,8 @@ def test_load_model_int8_runs(tiny_model_dir):
     engine = deliberate.Engine(model_path=tiny_model_dir, dtype="int8")
     out = engine.generate(["Once upon a time"], [0], max_new_tokens=6, temperature=0)[0]
     assert out.completion_tokens == 6 and out.text
-    assert engine.model_id != deliberate.Engine(model_path=tiny_model_dir).model_id   # its own cache keys
+    # its own cache keys
+    assert engine.model_id != deliberate.Engine(model_path=tiny_model_dir).model_id
 
 
 def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir, tmp_path):
@@ -120,14 +129,16 @@ def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir
             special.pop("pad_token", None)
             (folder / name).write_text(json.dumps(special))
     from transformers import AutoTokenizer
+
     if AutoTokenizer.from_pretrained(folder).pad_token_id is not None:
         pytest.skip("could not remove the pad token from this tokenizer's files")
     model, tokenizer = load_model(str(folder))
     assert tokenizer.pad_token_id == tokenizer.eos_token_id is not None
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the slow checks, in subprocesses started with this module's first test (they run alongside the quick tests)
+# --------------------------------------------------------------------------------------------------
+# the slow checks, in subprocesses started with this module's first test (they run alongside the
+# quick tests)
 
 OFFLINE_SCRIPT = """
 import torch
@@ -137,7 +148,9 @@ messages = [{"role": "user", "content": "What is the capital of France?"}]
 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
 with torch.inference_mode():
-    out = model.generate(**ids, do_sample=False, max_new_tokens=12, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        **ids, do_sample=False, max_new_tokens=12, pad_token_id=tokenizer.pad_token_id
+    )
 text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
 assert text, "empty answer"
 print("ANSWER:", text)
@@ -150,12 +163,15 @@ from llm import backbone
 model, tokenizer = backbone.load_gguf(backbone.default_gguf_path())
 ids = tokenizer(sys.argv[1], add_special_tokens=False)["input_ids"]
 with torch.inference_mode():
-    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                         do_sample=False, max_new_tokens=20, pad_token_id=tokenizer.eos_token_id)
+    attention_mask = torch.ones(1, len(ids), dtype=torch.long)
+    out = model.generate(torch.tensor([ids]), attention_mask=attention_mask, do_sample=False,
+                         max_new_tokens=20, pad_token_id=tokenizer.eos_token_id)
 tokens = out[0, len(ids):].tolist()
-sha = {k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest() for k, v in model.state_dict().items()}
-print("RESULT:" + json.dumps({"dtype": str(model.dtype), "prompt_ids": ids, "eos": tokenizer.eos_token_id,
-                              "tokens": tokens, "text": tokenizer.decode(tokens, skip_special_tokens=True),
+sha = {k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()
+       for k, v in model.state_dict().items()}
+print("RESULT:" + json.dumps({"dtype": str(model.dtype), "prompt_ids": ids,
+                              "eos": tokenizer.eos_token_id, "tokens": tokens,
+                              "text": tokenizer.decode(tokens, skip_special_tokens=True),
                               "sha256": sha}))
 """
 GGUF_QUESTION = "What is 12 plus 30? Answer with a number."
@@ -168,22 +184,39 @@ def gguf_prompt(tokenizer):
 
 @pytest.fixture(scope="session", autouse=True)
 def background(request, default_model_dir):
-    """{test name: Popen} for the selected subprocess tests of this module, started with this module's first
-    test (conftest.py runs `slow` tests last, so they overlap with every quick test). Every child inherits
-    the MPDF_* variables, so it finds the checkpoint default_model_dir already converted."""
+    """{test name: Popen} for the selected subprocess tests of this module, started with this
+    module's first test (conftest.py runs `slow` tests last, so they overlap with every quick test).
+    Every child inherits the MPDF_* variables, so it finds the checkpoint default_model_dir already
+    converted."""
     from transformers import AutoTokenizer
+
     here = Path(__file__).resolve()
-    selected = {item.name for item in request.session.items if Path(str(item.path)).resolve() == here}
+    selected = {
+        item.name for item in request.session.items if Path(str(item.path)).resolve() == here
+    }
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
-    scripts = {"test_default_backbone_loads_offline_in_a_fresh_process": [OFFLINE_SCRIPT],
-               "test_converted_checkpoint_is_the_gguf_model": [
-                   GGUF_SCRIPT, gguf_prompt(AutoTokenizer.from_pretrained(default_model_dir))]}
-    procs = {name: subprocess.Popen([sys.executable, "-c", *args], cwd=ROOT, env=env, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for name, args in scripts.items() if name in selected}
+    scripts = {
+        "test_default_backbone_loads_offline_in_a_fresh_process": [OFFLINE_SCRIPT],
+        "test_converted_checkpoint_is_the_gguf_model": [
+            GGUF_SCRIPT,
+            gguf_prompt(AutoTokenizer.from_pretrained(default_model_dir)),
+        ],
+    }
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", *args],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for name, args in scripts.items()
+        if name in selected
+    }
     yield procs
     for proc in procs.values():
-        if proc.returncode is None:   # its test did not collect it (failed early, or interrupted)
+        if proc.returncode is None:  # its test did not collect it (failed early, or interrupted)
             proc.kill()
             proc.communicate()
 
@@ -193,30 +226,41 @@ def collect(proc, tag):
     assert proc.returncode == 0, stderr[-3000:]
     lines = [line for line in stdout.splitlines() if line.startswith(tag)]
     assert lines, stdout[-2000:]
-    return lines[-1][len(tag):]
+    return lines[-1][len(tag) :]
 
 
 @pytest.mark.slow
 def test_default_backbone_loads_offline_in_a_fresh_process(background):
-    """HF_HUB_OFFLINE=1, a fresh interpreter: backbone.load_model() loads the default and answers."""
-    assert collect(background["test_default_backbone_loads_offline_in_a_fresh_process"], "ANSWER:").strip()
+    """HF_HUB_OFFLINE=1, a fresh interpreter: backbone.load_model() loads the default and
+    answers."""
+    assert collect(
+        background["test_default_backbone_loads_offline_in_a_fresh_process"], "ANSWER:"
+    ).strip()
 
 
 @pytest.mark.slow
 def test_converted_checkpoint_is_the_gguf_model(background, default_engine):
-    """The converted checkpoint has the GGUF file's tensors bit for bit, tokenizes like the GGUF tokenizer
-    and gives the same 20-token greedy completion (HF generate on both) as load_gguf(default_gguf_path())."""
+    """The converted checkpoint has the GGUF file's tensors bit for bit, tokenizes like the GGUF
+    tokenizer and gives the same 20-token greedy completion (HF generate on both) as
+    load_gguf(default_gguf_path())."""
     converted, tokenizer = default_engine.model, default_engine.tokenizer
     prompt = gguf_prompt(tokenizer)
     assert default_engine.chat(GGUF_QUESTION) == prompt
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
-        out = converted.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 do_sample=False, max_new_tokens=20, pad_token_id=tokenizer.eos_token_id)
-    tokens = out[0, len(ids):].tolist()
+        out = converted.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=20,
+            pad_token_id=tokenizer.eos_token_id,
+        )
+    tokens = out[0, len(ids) :].tolist()
     text = tokenizer.decode(tokens, skip_special_tokens=True)
-    sha = {k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()
-           for k, v in converted.state_dict().items()}
+    sha = {
+        k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()
+        for k, v in converted.state_dict().items()
+    }
 
     gguf = json.loads(collect(background["test_converted_checkpoint_is_the_gguf_model"], "RESULT:"))
     assert gguf["dtype"] == str(converted.dtype) == "torch.float32"

@@ -1,10 +1,11 @@
 """Tests of engine.py: the sampling loop against HF `generate`, seeds, stop strings,
 token counts, the on-disk GenerationCache and pick_next_tokens. Public behaviour only.
 
-Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy comparison
-with HF `generate` also runs once on the default backbone.
+Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy
+comparison with HF `generate` also runs once on the default backbone.
 Run: python -m pytest -q tests/test_engine.py
 """
+
 import json
 import math
 
@@ -12,15 +13,29 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from llm.engine import (Completion, Engine, GenerationCache, common_prefix_length, padded_chunks, pick_next_tokens,
-                    prefix_groups)
+from llm.engine import (
+    Completion,
+    Engine,
+    GenerationCache,
+    common_prefix_length,
+    padded_chunks,
+    pick_next_tokens,
+    prefix_groups,
+)
 
 
 def tiny_prompts(engine):
     """Eight prompts of very different lengths (1 to ~60 tokens), raw and chat-formatted."""
-    return ["Hi", "The", engine.chat("What is 2+3?"), "word " * 60,
-            engine.chat("Tell me a story about dragons and a castle. " * 3, system="Be brief."),
-            "x = 1 + 2", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10", "Once upon a time"]
+    return [
+        "Hi",
+        "The",
+        engine.chat("What is 2+3?"),
+        "word " * 60,
+        engine.chat("Tell me a story about dragons and a castle. " * 3, system="Be brief."),
+        "x = 1 + 2",
+        "1, 2, 3, 4, 5, 6, 7, 8, 9, 10",
+        "Once upon a time",
+    ]
 
 
 @pytest.fixture
@@ -32,15 +47,22 @@ def tiny_engine(tiny_model):
 def hf_greedy(model, tokenizer, prompts, max_new_tokens, eos_ids):
     """HF generate, greedy, left padding; each row cut before its first EOS."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(tokenizer.name_or_path)   # a copy: the engine's stays untouched
+
+    # a copy: the engine's stays untouched
+    tok = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.inference_mode():
-        out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
-                             eos_token_id=sorted(eos_ids), pad_token_id=tok.pad_token_id)
-    return [cut_at_eos(row, eos_ids) for row in out[:, batch["input_ids"].shape[1]:].tolist()]
+        out = model.generate(
+            **batch,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=sorted(eos_ids),
+            pad_token_id=tok.pad_token_id,
+        )
+    return [cut_at_eos(row, eos_ids) for row in out[:, batch["input_ids"].shape[1] :].tolist()]
 
 
 def cut_at_eos(tokens, eos_ids):
@@ -51,21 +73,25 @@ def cut_at_eos(tokens, eos_ids):
 
 
 def check_against_hf(engine, prompts, max_new_tokens):
-    """engine.sample (greedy) == HF generate token for token, with the right finish reason and count."""
+    """engine.sample (greedy) == HF generate token for token, with the right finish reason and
+    count."""
     ids = [engine.encode(p) for p in prompts]
     expected = hf_greedy(engine.model, engine.tokenizer, prompts, max_new_tokens, engine.eos_ids)
-    got = engine.sample(ids, seeds=list(range(len(prompts))), max_new_tokens=max_new_tokens, temperature=0)
+    got = engine.sample(
+        ids, seeds=list(range(len(prompts))), max_new_tokens=max_new_tokens, temperature=0
+    )
     for row, ((tokens, finish, n, _), want) in enumerate(zip(got, expected)):
         assert tokens == want, f"row {row}: engine {tokens} != HF {want}"
-        if len(want) < max_new_tokens:   # HF stopped on an EOS
+        if len(want) < max_new_tokens:  # HF stopped on an EOS
             assert (finish, n) == ("eos", len(want) + 1), row
         else:
             assert (finish, n) == ("length", max_new_tokens), row
     return expected, got
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # greedy decoding == HF generate (fp32, left padding)
+
 
 def set_prefill_chunk(engine, tokens):
     """Force the chunked prefill (several chunks per batch) where the engine has one."""
@@ -80,9 +106,11 @@ def test_greedy_matches_hf_generate_tiny(tiny_engine, prefill_tokens):
     set_prefill_chunk(tiny_engine, prefill_tokens)
     prompts = tiny_prompts(tiny_engine)
     lengths = [len(tiny_engine.encode(p)) for p in prompts]
-    assert min(lengths) == 1 and max(lengths) > 40   # really different lengths: heavy left padding
+    assert min(lengths) == 1 and max(lengths) > 40  # really different lengths: heavy left padding
     expected, _ = check_against_hf(tiny_engine, prompts, 32)
-    completions = tiny_engine.generate(prompts, seeds=[0] * len(prompts), max_new_tokens=32, temperature=0)
+    completions = tiny_engine.generate(
+        prompts, seeds=[0] * len(prompts), max_new_tokens=32, temperature=0
+    )
     for c, want, n_prompt in zip(completions, expected, lengths):
         assert c.text == tiny_engine.tokenizer.decode(want, skip_special_tokens=True)
         assert c.prompt_tokens == n_prompt
@@ -90,13 +118,21 @@ def test_greedy_matches_hf_generate_tiny(tiny_engine, prefill_tokens):
 
 
 @pytest.mark.parametrize("prefill_tokens", [None, 64])
-def test_greedy_matches_hf_generate_when_rows_finish_at_different_times(tiny_engine, prefill_tokens):
-    """Rows that hit an EOS leave the batch (and its KV cache); the rows that remain must not notice."""
+def test_greedy_matches_hf_generate_when_rows_finish_at_different_times(
+    tiny_engine, prefill_tokens
+):
+    """Rows that hit an EOS leave the batch (and its KV cache); the rows that remain must not
+    notice."""
     set_prefill_chunk(tiny_engine, prefill_tokens)
     prompts = tiny_prompts(tiny_engine)
-    tiny_engine.eos_ids = set()   # the random model never stops by itself: first get the free-running text
-    free = [s.tokens for s in tiny_engine.sample([tiny_engine.encode(p) for p in prompts], [0] * 8,
-                                                 max_new_tokens=32, temperature=0)]
+    # the random model never stops by itself: first get the free-running text
+    tiny_engine.eos_ids = set()
+    free = [
+        s.tokens
+        for s in tiny_engine.sample(
+            [tiny_engine.encode(p) for p in prompts], [0] * 8, max_new_tokens=32, temperature=0
+        )
+    ]
     # make three rows stop early, at different steps, by declaring some of their tokens EOS
     eos = {free[0][3], free[2][10], free[5][20]}
     tiny_engine.eos_ids = eos
@@ -115,29 +151,44 @@ def test_greedy_matches_hf_generate_when_rows_finish_at_different_times(tiny_eng
 @pytest.mark.slow
 def test_greedy_matches_hf_generate_default_backbone(default_engine):
     e = default_engine
-    prompts = [e.chat("What is 2+3?"), e.chat("Say hello."),
-               e.chat("Write one sentence about the sea and the moon, with many words."),
-               e.chat("Tom has 3 apples and buys 4 more. How many apples does he have?",
-                      system="Answer with a number.")]
+    prompts = [
+        e.chat("What is 2+3?"),
+        e.chat("Say hello."),
+        e.chat("Write one sentence about the sea and the moon, with many words."),
+        e.chat(
+            "Tom has 3 apples and buys 4 more. How many apples does he have?",
+            system="Answer with a number.",
+        ),
+    ]
     expected, got = check_against_hf(e, prompts, 24)
-    assert any(s.finish == "eos" for s in got)   # the real model does stop by itself
+    assert any(s.finish == "eos" for s in got)  # the real model does stop by itself
     assert any(toks for toks in expected)
 
 
 def test_greedy_matches_hf_generate_sliding_window_model(tiny_model):
-    """A sliding-window model (its KV cache is not a plain DynamicLayer) takes the engine's other path."""
+    """A sliding-window model (its KV cache is not a plain DynamicLayer) takes the engine's other
+    path."""
     from transformers import MistralConfig, MistralForCausalLM
+
     _, tokenizer = tiny_model
     torch.manual_seed(0)
-    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=128, sliding_window=8,
-                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=tokenizer.pad_token_id)
+    config = MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        sliding_window=8,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     engine = Engine(model=MistralForCausalLM(config).eval(), tokenizer=tokenizer)
     check_against_hf(engine, ["Hi", "word " * 30, "Once upon a time there was"], 20)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # seeds
 
 SAMPLING = dict(max_new_tokens=16, temperature=0.8, top_p=0.9)
@@ -156,9 +207,9 @@ def test_same_seeds_same_text_different_seeds_different_text(tiny_engine):
 
 
 def test_row_sample_is_independent_of_the_batch_float64(tiny_model):
-    """Same prompt + seed alone, or inside a batch with other prompts (other padding, other batch size,
-    rows leaving at other times): identical tokens. float64 weights make the forward pass insensitive to
-    the batch's shape, so this checks the sampler's logic exactly."""
+    """Same prompt + seed alone, or inside a batch with other prompts (other padding, other batch
+    size, rows leaving at other times): identical tokens. float64 weights make the forward pass
+    insensitive to the batch's shape, so this checks the sampler's logic exactly."""
     model, tokenizer = tiny_model
     model64 = type(model)(model.config).eval()
     model64.load_state_dict(model.state_dict())
@@ -167,44 +218,62 @@ def test_row_sample_is_independent_of_the_batch_float64(tiny_model):
     seeds = [11, 12, 13, 14, 15, 16, 17, 11]
     batch = engine.sample(ids, seeds, max_new_tokens=16, temperature=0.8, top_p=0.9)
     for row in (0, 3, 4, 7):
-        alone = engine.sample([ids[row]], [seeds[row]], max_new_tokens=16, temperature=0.8, top_p=0.9)
+        alone = engine.sample(
+            [ids[row]], [seeds[row]], max_new_tokens=16, temperature=0.8, top_p=0.9
+        )
         assert alone[0] == batch[row], row
     # duplicates inside one batch: same seed -> same sample
     dup = engine.sample([ids[2]] * 3, [5, 5, 6], max_new_tokens=16, temperature=0.8, top_p=0.9)
     assert dup[0] == dup[1] != dup[2]
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # stop strings, budgets, token counts, ordering
+
 
 def test_stop_string_ends_the_text_before_it(tiny_engine):
     prompt = tiny_prompts(tiny_engine)[0]
     tokenizer = tiny_engine.tokenizer
     tiny_engine.eos_ids = set()
-    free = tiny_engine.sample([tiny_engine.encode(prompt)], [0], max_new_tokens=32, temperature=0)[0][0]
+    free = tiny_engine.sample([tiny_engine.encode(prompt)], [0], max_new_tokens=32, temperature=0)[
+        0
+    ][0]
     full_text = tokenizer.decode(free)
     # a plain word the greedy text emits somewhere after its start
-    k, stop = next((k, tokenizer.decode([t])) for k, t in enumerate(free)
-                   if k >= 4 and tokenizer.decode([t]).strip().isascii()
-                   and tokenizer.decode([t]).strip().isalpha() and len(tokenizer.decode([t]).strip()) >= 4)
+    k, stop = next(
+        (k, tokenizer.decode([t]))
+        for k, t in enumerate(free)
+        if k >= 4
+        and tokenizer.decode([t]).strip().isascii()
+        and tokenizer.decode([t]).strip().isalpha()
+        and len(tokenizer.decode([t]).strip()) >= 4
+    )
     n_expected = next(n for n in range(1, 33) if stop in tokenizer.decode(free[:n]))
     assert n_expected <= k + 1
-    c = tiny_engine.generate([prompt], [0], max_new_tokens=32, temperature=0, stop=["@@never@@", stop])[0]
+    c = tiny_engine.generate(
+        [prompt], [0], max_new_tokens=32, temperature=0, stop=["@@never@@", stop]
+    )[0]
     assert c.finish == "stop"
     assert c.text == full_text.split(stop)[0]
     assert stop not in c.text and full_text.startswith(c.text)
-    assert c.completion_tokens == n_expected   # it stopped at the token that completed the stop string
+    # it stopped at the token that completed the stop string
+    assert c.completion_tokens == n_expected
     # a stop string that never appears changes nothing
     c = tiny_engine.generate([prompt], [0], max_new_tokens=32, temperature=0, stop=["@@never@@"])[0]
-    assert (c.text, c.finish, c.completion_tokens) == (tokenizer.decode(free, skip_special_tokens=True),
-                                                       "length", 32)
+    assert (c.text, c.finish, c.completion_tokens) == (
+        tokenizer.decode(free, skip_special_tokens=True),
+        "length",
+        32,
+    )
 
 
 def test_max_new_tokens_gives_finish_length(tiny_engine):
     tiny_engine.eos_ids = set()
     prompts = tiny_prompts(tiny_engine)
     for n in (1, 5):
-        for c in tiny_engine.generate(prompts, seeds=list(range(8)), max_new_tokens=n, temperature=0.8):
+        for c in tiny_engine.generate(
+            prompts, seeds=list(range(8)), max_new_tokens=n, temperature=0.8
+        ):
             assert c.finish == "length" and c.completion_tokens == n
 
 
@@ -217,9 +286,12 @@ def test_token_counts_and_stats(tiny_engine):
     stats = tiny_engine.stats
     assert stats["calls"] - before["calls"] == 8
     assert stats["prompt_tokens"] - before["prompt_tokens"] == sum(c.prompt_tokens for c in out)
-    assert stats["completion_tokens"] - before["completion_tokens"] == sum(c.completion_tokens for c in out)
+    assert stats["completion_tokens"] - before["completion_tokens"] == sum(
+        c.completion_tokens for c in out
+    )
     assert stats["cache_hits"] == before["cache_hits"] == 0
-    assert stats["prefill_s"] > before["prefill_s"]  # the prompts were prefilled: their time is counted
+    # the prompts were prefilled: their time is counted
+    assert stats["prefill_s"] > before["prefill_s"]
 
 
 def test_an_empty_prompt_is_refused_clearly(tiny_engine):
@@ -235,7 +307,10 @@ def test_seeds_must_match_prompts(tiny_engine):
 
 def test_small_batch_size_keeps_the_original_order(tiny_model):
     model, tokenizer = tiny_model
-    big, small = Engine(model=model, tokenizer=tokenizer), Engine(model=model, tokenizer=tokenizer, batch_size=3)
+    big, small = (
+        Engine(model=model, tokenizer=tokenizer),
+        Engine(model=model, tokenizer=tokenizer, batch_size=3),
+    )
     prompts = tiny_prompts(big)
     seeds = list(range(8))
     want = big.generate(prompts, seeds, max_new_tokens=12, temperature=0)
@@ -244,14 +319,17 @@ def test_small_batch_size_keeps_the_original_order(tiny_model):
     assert [c.text for c in got] == [c.text for c in want]
     # and each one equals the prompt generated on its own
     for i in (0, 3, 4):
-        assert small.generate([prompts[i]], [seeds[i]], max_new_tokens=12, temperature=0)[0].text == got[i].text
+        assert (
+            small.generate([prompts[i]], [seeds[i]], max_new_tokens=12, temperature=0)[0].text
+            == got[i].text
+        )
 
 
 def test_chat_formats(tiny_engine):
     prompt = tiny_engine.chat("Hello there", system="Be terse.")
     assert "Hello there" in prompt and "Be terse." in prompt
     assert prompt.index("Be terse.") < prompt.index("Hello there")
-    assert prompt.rstrip().endswith("assistant")   # ends with the generation prompt
+    assert prompt.rstrip().endswith("assistant")  # ends with the generation prompt
     tokenizer = type(tiny_engine.tokenizer).from_pretrained(tiny_engine.tokenizer.name_or_path)
     tokenizer.chat_template = None
     plain = Engine(model=tiny_engine.model, tokenizer=tokenizer)
@@ -259,8 +337,9 @@ def test_chat_formats(tiny_engine):
     assert plain.chat("Hello there", system="Be terse.") == "Be terse.\n\nHello there\n"
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the on-disk GenerationCache
+
 
 def test_cache_second_call_makes_no_llm_call(tiny_model_dir, tmp_path):
     engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
@@ -270,7 +349,7 @@ def test_cache_second_call_makes_no_llm_call(tiny_model_dir, tmp_path):
     second = engine.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
     assert engine.stats["calls"] == 4 and engine.stats["cache_hits"] == 4
     assert all(c.cached for c in second)
-    strip = lambda c: (c.text, c.prompt_tokens, c.completion_tokens, c.finish)   # noqa: E731
+    strip = lambda c: (c.text, c.prompt_tokens, c.completion_tokens, c.finish)  # noqa: E731
     assert [strip(c) for c in second] == [strip(c) for c in first]
 
     # a new Engine (a new process, say) on the same folder reuses it
@@ -291,8 +370,8 @@ def test_cache_skips_a_torn_last_line(tiny_model_dir, tmp_path):
     files = list(tmp_path.glob("*.jsonl"))
     assert len(files) == 1
     line = files[0].read_text().splitlines()[0]
-    with open(files[0], "a") as f:   # a process killed mid-write
-        f.write(line[:len(line) // 2])
+    with open(files[0], "a") as f:  # a process killed mid-write
+        f.write(line[: len(line) // 2])
 
     engine2 = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
     assert engine2.cache.skipped == 1
@@ -311,17 +390,21 @@ def test_cache_keys_depend_on_every_sampling_parameter(tiny_model_dir, tmp_path)
     prompts, seeds = ["Hi", "Once upon a time"], [3, 4]
     base = dict(max_new_tokens=8, temperature=0.8, top_p=0.9, stop=())
     engine.generate(prompts, seeds, **base)
-    variants = [dict(base, temperature=0.7), dict(base, top_p=0.95), dict(base, max_new_tokens=9),
-                dict(base, stop=["zzz"])]
+    variants = [
+        dict(base, temperature=0.7),
+        dict(base, top_p=0.95),
+        dict(base, max_new_tokens=9),
+        dict(base, stop=["zzz"]),
+    ]
     for i, params in enumerate(variants):
         out = engine.generate(prompts, seeds, **params)
         assert not any(c.cached for c in out), params
         assert engine.stats["calls"] == 2 * (i + 2)
-    out = engine.generate(prompts, [5, 6], **base)   # other seeds
+    out = engine.generate(prompts, [5, 6], **base)  # other seeds
     assert not any(c.cached for c in out)
-    out = engine.generate(["Hi!", "Once upon a time."], seeds, **base)   # other prompts
+    out = engine.generate(["Hi!", "Once upon a time."], seeds, **base)  # other prompts
     assert not any(c.cached for c in out)
-    out = engine.generate(prompts, seeds, **base)   # the original call is still cached
+    out = engine.generate(prompts, seeds, **base)  # the original call is still cached
     assert all(c.cached for c in out)
     # another dtype is another model
     bf16 = Engine(model_path=tiny_model_dir, dtype="bfloat16", cache_dir=tmp_path)
@@ -330,8 +413,8 @@ def test_cache_keys_depend_on_every_sampling_parameter(tiny_model_dir, tmp_path)
     key = GenerationCache.key
     k = key("m", "p", base, 1)
     assert k == key("m", "p", dict(base), 1)
-    assert len({k, key("m2", "p", base, 1), key("m", "p2", base, 1), key("m", "p", base, 2),
-                key("m", "p", dict(base, top_p=0.5), 1)}) == 5
+    keys = {k, key("m2", "p", base, 1), key("m", "p2", base, 1), key("m", "p", base, 2)}
+    assert len(keys | {key("m", "p", dict(base, top_p=0.5), 1)}) == 5
 
 
 def test_generation_cache_files_per_rank(tmp_path):
@@ -340,7 +423,9 @@ def test_generation_cache_files_per_rank(tmp_path):
     b.put("k1", {"text": "one"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen-rank0.jsonl", "gen-rank1.jsonl"]
     c = GenerationCache(tmp_path, rank=2)
-    assert c.get("k0") == {"text": "zero"} and c.get("k1") == {"text": "one"} and c.get("k2") is None
+    assert (
+        c.get("k0") == {"text": "zero"} and c.get("k1") == {"text": "one"} and c.get("k2") is None
+    )
     for path in tmp_path.iterdir():
         for line in path.read_text().splitlines():
             assert json.loads(line).keys() == {"key", "value"}
@@ -351,10 +436,12 @@ def test_cache_does_not_mix_models_with_the_same_path(tiny_model, tmp_path):
     e1 = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path)
     t1 = e1.generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
     torch.manual_seed(123)
-    changed = type(model)(model.config).eval()   # other weights; name_or_path is still the tiny dir
+    changed = type(model)(model.config).eval()  # other weights; name_or_path is still the tiny dir
     assert changed.name_or_path == model.name_or_path
     e2 = Engine(model=changed, tokenizer=tokenizer, cache_dir=tmp_path)
-    fresh = Engine(model=changed, tokenizer=tokenizer).generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
+    fresh = Engine(model=changed, tokenizer=tokenizer).generate(
+        ["Hi"], [0], max_new_tokens=8, temperature=0
+    )[0]
     assert fresh.text != t1.text
     t2 = e2.generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
     assert not t2.cached and t2.text == fresh.text
@@ -371,8 +458,9 @@ def test_cache_keys_name_the_dtype_of_a_model_passed_in(tiny_model, tmp_path):
     assert not out.cached
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # next_token_logprobs (the critic's one forward pass)
+
 
 @pytest.mark.parametrize("prefill_tokens", [None, 64])
 def test_next_token_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens):
@@ -384,14 +472,15 @@ def test_next_token_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens):
     got = tiny_engine.next_token_logprobs(prompts, token_ids)
     assert got.shape == (len(prompts), len(token_ids))
     with torch.inference_mode():
-        for row, prompt in enumerate(prompts):   # one prompt at a time: no padding at all
+        for row, prompt in enumerate(prompts):  # one prompt at a time: no padding at all
             logits = tiny_engine.model(torch.tensor([tiny_engine.encode(prompt)])).logits[0, -1]
             want = torch.log_softmax(logits.float(), -1)[token_ids]
             torch.testing.assert_close(got[row].float(), want, atol=1e-4, rtol=1e-4)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pick_next_tokens
+
 
 def generators(seeds):
     return [torch.Generator().manual_seed(s) for s in seeds]
@@ -427,14 +516,16 @@ def chi_square(counts, probs):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_pick_frequencies_follow_softmax(temperature):
-    logits = PROBS.log() * temperature   # softmax(logits / T) == PROBS
+    logits = PROBS.log() * temperature  # softmax(logits / T) == PROBS
     n = 2000
     tokens = draw(logits, n, temperature, 1.0)
     counts = torch.bincount(tokens, minlength=len(PROBS)).double()
     assert chi_square(counts, PROBS.double()) < chi2.ppf(0.999, df=len(PROBS) - 1)
     # one generator drawing repeatedly (a row's successive steps) follows the same law
     g = generators([7])
-    seq = torch.stack([pick_next_tokens(logits[None], g, temperature, 1.0) for _ in range(n)]).flatten()
+    seq = torch.stack(
+        [pick_next_tokens(logits[None], g, temperature, 1.0) for _ in range(n)]
+    ).flatten()
     counts = torch.bincount(seq, minlength=len(PROBS)).double()
     assert chi_square(counts, PROBS.double()) < chi2.ppf(0.999, df=len(PROBS) - 1)
 
@@ -444,7 +535,8 @@ def test_pick_never_draws_outside_the_nucleus():
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     logits = torch.empty(6)
     logits[perm] = PROBS.log()
-    # top_p 0.6: 0.40 (mass before 0) and 0.25 (mass before 0.40 < 0.6) are kept; 0.15 has 0.65 before it
+    # top_p 0.6: 0.40 (mass before 0) and 0.25 (mass
+    # before 0.40 < 0.6) are kept; 0.15 has 0.65 before it
     tokens = draw(logits, 3000, 1.0, 0.6)
     assert set(tokens.tolist()) == {perm[0].item(), perm[1].item()}
     share = (tokens == perm[0]).double().mean().item()
@@ -458,7 +550,10 @@ def test_pick_rows_are_independent():
     logits = torch.randn(5, 200, generator=torch.Generator().manual_seed(2))
     seeds = [10, 20, 30, 40, 50]
     batch = pick_next_tokens(logits, generators(seeds), 0.9, 0.8)
-    alone = [pick_next_tokens(logits[i:i + 1], generators([seeds[i]]), 0.9, 0.8).item() for i in range(5)]
+    alone = [
+        pick_next_tokens(logits[i : i + 1], generators([seeds[i]]), 0.9, 0.8).item()
+        for i in range(5)
+    ]
     assert batch.tolist() == alone
     reordered = pick_next_tokens(logits[[4, 2, 0]], generators([50, 30, 10]), 0.9, 0.8)
     assert reordered.tolist() == [alone[4], alone[2], alone[0]]
@@ -466,12 +561,20 @@ def test_pick_rows_are_independent():
 
 @pytest.mark.parametrize("prefill_tokens", [None, 64])
 def test_shared_prefix_matches_hf_generate(tiny_engine, prefill_tokens):
-    """Prompts with a long common prefix (instructions + worked example): the prefix runs once and its
-    keys/values are copied to every row ([prefix | padding | suffix]); the text is HF generate's."""
+    """Prompts with a long common prefix (instructions + worked example): the prefix runs once and
+    its keys/values are copied to every row ([prefix | padding | suffix]); the text is HF
+    generate's."""
     set_prefill_chunk(tiny_engine, prefill_tokens)
     head = "Solve the problem. Show short steps. Example: 3 * 4 = 12. 12 - 2 = 10. Answer: 10\n" * 2
-    prompts = [tiny_engine.chat(head + tail) for tail in ("Problem: 2 + 2?", "Problem: What is 17 * 3 - 5?",
-                                                          "Hi", "Problem: " + "one two " * 12)]
+    prompts = [
+        tiny_engine.chat(head + tail)
+        for tail in (
+            "Problem: 2 + 2?",
+            "Problem: What is 17 * 3 - 5?",
+            "Hi",
+            "Problem: " + "one two " * 12,
+        )
+    ]
     ids = [tiny_engine.encode(p) for p in prompts]
     assert common_prefix_length(ids) > 40
     check_against_hf(tiny_engine, prompts, 24)
@@ -502,7 +605,10 @@ def test_padded_chunks_are_the_cheapest_split_within_the_budget():
     budget = 60
 
     def within_budget(chunks, lengths):  # a chunk over the budget only when it is a single row
-        return all((stop - start) * lengths[stop - 1] <= budget or stop - start == 1 for start, stop in chunks)
+        return all(
+            (stop - start) * lengths[stop - 1] <= budget or stop - start == 1
+            for start, stop in chunks
+        )
 
     rng = torch.Generator().manual_seed(0)
     for trial in range(40):
@@ -513,14 +619,15 @@ def test_padded_chunks_are_the_cheapest_split_within_the_budget():
         assert within_budget(chunks, lengths)
         allowed = [s for s in every_split(n) if within_budget(s, lengths)]
         assert cost(chunks, lengths, overhead) == min(cost(s, lengths, overhead) for s in allowed)
-    # short rows are not padded to the long ones that follow them, and a row over the budget runs alone
+    # short rows are not padded to the long ones that
+    # follow them, and a row over the budget runs alone
     assert padded_chunks([10] * 4 + [50] * 4, 400, overhead=16) == [(0, 4), (4, 8)]
     assert padded_chunks([5, 500, 600], 100) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_prefix_groups():
     template = list(range(100, 140))
-    team_a = [template + [1] * 50 + [k] for k in range(3)]   # share 90 tokens
+    team_a = [template + [1] * 50 + [k] for k in range(3)]  # share 90 tokens
     team_b = [template + [2] * 50 + [k] for k in range(3)]
     groups = prefix_groups(team_a + team_b + [[7, 8]])
     assert groups == [(0, 3, 90), (3, 6, 90), (6, 7, 0)]
@@ -531,42 +638,60 @@ def test_prefix_groups():
 def test_grouped_prefixes_match_hf_generate(tiny_engine):
     """Two teams of refine-like prompts in one batch: two prefix groups, and HF generate's text."""
     head = "Problem: {}. Agent 1: 3 * 4 = 12. Agent 2: 12 - 2 = 10. Agent 3: 10 + 1 = 11. " * 2
-    prompts = [tiny_engine.chat(head.replace("{}", q) + f"You are Agent {i}.") for q in ("apples", "pears")
-               for i in (1, 2, 3)]
+    prompts = [
+        tiny_engine.chat(head.replace("{}", q) + f"You are Agent {i}.")
+        for q in ("apples", "pears")
+        for i in (1, 2, 3)
+    ]
     ids = sorted(tiny_engine.encode(p) for p in prompts)
     assert len([g for g in prefix_groups(ids) if g[2]]) == 2
     check_against_hf(tiny_engine, [tiny_engine.tokenizer.decode(x) for x in ids], 16)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# continuous batching: a row's output never depends on its batch-mates or on when it joined the batch
+# --------------------------------------------------------------------------------------------------
+# continuous batching: a row's output never depends on its batch-mates or on when it joined the
+# batch
+
 
 def many_prompts(engine):
     """Twelve prompts: the tiny ones, plus two teams of three that share a long prefix."""
     head = "Problem: {}. Agent 1: 3 * 4 = 12. Agent 2: 12 - 2 = 10. Agent 3: 10 + 1 = 11. " * 2
-    return tiny_prompts(engine)[:6] + [engine.chat(head.replace("{}", q) + f"You are Agent {i}.")
-                                       for q in ("apples", "pears") for i in (1, 2, 3)]
+    return tiny_prompts(engine)[:6] + [
+        engine.chat(head.replace("{}", q) + f"You are Agent {i}.")
+        for q in ("apples", "pears")
+        for i in (1, 2, 3)
+    ]
 
 
 def stop_early(engine, prompts, max_new_tokens):
     """Declare EOS some tokens the greedy texts emit, so rows finish at many different steps."""
     engine.eos_ids = set()
-    free = [s.tokens for s in engine.sample([engine.encode(p) for p in prompts], [0] * len(prompts),
-                                            max_new_tokens=max_new_tokens, temperature=0)]
+    free = [
+        s.tokens
+        for s in engine.sample(
+            [engine.encode(p) for p in prompts],
+            [0] * len(prompts),
+            max_new_tokens=max_new_tokens,
+            temperature=0,
+        )
+    ]
     engine.eos_ids = {free[0][3], free[2][9], free[7][5]}
     return [cut_at_eos(row, engine.eos_ids) for row in free]
 
 
 @pytest.mark.parametrize("batch_size", [2, 5])
 def test_continuous_batching_greedy_matches_one_prompt_at_a_time(tiny_model, batch_size):
-    """Few slots, many prompts: rows leave at different steps, the queue refills their slots, and the KV
-    window slides back to the start of its buffer; each row is still what it is alone, and HF's."""
+    """Few slots, many prompts: rows leave at different steps, the queue refills their slots, and
+    the KV window slides back to the start of its buffer; each row is still what it is alone, and
+    HF's."""
     model, tokenizer = tiny_model
     engine = Engine(model=model, tokenizer=tokenizer, batch_size=batch_size)
     prompts = many_prompts(engine)
     expected = stop_early(engine, prompts, 24)
     assert len({len(e) for e in expected}) >= 3
-    got = engine.sample([engine.encode(p) for p in prompts], list(range(12)), max_new_tokens=24, temperature=0)
+    got = engine.sample(
+        [engine.encode(p) for p in prompts], list(range(12)), max_new_tokens=24, temperature=0
+    )
     assert [s.tokens for s in got] == expected
     for i in (0, 2, 7, 11):
         alone = engine.sample([engine.encode(prompts[i])], [i], max_new_tokens=24, temperature=0)[0]
@@ -580,44 +705,58 @@ def test_continuous_batching_sampling_float64_matches_one_prompt_at_a_time(tiny_
     model64.load_state_dict(model.state_dict())
     engine = Engine(model=model64.double(), tokenizer=tokenizer, batch_size=3)
     prompts = many_prompts(engine)
-    engine.eos_ids = set(range(0, len(tokenizer), 9))   # the random model's samples end at random steps
+    # the random model's samples end at random steps
+    engine.eos_ids = set(range(0, len(tokenizer), 9))
     ids, seeds = [engine.encode(p) for p in prompts], [100 + k for k in range(12)]
     for top_p in (1.0, 0.9):
         batch = engine.sample(ids, seeds, max_new_tokens=20, temperature=0.8, top_p=top_p)
         assert len({s.n_generated for s in batch}) >= 3
         for i in range(12):
-            assert engine.sample([ids[i]], [seeds[i]], max_new_tokens=20, temperature=0.8, top_p=top_p)[0] == batch[i]
+            assert (
+                engine.sample(
+                    [ids[i]], [seeds[i]], max_new_tokens=20, temperature=0.8, top_p=top_p
+                )[0]
+                == batch[i]
+            )
 
 
 def test_sample_calls_on_finish_once_per_prompt(tiny_engine):
     seen = []
     ids = [tiny_engine.encode(p) for p in tiny_prompts(tiny_engine)]
-    out = tiny_engine.sample(ids, [0] * 8, max_new_tokens=6, temperature=0.7,
-                             on_finish=lambda i, s: seen.append((i, s)))
+    out = tiny_engine.sample(
+        ids, [0] * 8, max_new_tokens=6, temperature=0.7, on_finish=lambda i, s: seen.append((i, s))
+    )
     assert sorted(i for i, _ in seen) == list(range(8)) and all(out[i] == s for i, s in seen)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # token log-probs (the generation's confidence)
+
 
 def teacher_forced_logprobs(model, prompt_ids, completion_ids):
     with torch.inference_mode():
         logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0].float()
-    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], -1)
+    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], -1)
     return logprobs.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.3])
 def test_token_logprobs_match_a_teacher_forced_forward(tiny_model, temperature):
-    """Untempered log p of each sampled token, the EOS included, whatever the sampling temperature."""
+    """Untempered log p of each sampled token, the EOS included, whatever the sampling
+    temperature."""
     model, tokenizer = tiny_model
     engine = Engine(model=model, tokenizer=tokenizer, batch_size=3)
     prompts = many_prompts(engine)
     stop_early(engine, prompts, 16)
-    if temperature:   # the random model's samples end at random steps
+    if temperature:  # the random model's samples end at random steps
         engine.eos_ids = set(range(0, len(tokenizer), 17))
-    out = engine.generate(prompts, seeds=list(range(12)), max_new_tokens=16, temperature=temperature,
-                          return_tokens=True)
+    out = engine.generate(
+        prompts,
+        seeds=list(range(12)),
+        max_new_tokens=16,
+        temperature=temperature,
+        return_tokens=True,
+    )
     assert any(c.finish == "eos" for c in out) and any(c.finish == "length" for c in out)
     for prompt, c in zip(prompts, out):
         assert len(c.token_logprobs) == c.completion_tokens == len(c.token_ids)
@@ -646,8 +785,9 @@ def test_cache_returns_the_logprobs_it_stored_and_old_entries_are_misses(tiny_mo
     assert [c.token_logprobs for c in third] == [c.token_logprobs for c in first]
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # continuation_logprobs (a verdict scored by its whole token sequence)
+
 
 @pytest.mark.parametrize("prefill_tokens", [None, 64])
 def test_continuation_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens):
@@ -656,7 +796,7 @@ def test_continuation_logprobs_match_a_plain_forward(tiny_engine, prefill_tokens
     continuations = ["Correct", "Incorrect", [17], [17, 40000, 5]]
     got = tiny_engine.continuation_logprobs(prompts, continuations)
     assert got.shape == (12, 4)
-    assert len(tiny_engine.encode("Incorrect")) == 2   # the case this method exists for
+    assert len(tiny_engine.encode("Incorrect")) == 2  # the case this method exists for
     for row, prompt in enumerate(prompts):
         ids = tiny_engine.encode(prompt)
         for col, c in enumerate(continuations):
@@ -671,11 +811,13 @@ def test_continuation_logprobs_are_cached_and_counted(tiny_model_dir, tmp_path):
     engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
     prompts = tiny_prompts(engine)[:3]
     first = engine.continuation_logprobs(prompts, ["Correct", "Incorrect"])
-    assert engine.stats["calls"] == 3 and engine.stats["prompt_tokens"] == sum(len(engine.encode(p)) for p in prompts)
+    assert engine.stats["calls"] == 3 and engine.stats["prompt_tokens"] == sum(
+        len(engine.encode(p)) for p in prompts
+    )
     again = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
     assert torch.equal(again.continuation_logprobs(prompts, ["Correct", "Incorrect"]), first)
     assert again.stats["calls"] == 0 and again.stats["cache_hits"] == 3
-    again.continuation_logprobs(prompts, ["Correct", "Wrong"])   # other continuations: other keys
+    again.continuation_logprobs(prompts, ["Correct", "Wrong"])  # other continuations: other keys
     assert again.stats["calls"] == 3
     with pytest.raises(ValueError, match="empty continuation"):
         engine.continuation_logprobs(prompts, ["Correct", []])

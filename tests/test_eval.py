@@ -1,4 +1,6 @@
-"""eval.py as users run it: a subprocess on a tiny random model, twice (the second run is all cache hits)."""
+"""eval.py as users run it: a subprocess on a tiny random model, twice (the second run is all cache
+hits)."""
+
 import json
 import os
 import subprocess
@@ -14,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_eval(tmp_path, model_dir, *extra, env=None):
     out = tmp_path / "results.json"
     cmd = [sys.executable, str(ROOT / "eval.py"), "--model", model_dir, "--n", "3", "--agents", "2",
-           "--rounds", "1", "--max-new-tokens", "6", "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
-           "--protocols", "vanilla,sc,debate,mpdf-persist,mpdf-oracle", *extra]
+           "--rounds", "1", "--max-new-tokens", "6", "--cache-dir", str(tmp_path / "cache"),
+           "--out", str(out), "--protocols", "vanilla,sc,debate,mpdf-persist,mpdf-oracle",
+           *extra]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, json.loads(out.read_text())
@@ -26,11 +29,21 @@ def test_eval_cli_table_json_and_cache(tmp_path, tiny_model_dir):
     assert "protocol" in stdout and "mpdf-oracle" in stdout  # the printed table
     for name in ("vanilla", "sc", "debate", "mpdf-persist", "mpdf-oracle"):
         s = first[name]
-        assert {"accuracy", "stderr", "tokens_per_question", "calls_per_question", "unparseable",
-                "wall_s"} <= s.keys()
+        assert {
+            "accuracy",
+            "stderr",
+            "tokens_per_question",
+            "calls_per_question",
+            "unparseable",
+            "wall_s",
+        } <= s.keys()
         assert 0.0 <= s["accuracy"] <= 1.0 and s["tokens_per_question"] > 0
-    assert first["sc"]["calls_per_question"] == 2 * (1 + 1)  # budget-matched with debate's generations
-    assert first["debate"]["actions"]["refine"] == 1.0 and len(first["debate"]["accuracy_per_round"]) == 2
+    # budget-matched with debate's generations
+    assert first["sc"]["calls_per_question"] == 2 * (1 + 1)
+    assert (
+        first["debate"]["actions"]["refine"] == 1.0
+        and len(first["debate"]["accuracy_per_round"]) == 2
+    )
     assert first["engine"]["calls"] > 0
     _, second = run_eval(tmp_path, tiny_model_dir)
     assert second["engine"]["calls"] == 0 and second["engine"]["cache_hits"] > 0  # zero LLM calls
@@ -40,57 +53,103 @@ def test_eval_cli_table_json_and_cache(tmp_path, tiny_model_dir):
 
 
 def test_eval_cli_rejects_bad_input(tmp_path, tiny_model_dir):
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--task", "gsm8k", "--n", "2"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--model",
+        tiny_model_dir,
+        "--task",
+        "gsm8k",
+        "--n",
+        "2",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0 and "path" in proc.stderr
 
 
 def test_bench_unknown_benchmark_is_refused(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "bench.py"), "--bench", "nonsense"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "bench.py"), "--bench", "nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "unknown --bench 'nonsense'" in proc.stderr
 
 
 def test_eval_over_seeds(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2", "--agents", "2", "--rounds",
-           "1", "--max-new-tokens", "4", "--cache-dir", str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-random",
-           "--seeds", "0,1", "--out", str(out)]
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2",
+           "--agents", "2", "--rounds", "1", "--max-new-tokens", "4", "--cache-dir",
+           str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-random", "--seeds", "0,1",
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = json.loads(out.read_text())
     per_seed = [json.loads((tmp_path / f"seeds-seed{s}.json").read_text()) for s in (0, 1)]
     assert table["vanilla"]["accuracy_per_seed"] == [r["vanilla"]["accuracy"] for r in per_seed]
     assert per_seed[0]["config"]["seed"] == 0 and per_seed[1]["config"]["seed"] == 1
-    assert {"accuracy_mean", "accuracy_std", "tokens_per_question_mean"} <= table["mpdf-random"].keys()
+    assert {"accuracy_mean", "accuracy_std", "tokens_per_question_mean"} <= table[
+        "mpdf-random"
+    ].keys()
     assert "over seeds [0, 1]" in proc.stdout
 
 
 def test_eval_leader_protocol(tmp_path, tiny_model_dir):
-    """leader=PATH loads a second model as the leader; the peers' vote and the per-round leader accuracy
-    are reported; a path that is not a checkpoint is a clear error."""
-    _, results = run_eval(tmp_path, tiny_model_dir, "--protocols", f"debate,leader={tiny_model_dir}")
+    """leader=PATH loads a second model as the leader; the peers' vote and the per-round leader
+    accuracy are reported; a path that is not a checkpoint is a clear error."""
+    _, results = run_eval(
+        tmp_path, tiny_model_dir, "--protocols", f"debate,leader={tiny_model_dir}"
+    )
     s = results[f"leader={tiny_model_dir}"]
-    assert {"peer_vote_accuracy", "accuracy_per_round"} <= s.keys() and len(s["accuracy_per_round"]) == 2
+    assert {"peer_vote_accuracy", "accuracy_per_round"} <= s.keys() and len(
+        s["accuracy_per_round"]
+    ) == 2
     assert s["calls_per_question"] == 2 + 1 + 2 + 1  # peers, leader, peers revise, leader again
     # the peers' round 0 is debate's round 0: the same calls, so the same vote
     assert s["peer_vote_accuracy"] == results["debate"]["accuracy_per_round"][0]
-    assert len(s["peer_vote_correct"]) == 3 and sum(s["peer_vote_correct"]) / 3 == s["peer_vote_accuracy"]
-    # leader=default: the default backbone ($MPDF_MODEL_DIR, here the tiny model) leads, the same games
-    _, by_default = run_eval(tmp_path, tiny_model_dir, "--protocols", "leader=default",
-                             env={**os.environ, "MPDF_MODEL_DIR": tiny_model_dir})
+    assert (
+        len(s["peer_vote_correct"]) == 3
+        and sum(s["peer_vote_correct"]) / 3 == s["peer_vote_accuracy"]
+    )
+    # leader=default: the default backbone ($MPDF_MODEL_DIR,
+    # here the tiny model) leads, the same games
+    _, by_default = run_eval(
+        tmp_path,
+        tiny_model_dir,
+        "--protocols",
+        "leader=default",
+        env={**os.environ, "MPDF_MODEL_DIR": tiny_model_dir},
+    )
     texts = [r["texts"] for r in results["details"][f"leader={tiny_model_dir}"]]
     assert [r["texts"] for r in by_default["details"]["leader=default"]] == texts and texts[0][0]
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "1", "--protocols",
-           f"leader={tmp_path / 'nowhere'}", "--cache-dir", ""]
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--model",
+        tiny_model_dir,
+        "--n",
+        "1",
+        "--protocols",
+        f"leader={tmp_path / 'nowhere'}",
+        "--cache-dir",
+        "",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0 and "not an HF checkpoint directory" in proc.stderr
 
 
 def run_bench(tmp_path, *flags):
-    """experiments/bench.py --bench ... on the tiny model; its last stdout line is the JSON result."""
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "bench.py"), *flags], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    """experiments/bench.py --bench ... on the tiny model; its last stdout line is the JSON
+    result."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "bench.py"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -112,42 +171,51 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
 
 def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
     """One greedy deliberation round (round 0, then REFINE) through HF generate and the engine."""
-    result = run_bench(tmp_path, "--bench", "round", "--n", "5", "--agents", "3", "--max-new-tokens", "8",
-                       "--engine-batch-size", "4", "--hf-batch-size", "6", "--model", tiny_model_dir)
+    result = run_bench(tmp_path, "--bench", "round", "--n", "5", "--agents", "3",
+                       "--max-new-tokens", "8", "--engine-batch-size", "4", "--hf-batch-size", "6",
+                       "--model", tiny_model_dir)  # fmt: skip
     assert (result["questions"], result["agents"], result["generations"]) == (5, 3, 30)
     assert (result["engine_slots"], result["hf_batch_size"]) == (4, 6)
-    # continuous batching (4 slots for 15 prompts per round) gives HF generate's tokens (batches of 6) on every row
+    # continuous batching (4 slots for 15 prompts per round) gives HF generate's tokens (batches of
+    # 6) on every row
     assert result["outputs_match"] is True and result["rows_matching"] == 30
     assert result["ratio"] == pytest.approx(result["engine_tok_s"] / result["hf_tok_s"])
     assert result["generated_tokens"] > 0 and 0 < result["roofline_frac"]
-    assert result["engine_s"] == pytest.approx(sum(result["engine_round_s"])) and len(result["hf_round_s"]) == 2
+    assert (
+        result["engine_s"] == pytest.approx(sum(result["engine_round_s"]))
+        and len(result["hf_round_s"]) == 2
+    )
 
 
 def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
     result = run_bench(tmp_path, "--bench", "debate", "--n", "2", "--agents", "2", "--rounds", "1",
-                       "--max-new-tokens", "6", "--model", tiny_model_dir)
+                       "--max-new-tokens", "6", "--model", tiny_model_dir)  # fmt: skip
     assert (result["questions"], result["agents"], result["rounds"]) == (2, 2, 1)
     assert result["engine_s"] > 0 and result["usual_s"] > 0
     assert result["ratio"] == pytest.approx(result["usual_s"] / result["engine_s"])
 
 
 def test_bench_slots_compares_two_batch_sizes_on_the_same_outputs(tmp_path, tiny_model_dir):
-    result = run_bench(tmp_path, "--bench", "slots", "--n", "10", "--engine-batch-size", "4", "--max-new-tokens", "6",
-                       "--model", tiny_model_dir)
-    # 10 prompts through 2 and 4 slots: rows come and go differently, greedy fp32 tokens may not change
+    result = run_bench(tmp_path, "--bench", "slots", "--n", "10", "--engine-batch-size", "4",
+                       "--max-new-tokens", "6", "--model", tiny_model_dir)  # fmt: skip
+    # 10 prompts through 2 and 4 slots: rows come and
+    # go differently, greedy fp32 tokens may not change
     assert set(result["tok_s"]) == {"2", "4"} and result["outputs_match"] is True
     assert result["ratio"] == pytest.approx(result["tok_s"]["4"] / result["tok_s"]["2"])
     assert all(len(turns) == 2 for turns in result["all_tok_s"].values())
 
 
 def test_split_val_is_the_validation_slice_training_holds_out():
-    """The levers are studied on `--split val`: the questions a training run of the same seed validates on
-    (corpus.training_questions), never the ones it trains on, and never test questions."""
+    """The levers are studied on `--split val`: the questions a training run of the same seed
+    validates on (corpus.training_questions), never the ones it trains on, and never test
+    questions."""
     import eval as evaluate
     from corpus import training_questions
+
     val = evaluate.load_examples(evaluate.Config(task="arith", split="val", n=16, seed=3))
-    train, held_out = training_questions(SimpleNamespace(task="arith", path="", level=0, seed=3, val_n=16,
-                                                         questions=64))
+    train, held_out = training_questions(
+        SimpleNamespace(task="arith", path="", level=0, seed=3, val_n=16, questions=64)
+    )
     assert len(val) == 16 and [ex.id for ex in val] == [ex.id for ex in held_out]
     assert not {ex.question for ex in val} & {ex.question for ex in train}
     test = evaluate.load_examples(evaluate.Config(task="arith", split="test", n=200))
@@ -155,19 +223,38 @@ def test_split_val_is_the_validation_slice_training_holds_out():
 
 
 def test_summary_round0_accuracies_on_hand_made_games():
-    """One agent's round-0 accuracy, the share of questions some agent got right (a perfect selector's bound
-    before any REFINE) and the vote's accuracy per round, on three 3-agent games written by hand."""
+    """One agent's round-0 accuracy, the share of questions some agent got right (a perfect
+    selector's bound before any REFINE) and the vote's accuracy per round, on three 3-agent games
+    written by hand."""
     import eval as evaluate
 
     def game(agents_right, vote_right):
-        signals = [dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.8 if right else 0.2)
-                   for right in agents_right]
-        round0 = {"agent_correct": agents_right, "trailer_ok": [False] * 3, "critic": [None] * 3,
-                  "signals": signals, "correct": vote_right, "actions": []}
-        return {"id": str(len(agents_right)), "correct": vote_right, "pred": "1", "tokens": 100, "calls": 3,
-                "rounds": [round0]}
+        signals = [
+            dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.8 if right else 0.2)
+            for right in agents_right
+        ]
+        round0 = {
+            "agent_correct": agents_right,
+            "trailer_ok": [False] * 3,
+            "critic": [None] * 3,
+            "signals": signals,
+            "correct": vote_right,
+            "actions": [],
+        }
+        return {
+            "id": str(len(agents_right)),
+            "correct": vote_right,
+            "pred": "1",
+            "tokens": 100,
+            "calls": 3,
+            "rounds": [round0],
+        }
 
-    games = [game([True, False, False], False), game([False, False, False], False), game([True, True, False], True)]
+    games = [
+        game([True, False, False], False),
+        game([False, False, False], False),
+        game([True, True, False], True),
+    ]
     s = evaluate.summarize(games, wall_s=1.0)
     assert s["agent_accuracy_round0"] == pytest.approx(3 / 9)
     assert s["any_agent_right_round0"] == pytest.approx(2 / 3)
@@ -177,19 +264,41 @@ def test_summary_round0_accuracies_on_hand_made_games():
 
 
 def test_summary_action_shares_by_round_on_hand_made_games():
-    """actions_by_round: each decision round's shares of PERSIST / REFINE / CONCEDE, counting only the games
-    still playing (one game here stops after its first decision round)."""
+    """actions_by_round: each decision round's shares of PERSIST / REFINE / CONCEDE, counting only
+    the games still playing (one game here stops after its first decision round)."""
     import eval as evaluate
     from state import PERSIST, REFINE, concede
 
     def round_record(actions):
-        return {"agent_correct": [False] * 3, "trailer_ok": [False] * 3, "critic": [None] * 3, "correct": False,
-                "signals": [dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.5)] * 3, "actions": actions}
+        return {
+            "agent_correct": [False] * 3,
+            "trailer_ok": [False] * 3,
+            "critic": [None] * 3,
+            "correct": False,
+            "signals": [dict.fromkeys(("mean_prob", "min_prob", "tail_prob"), 0.5)] * 3,
+            "actions": actions,
+        }
 
-    two_rounds = {"id": "a", "correct": False, "pred": "1", "tokens": 100, "calls": 4, "rounds": [
-        round_record([]), round_record([REFINE, PERSIST, concede(0)]), round_record([PERSIST] * 3)]}
-    one_round = {"id": "b", "correct": False, "pred": "1", "tokens": 100, "calls": 3, "rounds": [
-        round_record([]), round_record([PERSIST] * 3)]}
+    two_rounds = {
+        "id": "a",
+        "correct": False,
+        "pred": "1",
+        "tokens": 100,
+        "calls": 4,
+        "rounds": [
+            round_record([]),
+            round_record([REFINE, PERSIST, concede(0)]),
+            round_record([PERSIST] * 3),
+        ],
+    }
+    one_round = {
+        "id": "b",
+        "correct": False,
+        "pred": "1",
+        "tokens": 100,
+        "calls": 3,
+        "rounds": [round_record([]), round_record([PERSIST] * 3)],
+    }
     s = evaluate.summarize([two_rounds, one_round], wall_s=1.0)
     first, second = s["actions_by_round"]
     assert first == pytest.approx({"persist": 4 / 6, "refine": 1 / 6, "concede": 1 / 6})

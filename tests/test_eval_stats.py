@@ -1,5 +1,6 @@
-"""eval.py's statistics: paired differences on the same questions (bootstrap intervals), the sample std over
-seeds, and --reference as users run it."""
+"""eval.py's statistics: paired differences on the same questions (bootstrap intervals), the sample
+std over seeds, and --reference as users run it."""
+
 import json
 import subprocess
 import sys
@@ -13,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def outcomes(correct, ids=None):
-    return {"question_ids": ids or [f"q{k}" for k in range(len(correct))], "correct": [bool(c) for c in correct]}
+    return {
+        "question_ids": ids or [f"q{k}" for k in range(len(correct))],
+        "correct": [bool(c) for c in correct],
+    }
 
 
 def test_paired_difference_hand_values():
@@ -23,7 +27,11 @@ def test_paired_difference_hand_values():
     assert 0 < v["ci95"][0] < 0.5 < v["ci95"][1] <= 1.0
     assert stats.paired_difference(worse, better)["diff"] == pytest.approx(-0.5)
     # identical outcomes: no difference and no uncertainty
-    assert stats.paired_difference(better, better) == {"diff": 0.0, "ci95": [0.0, 0.0], "disagree": 0}
+    assert stats.paired_difference(better, better) == {
+        "diff": 0.0,
+        "ci95": [0.0, 0.0],
+        "disagree": 0,
+    }
     # always right against always wrong: the interval is the single point 1
     assert stats.paired_difference(outcomes([1] * 5), outcomes([0] * 5))["ci95"] == [1.0, 1.0]
 
@@ -37,8 +45,8 @@ def test_paired_difference_matches_questions_by_id_not_position():
 
 
 def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly():
-    """The point of pairing: two protocols right on the same 40 of 100 questions, one also on 5 more. The
-    paired interval excludes 0; two independent standard errors would not."""
+    """The point of pairing: two protocols right on the same 40 of 100 questions, one also on 5
+    more. The paired interval excludes 0; two independent standard errors would not."""
     a = outcomes([1] * 45 + [0] * 55)
     b = outcomes([1] * 40 + [0] * 60)
     v = stats.paired_difference(a, b)
@@ -48,24 +56,43 @@ def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly()
 
 
 def test_sample_std():
-    assert stats.sample_std([0.1, 0.2, 0.3]) == pytest.approx(0.1)   # n - 1, not n
+    assert stats.sample_std([0.1, 0.2, 0.3]) == pytest.approx(0.1)  # n - 1, not n
     assert stats.sample_std([0.2]) == 0.0
 
 
 def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2", "--agents", "2",
-           "--rounds", "1", "--max-new-tokens", "4", "--cache-dir", str(tmp_path / "cache"),
-           "--protocols", "vanilla,mpdf-persist", "--reference", "mpdf-persist", "--seeds", "0,1", "--out", str(out)]
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2",
+           "--agents", "2", "--rounds", "1", "--max-new-tokens", "4", "--cache-dir",
+           str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-persist",
+           "--reference", "mpdf-persist", "--seeds", "0,1", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "vs mpdf-persist [95% CI] (disagree)" in proc.stdout and "pooled over seeds" in proc.stdout
+    assert (
+        "vs mpdf-persist [95% CI] (disagree)" in proc.stdout and "pooled over seeds" in proc.stdout
+    )
     seed0 = json.loads((tmp_path / "seeds-seed0.json").read_text())
-    assert seed0["mpdf-persist"]["vs_reference"] == {"reference": "mpdf-persist", "diff": 0.0, "ci95": [0.0, 0.0],
-                                                     "disagree": 0}
+    assert seed0["mpdf-persist"]["vs_reference"] == {
+        "reference": "mpdf-persist",
+        "diff": 0.0,
+        "ci95": [0.0, 0.0],
+        "disagree": 0,
+    }
     assert len(seed0["vanilla"]["correct"]) == 2 and len(seed0["vanilla"]["question_ids"]) == 2
     pooled = json.loads(out.read_text())["vanilla"]["vs_reference"]
-    assert pooled["reference"] == "mpdf-persist" and set(pooled) == {"reference", "diff", "ci95", "disagree"}
-    bad = subprocess.run(cmd[:-2] + ["--reference", "debate"], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
-    assert bad.returncode == 2 and "unknown --reference 'debate': choose one of vanilla" in bad.stderr
+    assert pooled["reference"] == "mpdf-persist" and set(pooled) == {
+        "reference",
+        "diff",
+        "ci95",
+        "disagree",
+    }
+    bad = subprocess.run(
+        cmd[:-2] + ["--reference", "debate"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert (
+        bad.returncode == 2 and "unknown --reference 'debate': choose one of vanilla" in bad.stderr
+    )

@@ -1,4 +1,4 @@
-"""The results pipeline: experiments/run.py skips what is done, experiments/report.py writes tables from results/."""
+"""The results pipeline: experiments/run.py skips what is done, experiments/tables.py writes tables from results/."""
 import json
 import subprocess
 import sys
@@ -10,22 +10,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import report  # noqa: E402
+import studies  # noqa: E402
+import tables  # noqa: E402
 import run as runner  # noqa: E402
 
 
 def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
-    assert "not computed yet" in report.auroc_table() and "auroc/mawps.json" in report.auroc_table()
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in tables.auroc_table() and "auroc/mawps.json" in tables.auroc_table()
     (tmp_path / "auroc").mkdir()
     (tmp_path / "auroc" / "arith.json").write_text(json.dumps(
         {"solutions": 6, "right": 2, "critic_prompt_tokens_per_solution": 100.0, "auroc": {"min_prob": 0.7}}))
-    partial = report.auroc_table()
+    partial = tables.auroc_table()
     assert "| min_prob | 0.700 |" in partial and "not computed yet: `results/auroc/mawps.json`" in partial
     for task, value in (("arith", 0.61), ("mawps", 0.48)):
         (tmp_path / "auroc" / f"{task}.json").write_text(json.dumps(
             {"solutions": 600, "right": 60, "critic_prompt_tokens_per_solution": 141.2,
              "auroc": {"critic_sequence": value, "min_prob": value + 0.1}}))
-    table = report.auroc_table()
+    table = tables.auroc_table()
     assert "| min_prob | 0.710 | 0.580 |" in table and "arith (600 solutions, 60 right)" in table
     (tmp_path / "tables").mkdir()
 
@@ -35,19 +37,19 @@ def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
     table_file("vanilla", "vanilla", {"accuracy": 0.5, "stderr": 0.03, "tokens_per_question": 110,
                                       "calls_per_question": 1, "question_ids": [1, 2, 3, 4],
                                       "correct": [True, True, False, False]})
-    assert "vs softrank" not in report.protocol_table("t", ["vanilla", "softrank"], "softrank")
+    assert "vs softrank" not in tables.protocol_table("t", ["vanilla", "softrank"], "softrank")
     table_file("softrank", "mpdf=results/policies/x.pt", {
         "accuracy": 0.25, "stderr": 0.03, "tokens_per_question": 400, "calls_per_question": 3,
         "accuracy_per_round": [0.2, 0.25], "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
         "question_ids": [4, 3, 2, 1], "correct": [False, False, False, True]})  # paired by id, not by position
-    table = report.protocol_table("t", ["vanilla", "softrank"], "softrank")
+    table = tables.protocol_table("t", ["vanilla", "softrank"], "softrank")
     assert "vs softrank [95% CI]" in table and "| vanilla | 0.500 ± 0.030 | 110 | 1.0 |" in table
     assert "+0.250 [" in table and "(1) |" in table and "0.50/0.10/0.40" in table and "`mean_prob`" in table
 
 
 def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
-    assert "not computed yet" in report.llm_curves("m", "run")
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in studies.llm_curves("m", "run")
     (tmp_path / "llm").mkdir()
     for seed, final in ((0, 0.30), (1, 0.20)):
         lines = [{"step": 0, "val_accuracy": 0.10}]
@@ -55,21 +57,21 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
                   for k in range(1, 5)]
         lines.append({"step": 4, "val_accuracy": final})
         (tmp_path / "llm" / f"m-seed{seed}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    table = report.llm_curves("m", "run")
+    table = studies.llm_curves("m", "run")
     assert "| m-seed0 | 0: 0.10, 4: 0.30 | 0.100 → 0.300 | 0.100 → 0.400 | 0.50 | 4 min | 400 |" in table
     assert "over 2 seeds: +0.150 (sample std 0.071)" in table
     assert "by step: 0: 0.100 ± 0.000, 4: 0.250 ± 0.071." in table
-    assert "not computed yet" in report.temperature_table()
+    assert "not computed yet" in studies.temperature_table()
     (tmp_path / "study").mkdir()
     (tmp_path / "study" / "temperature-T0.3.json").write_text(json.dumps({"machine": "cpu", "mpdf-persist": {
         "n": 4, "accuracy": 0.5, "stderr": 0.03, "agent_accuracy_round0": 0.15, "any_agent_right_round0": 0.75,
         "tokens_per_question": 300, "question_ids": [1, 2, 3, 4], "correct": [True, True, False, False]}}))
-    table = report.temperature_table()
+    table = studies.temperature_table()
     assert "| 0.3 | 0.150 | 0.500 ± 0.030 | 0.750 | 300 |  |" in table and "temperature-T0.7.json" in table
     (tmp_path / "study" / "temperature-greedy.json").write_text(json.dumps({"machine": "cpu", "vanilla": {
         "n": 4, "accuracy": 0.25, "tokens_per_question": 100, "question_ids": [4, 3, 2, 1],
         "correct": [False, False, False, True]}}))
-    table = report.temperature_table()
+    table = studies.temperature_table()
     assert "| one greedy answer (vanilla) | 0.250 |" in table and "| 300 | +0.250 [" in table and "(1) |" in table
 
 
@@ -114,8 +116,8 @@ def test_the_old_critic_compared_first_differing_tokens(tiny_model):
 
 
 def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
-    assert "not computed yet" in report.after_table()
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in studies.after_table()
     (tmp_path / "after").mkdir()
 
     def summary(correct, tokens=100, **extra):
@@ -134,7 +136,7 @@ def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path,
           **{"mpdf-persist": summary([True, False, False, False], 250)})
     write("mlpo-L1-seed0-leader", **{"leader=runs/results/mlpo-L1-seed0/model": summary(
         [True, True, False, False], 400, peer_vote_correct=[True, False, False, False])})
-    table = report.after_table()
+    table = studies.after_table()
     assert "| MAGRPO: one greedy answer | 0 | 0.500 | 0.250 | +0.250 [" in table
     assert "| MAGRPO: the parallel vote of 3 agents | 0 | 0.750 | 0.250 | +0.500 [" in table
     assert "| 250 / 300 |" in table
@@ -145,8 +147,8 @@ def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path,
 
 
 def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
-    assert "not computed yet" in report.study_table()
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in studies.study_table()
     for folder in ("study", "training"):
         (tmp_path / folder).mkdir()
 
@@ -162,7 +164,7 @@ def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(
                 accuracy_per_round=[0.5, 0.75])}))
     (tmp_path / "training" / "study-softrank.json").write_text(json.dumps(
         {"corpus": {"states": 768, "frac_zero_std": 0.61}}))
-    table = report.study_table()
+    table = studies.study_table()
     assert "vs debate [95% CI]" in table and "| debate | 0.500 ± 0.020 | 100 | 3.0 |  |  |  |  |" in table
     assert "| one greedy answer (vanilla) | 0.250 ± 0.020 |" in table and "| -0.250 [" in table
     assert "| softrank | 0.750 ± 0.020 | 300 | 3.0 | 0.50/0.75 | 0.60/0.30/0.10 | 768, 0.61 | +0.250 [" in table
@@ -172,7 +174,7 @@ def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(
 def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypatch):
     """Tables a/b: mean ± sample std over the seeds present and the paired difference pooled over the seeds
     both protocols have; table c: validation curves per reward variant; table d: one row per team."""
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
     (tmp_path / "tables").mkdir()
     (tmp_path / "training").mkdir()
 
@@ -191,17 +193,17 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     write("a-seed0-softrank", summary([True, True, False, False], 400, policy_actions))
     write("a-seed1-softrank", summary([True, True, True, False], 600, policy_actions))
     write("a-seed0-persist", summary([True, False, False, False], 300))  # seed 1 missing: pairs on seed 0 only
-    table = report.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1), pictures=True)
+    table = tables.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1), pictures=True)
     assert "| softrank | 2 | 0.625 ± 0.177 | 500 | 3.0 | 0.50/0.25/0.25 |  |" in table
     assert "| persist | 1 | 0.250 ± – | 300 | 3.0 |  | -0.250 [" in table and "(1) |" in table
     assert "not computed yet: `results/tables/a-seed1-persist.json`" in table
-    if report.plots.pyplot() is not None:
+    if tables.plots.pyplot() is not None:
         assert (tmp_path / "tables" / "a-frontier.png").exists() and (tmp_path / "tables" / "a-actions.png").exists()
     write("a-seed1-persist", summary([False, False, False, True], 300))  # now pooled: 8 (seed, question) pairs
-    table = report.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1))
+    table = tables.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1))
     assert "| persist | 2 | 0.250 ± 0.000 |" in table and "-0.375 [" in table and "(5) |" in table
 
-    assert "not computed yet" in report.reward_scale_table()
+    assert "not computed yet" in tables.reward_scale_table()
     # softrank: 22 evaluations (the table shows every 2nd and the last); grpo: two
     curves = {("softrank", "x1"): [(10 * k, 0.3 if k < 11 else 0.5) for k in range(21)] + [(210, 0.4)],
               ("grpo", "x10"): [(0, 0.3), (10, 0.2)]}
@@ -213,7 +215,7 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     (tmp_path / "policies").mkdir()
     for algo, variant, w in (("grpo", "x1", [1.0, 2.0]), ("grpo", "x10", [1.0, 2.5])):
         torch.save({"state_dict": {"w": torch.tensor(w)}}, tmp_path / "policies" / f"arith-seed0-{algo}-{variant}.pt")
-    table = report.reward_scale_table()
+    table = tables.reward_scale_table()
     assert ("| softrank | x1 | 0: 0.30, 20: 0.30, 40: 0.30, 60: 0.30, 80: 0.30, 100: 0.30, 120: 0.50, 140: 0.50, "
             "160: 0.50, 180: 0.50, 200: 0.50, 210: 0.40 | 0.491 | 0.400 | – |") in table  # mean of 10 × 0.5 and 0.4
     assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 | 0.200 | 5.0e-01 |" in table
@@ -221,7 +223,7 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
 
     write("scaling-a2-r3-persist", summary([True, False, False, False], 200))
     write("scaling-a2-r3-softrank", summary([True, True, False, False], 250))
-    table = report.scaling_table([(2, 3), (3, 1)])
+    table = tables.scaling_table([(2, 3), (3, 1)])
     assert "| 2 | 3 | 0.250 (200) | 0.500 (250) | – | +0.250 [" in table and "| 3 | 1 |" not in table
     # debate is expected for 3 agents only (run.scaling_protocols): a missing 2-agent debate is not listed
     assert "scaling-a3-r1-debate.json" in table and "scaling-a2-r3-debate.json" not in table

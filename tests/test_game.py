@@ -1,18 +1,19 @@
 """The deliberation game: parsing and state features, the vote, the shaped reward, the policies, and
-play() driven by a scripted engine (exact, fast) and by a tiny random model (the real engine path)."""
+play() driven by a scripted engine (exact, fast) and by a tiny random model (the real engine
+path)."""
 
 import dataclasses
 import math
 
 import pytest
 import torch
+from scripted import ScriptedEngine
 
 import data
 import deliberate as D
 import policy as P
 import state as S
 from llm.engine import Engine, call_seed
-from scripted import ScriptedEngine
 from state import PERSIST, REFINE
 
 
@@ -26,15 +27,25 @@ def sol(answer, confidence=0.5, text=None):
 
 # ---------------------------------------------------------------- parsing and state features
 def test_parse_full_trailer():
-    s = S.parse_solution("3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30)
+    s = S.parse_solution(
+        "3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30
+    )
     assert (s.answer, s.steps, s.self_confidence, s.trailer_ok) == ("10", 2, 0.9, True)
     assert s.n_operations == 2 and s.consistent and s.completion_tokens == 30
 
 
-@pytest.mark.parametrize("text", [
-    "", "Steps: many\nConfidence: high\nAnswer:", "Confidence: 11/10 Steps: -3", "Answer: \n\n",
-    "Steps: 3\nConfidence: 8/10\nAnswer: 7" * 2000, "\x00\x01 garbage Steps Confidence Answer ::::",
-    "Steps: 99999999999999999999\nConfidence: 7/10\nAnswer: 5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Steps: many\nConfidence: high\nAnswer:",
+        "Confidence: 11/10 Steps: -3",
+        "Answer: \n\n",
+        "Steps: 3\nConfidence: 8/10\nAnswer: 7" * 2000,
+        "\x00\x01 garbage Steps Confidence Answer ::::",
+        "Steps: 99999999999999999999\nConfidence: 7/10\nAnswer: 5",
+    ],
+)
 def test_parse_garbled_never_crashes(text):
     s = S.parse_solution(text, "arith")
     features = S.profile(s)
@@ -44,9 +55,15 @@ def test_parse_garbled_never_crashes(text):
 def test_parse_garbled_defaults():
     s = S.parse_solution("I think it is 12 apples", "arith")
     assert s.answer == "12" and not s.trailer_ok and s.steps is None and s.self_confidence is None
-    assert s.confidence == 0.5 and s.signals == {"mean_prob": 0.5, "min_prob": 0.5, "tail_prob": 0.5}  # unknown
+    # unknown
+    assert s.confidence == 0.5 and s.signals == {
+        "mean_prob": 0.5,
+        "min_prob": 0.5,
+        "tail_prob": 0.5,
+    }
     missing = S.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
-    assert missing.answer is None and not missing.trailer_ok  # a trailer without a value is no answer
+    # a trailer without a value is no answer
+    assert missing.answer is None and not missing.trailer_ok
 
 
 def test_inconsistent_answer_flag():
@@ -59,13 +76,25 @@ def test_observe_relations_not_values():
     own, peers = S.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None])
     f = dict(zip(S.OWN_FEATURES, own))
     assert len(own) == len(S.OWN_FEATURES) and all(len(p) == len(S.PEER_FEATURES) for p in peers)
-    assert f["peer_agreement"] == 0.5 and f["is_majority"] == 1.0 and f["round"] == pytest.approx(1 / 3)
+    assert (
+        f["peer_agreement"] == 0.5
+        and f["is_majority"] == 1.0
+        and f["round"] == pytest.approx(1 / 3)
+    )
     assert f["last_refine"] == 1.0 and f["last_none"] == 0.0
     p1, p2 = (dict(zip(S.PEER_FEATURES, p)) for p in peers)
-    assert (p1["same_as_me"], p1["peer_changed_last"], p2["same_as_me"], p2["peer_is_majority"]) == (1, 1, 0, 0)
+    assert (
+        p1["same_as_me"],
+        p1["peer_changed_last"],
+        p2["same_as_me"],
+        p2["peer_is_majority"],
+    ) == (1, 1, 0, 0)
     # the answer values themselves never appear: relabelling every answer gives the same observation
     relabelled = [sol("40"), sol("40"), sol("70")]
-    assert S.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (own, peers)
+    assert S.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (
+        own,
+        peers,
+    )
 
 
 def test_unparseable_peers_never_agree():
@@ -103,22 +132,29 @@ def test_vote_without_agent():
 GOLD = "5"
 
 
-@pytest.mark.parametrize("before, after, agent, expected", [
-    # i fixes its own answer and flips the vote: +1 own, +1 consensus (without i: 5 vs 4 vs 4 -> wrong)
-    (["3", "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
-    # i fixes its own answer, but the others alone already vote right (5 vs 4 tie -> lower index): +1
-    (["3", "5", "4"], ["5", "5", "4"], 0, 1 + (1 - 1)),
-    # i already right and persists; the vote is right with or without i: 0
-    (["5", "5", "4"], ["5", "5", "4"], 0, 0),
-    # i breaks a right answer and flips the vote to wrong: -1 own, and vote wrong vs without-i right
-    (["5", "5", "4"], ["4", "5", "4"], 0, -1 + (0 - 1)),
-    # consensus without i: the others alone tie 5 vs 4 -> lower index (agent 1, "5") wins -> right
-    (["5", "5", "4"], ["5", "5", "4"], 2, 0 + (1 - 1)),
-    # i is wrong before and after; others right: 0 + (1 - 1)
-    (["3", "5", "5"], ["3", "5", "5"], 0, 0),
-    # an unparseable answer is wrong: going from None to right is +1
-    ([None, "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
-])
+@pytest.mark.parametrize(
+    "before, after, agent, expected",
+    [
+        # i fixes its own answer and flips the vote: +1 own,
+        # +1 consensus (without i: 5 vs 4 vs 4 -> wrong)
+        (["3", "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
+        # i fixes its own answer, but the others alone
+        # already vote right (5 vs 4 tie -> lower index): +1
+        (["3", "5", "4"], ["5", "5", "4"], 0, 1 + (1 - 1)),
+        # i already right and persists; the vote is right with or without i: 0
+        (["5", "5", "4"], ["5", "5", "4"], 0, 0),
+        # i breaks a right answer and flips the vote to
+        # wrong: -1 own, and vote wrong vs without-i right
+        (["5", "5", "4"], ["4", "5", "4"], 0, -1 + (0 - 1)),
+        # consensus without i: the others alone tie 5 vs
+        # 4 -> lower index (agent 1, "5") wins -> right
+        (["5", "5", "4"], ["5", "5", "4"], 2, 0 + (1 - 1)),
+        # i is wrong before and after; others right: 0 + (1 - 1)
+        (["3", "5", "5"], ["3", "5", "5"], 0, 0),
+        # an unparseable answer is wrong: going from None to right is +1
+        ([None, "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
+    ],
+)
 def test_shaped_reward(before, after, agent, expected):
     r = D.shaped_reward([sol(a) for a in before], [sol(a) for a in after], agent, GOLD, "arith")
     assert r == expected
@@ -134,7 +170,8 @@ def test_reward_two_agents_consensus_without_i_is_the_peer():
 def test_oracle_action():
     # agent 0 of a team of 3: its peers are agents 1 and 2, CONCEDE(0) = 2, CONCEDE(1) = 3
     assert P.oracle_action(0, [True, False, True], [0.5, 0.1, 0.9]) == PERSIST
-    assert P.oracle_action(0, [False, True, True], [0.5, 0.3, 0.9]) == 2 + 1  # the most confident right peer
+    # the most confident right peer
+    assert P.oracle_action(0, [False, True, True], [0.5, 0.3, 0.9]) == 2 + 1
     assert P.oracle_action(0, [False, True, False], [0.5, 0.3, 0.9]) == 2 + 0
     assert P.oracle_action(0, [False, False, False], [0.5, 0.3, 0.9]) == REFINE
     # agent 2: its peers are agents 0 and 1; a tie in confidence goes to the lower peer index
@@ -170,13 +207,15 @@ def test_policy_size_and_separate_copies(tmp_path):
 
 
 def test_policy_feature_sets_read_only_their_features(tmp_path):
-    """features=paper never sees the generation confidence, features=confidence never the self-report; a
-    checkpoint keeps its set."""
+    """features=paper never sees the generation confidence, features=confidence never the
+    self-report; a checkpoint keeps its set."""
     torch.manual_seed(0)
     own, peers = torch.rand(4, len(S.OWN_FEATURES)), torch.rand(4, 2, len(S.PEER_FEATURES))
     index = torch.zeros(4, dtype=torch.long)
-    for features, hidden_name, seen_name in (("paper", "mean_prob", "self_confidence"),
-                                             ("confidence", "self_confidence", "mean_prob")):
+    for features, hidden_name, seen_name in (
+        ("paper", "mean_prob", "self_confidence"),
+        ("confidence", "self_confidence", "mean_prob"),
+    ):
         policy = P.MetaPolicy(agents=3, features=features)
         for name, changes in ((hidden_name, False), (seen_name, True)):
             own2, peers2 = own.clone(), peers.clone()
@@ -197,12 +236,15 @@ def test_make_policy_errors():
 
 # ---------------------------------------------------------------- play() with a scripted engine
 def make_examples(n=2):
-    return [data.Example(question=f"What is {k} + 5?", answer=str(k + 5), task="arith", id=f"t/{k}")
-            for k in range(n)]
+    return [
+        data.Example(question=f"What is {k} + 5?", answer=str(k + 5), task="arith", id=f"t/{k}")
+        for k in range(n)
+    ]
 
 
 def solve_script(cfg, answers):
-    """round-0 answers per (question id, agent) through the call seed; refine always answers gold."""
+    """round-0 answers per (question id, agent) through the call seed; refine always answers
+    gold."""
     seeds = {call_seed(cfg.seed, ex_id, i, 0, "solve"): a for (ex_id, i), a in answers.items()}
 
     def script(prompt, seed):
@@ -210,6 +252,7 @@ def solve_script(cfg, answers):
             return f"Steps: 1\nConfidence: 5/10\nAnswer: {seeds[seed]}"
         gold = int(prompt.split("What is ")[1].split(" ")[0]) + 5
         return f"Steps: 1\nConfidence: 9/10\nAnswer: {gold}"
+
     return script
 
 
@@ -218,14 +261,23 @@ def test_play_oracle_concedes_and_stops_early():
     examples = make_examples(2)
     # question 0: agent 2 alone is right -> agents 0 and 1 concede to it, then everyone persists
     # question 1: nobody right -> everyone refines (refine answers gold), then everyone persists
-    answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5, ("t/1", 0): 1, ("t/1", 1): 2, ("t/1", 2): 3}
+    answers = {
+        ("t/0", 0): 1,
+        ("t/0", 1): 2,
+        ("t/0", 2): 5,
+        ("t/1", 0): 1,
+        ("t/1", 1): 2,
+        ("t/1", 2): 3,
+    }
     engine = ScriptedEngine(solve_script(cfg, answers))
     out = D.play(engine, examples, P.FixedPolicy("oracle"), cfg, record_states=True)
     r0 = out[0]["rounds"]
     assert r0[0]["answers"] == ["1", "2", "5"] and r0[0]["vote"] == "1" and not r0[0]["correct"]
-    assert r0[1]["actions"] == [2 + 1, 2 + 1, PERSIST]  # agent 0's peers are (1, 2): agent 2 is peer 1
+    # agent 0's peers are (1, 2): agent 2 is peer 1
+    assert r0[1]["actions"] == [2 + 1, 2 + 1, PERSIST]
     assert r0[1]["answers"] == ["5", "5", "5"] and r0[1]["correct"]
-    # agents 0 and 1 fix themselves but the two others alone already vote right; agent 2 changes nothing
+    # agents 0 and 1 fix themselves but the two others
+    # alone already vote right; agent 2 changes nothing
     assert r0[1]["rewards"] == [1 + 1 - 1, 1 + 1 - 1, 0 + 1 - 1]
     assert r0[2]["stopped"] and len(r0) == 3 and out[0]["correct"] and out[0]["pred"] == "5"
     assert out[1]["rounds"][1]["actions"] == [REFINE] * 3 and out[1]["correct"]
@@ -258,46 +310,65 @@ def test_play_learned_policy_pays_for_the_critic_only_when_trained_with_it():
 
 def test_play_random_is_seeded():
     cfg = D.GameConfig(agents=3, rounds=3, seed=4)
-    runs = [D.play(ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/1", 1): 0})), make_examples(2),
-                   P.FixedPolicy("random"), cfg) for _ in range(2)]
-    assert [[r.get("actions") for r in t["rounds"]] for t in runs[0]] == \
-           [[r.get("actions") for r in t["rounds"]] for t in runs[1]]
+    runs = [
+        D.play(
+            ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/1", 1): 0})),
+            make_examples(2),
+            P.FixedPolicy("random"),
+            cfg,
+        )
+        for _ in range(2)
+    ]
+    assert [[r.get("actions") for r in t["rounds"]] for t in runs[0]] == [
+        [r.get("actions") for r in t["rounds"]] for t in runs[1]
+    ]
 
 
 def test_counterfactual_reward_vectors():
-    """Every action's reward, peers held at their actions; the taken action's entry is the actual reward."""
+    """Every action's reward, peers held at their actions; the taken action's entry is the actual
+    reward."""
     cfg = D.GameConfig(agents=3, rounds=1)
-    answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}  # only agent 2 is right; refine answers gold
+    # only agent 2 is right; refine answers gold
+    answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     engine = ScriptedEngine(solve_script(cfg, answers))
     out = D.play(engine, make_examples(1), P.FixedPolicy("persist"), cfg, counterfactual=True)
     record = out[0]["rounds"][1]
     assert record["actions"] == [PERSIST] * 3 and record["rewards"] == [0, 0, 0]
-    # vote ties go to the higher confidence (round-0 answers 5/10, refined ones 9/10), then the lower index
-    # agent 0 (peers 1, 2): refine or concede to agent 2 make it right (+1) and the full vote right (+1),
-    # while the vote without it (2 vs 5, tied) stays wrong; concede to agent 1 changes nothing
+    # vote ties go to the higher confidence (round-0 answers 5/10, refined ones 9/10), then the
+    # lower index agent 0 (peers 1, 2): refine or concede to agent 2 make it right (+1) and the full
+    # vote right (+1), while the vote without it (2 vs 5, tied) stays wrong; concede to agent 1
+    # changes nothing
     assert record["reward_vectors"][0] == [0, 2, 0, 2]
     assert record["reward_vectors"][1] == [0, 2, 0, 2]
-    # agent 2 is right: conceding to a wrong peer costs its correctness; refining keeps it right and its
-    # higher confidence now wins the three-way tie of the full vote
+    # agent 2 is right: conceding to a wrong peer costs its correctness; refining keeps it right and
+    # its higher confidence now wins the three-way tie of the full vote
     assert record["reward_vectors"][2] == [0, 1, -1, -1]
     assert [v[a] for v, a in zip(record["reward_vectors"], record["actions"])] == record["rewards"]
     assert engine.calls == 3 + 3  # one counterfactual REFINE sample per agent
 
 
 def test_play_is_independent_of_the_batch():
-    """A question's game does not depend on which other questions share the batch (rank sharding)."""
+    """A question's game does not depend on which other questions share the batch (rank
+    sharding)."""
     cfg = D.GameConfig(agents=3, rounds=3, seed=1, greedy_policy=False)
     answers = {("t/0", 0): 1, ("t/1", 1): 0, ("t/2", 2): 3}
     torch.manual_seed(0)
     policy = P.MetaPolicy(agents=3)
     together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), policy, cfg)
     alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], policy, cfg)
-    assert [r.get("actions") for r in alone[0]["rounds"]] == [r.get("actions") for r in together[1]["rounds"]]
+    assert [r.get("actions") for r in alone[0]["rounds"]] == [
+        r.get("actions") for r in together[1]["rounds"]
+    ]
 
 
 def test_sample_actions_inverse_cdf():
     probs = torch.tensor([[0.1, 0.2, 0.7]] * 4)
-    assert P.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [0, 1, 2, 2]
+    assert P.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [
+        0,
+        1,
+        2,
+        2,
+    ]
 
 
 # ---------------------------------------------------------------- the real engine path, tiny model
@@ -306,7 +377,15 @@ def test_protocols_on_tiny_model(tiny_model, tmp_path):
     engine = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path / "cache")
     cfg = D.GameConfig(agents=2, rounds=1, max_new_tokens=8)
     examples = data.load_task("arith", split="test", n=2, seed=0)
-    for protocol in ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle"):
+    for protocol in (
+        "vanilla",
+        "cot",
+        "sc",
+        "debate",
+        "mpdf-persist",
+        "mpdf-random",
+        "mpdf-oracle",
+    ):
         results = D.run_protocol(engine, examples, protocol, cfg)
         assert len(results) == 2 and all(r["tokens"] > 0 and r["calls"] >= 1 for r in results)
         # random weights answer nothing sensible: an unparseable answer is never counted correct
@@ -317,31 +396,51 @@ def test_protocols_on_tiny_model(tiny_model, tmp_path):
 
 
 def test_lead_peers_vote_then_leader_decides_and_peers_revise():
-    """MLPO's protocol: round-0 peers (play's calls), the leader reads them; with rounds=1 the peers revise
-    after reading the leader's answer and the leader answers again; its last answer is the prediction."""
+    """MLPO's protocol: round-0 peers (play's calls), the leader reads them; with rounds=1 the peers
+    revise after reading the leader's answer and the leader answers again; its last answer is the
+    prediction."""
     cfg = D.GameConfig(agents=3, rounds=1)
     examples = make_examples(2)
-    peers = ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/0", 1): 1, ("t/0", 2): 5,
-                                              ("t/1", 0): 6, ("t/1", 1): 6, ("t/1", 2): 2}))
+    peers = ScriptedEngine(
+        solve_script(
+            cfg,
+            {
+                ("t/0", 0): 1,
+                ("t/0", 1): 1,
+                ("t/0", 2): 5,
+                ("t/1", 0): 6,
+                ("t/1", 1): 6,
+                ("t/1", 2): 2,
+            },
+        )
+    )
     seen = []
 
     def leader_script(prompt, seed):  # answers agent 3's round-0 answer, then what most peers say
         seen.append(prompt)
-        answers = [line.split("Answer: ")[1] for line in prompt.splitlines() if line.startswith("Answer: ")]
+        answers = [
+            line.split("Answer: ")[1] for line in prompt.splitlines() if line.startswith("Answer: ")
+        ]
         return f"Answer: {answers[2] if len(seen) <= 2 else max(set(answers), key=answers.count)}"
+
     leader = ScriptedEngine(leader_script)
     out = D.lead(peers, leader, examples, cfg)
-    assert [r["peer_vote_correct"] for r in out] == [False, True]  # 1,1,5 votes 1 (gold 5); 6,6,2 votes 6
-    assert [r["leader_correct"][0] for r in out] == [True, False]  # the leader picked agent 3 both times
+    # 1,1,5 votes 1 (gold 5); 6,6,2 votes 6
+    assert [r["peer_vote_correct"] for r in out] == [False, True]
+    # the leader picked agent 3 both times
+    assert [r["leader_correct"][0] for r in out] == [True, False]
     # round 1: the peers refine (the script answers gold), the leader follows them
     assert [r["leader_correct"] for r in out] == [[True, True], [False, True]]
     assert [r["pred"] for r in out] == ["5", "6"] and all(r["correct"] for r in out)
     assert "Solutions from 3 agents" in seen[0] and "Agent 3:" in seen[0]
-    assert peers.calls == 6 + 6 and leader.calls == 4 and all(r["calls"] == 3 + 1 + 3 + 1 for r in out)
+    assert (
+        peers.calls == 6 + 6 and leader.calls == 4 and all(r["calls"] == 3 + 1 + 3 + 1 for r in out)
+    )
     assert all(r["tokens"] > 0 for r in out)
 
 
-# ---------------------------------------------------------------- generation confidence and the one vote rule
+# ----------------------------------------------------------------
+# generation confidence and the one vote rule
 def test_generation_confidence_signals():
     logprobs = [math.log(0.9)] * 10 + [math.log(0.2)] + [math.log(0.8)] * 7
     signals = S.generation_confidence(logprobs)
@@ -350,43 +449,76 @@ def test_generation_confidence_signals():
     assert signals["mean_prob"] == pytest.approx(math.exp(sum(logprobs) / len(logprobs)))
     s = S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
     assert s.confidence == pytest.approx(0.2) and s.signals == signals
-    assert S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence == signals["tail_prob"]
+    assert (
+        S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence
+        == signals["tail_prob"]
+    )
     assert S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
     with pytest.raises(ValueError, match="unknown vote rule"):
         S.parse_solution("Answer: 3", "arith", vote="critic")
     features = dict(zip(S.PROFILE_FEATURES, S.profile(s)))
-    assert features["min_prob"] == pytest.approx(0.2) and features["mean_prob"] == signals["mean_prob"]
+    assert (
+        features["min_prob"] == pytest.approx(0.2) and features["mean_prob"] == signals["mean_prob"]
+    )
 
 
 def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
-    """Round-0 ties (1 vs 2 vs 5) break by generation confidence for every protocol, critic on or off."""
+    """Round-0 ties (1 vs 2 vs 5) break by generation confidence for every protocol, critic on or
+    off."""
     cfg = D.GameConfig(agents=3, rounds=1)
 
     def script(prompt, seed):  # three different answers; agent 2 is the most confident
         agent = {call_seed(cfg.seed, "t/0", i, 0, "solve"): i for i in range(3)}.get(seed)
-        return f"Answer: {agent + 1}\nConfidence: {[3, 4, 9][agent]}/10" if agent is not None else "Answer: 7"
+        return (
+            f"Answer: {agent + 1}\nConfidence: {[3, 4, 9][agent]}/10"
+            if agent is not None
+            else "Answer: 7"
+        )
+
     votes = []
-    for policy, critic in ((P.FixedPolicy("refine"), False), (P.FixedPolicy("persist"), False),
-                           (P.FixedPolicy("persist"), True), (P.MetaPolicy(agents=3, critic=True), False)):
-        out = D.play(ScriptedEngine(script), make_examples(1), policy, dataclasses.replace(cfg, critic=critic))
+    for policy, critic in (
+        (P.FixedPolicy("refine"), False),
+        (P.FixedPolicy("persist"), False),
+        (P.FixedPolicy("persist"), True),
+        (P.MetaPolicy(agents=3, critic=True), False),
+    ):
+        out = D.play(
+            ScriptedEngine(script),
+            make_examples(1),
+            policy,
+            dataclasses.replace(cfg, critic=critic),
+        )
         votes.append(out[0]["rounds"][0]["vote"])
     assert votes == ["3"] * 4
-    index_rule = D.play(ScriptedEngine(script), make_examples(1), P.FixedPolicy("persist"),
-                        dataclasses.replace(cfg, vote="index"))
+    index_rule = D.play(
+        ScriptedEngine(script),
+        make_examples(1),
+        P.FixedPolicy("persist"),
+        dataclasses.replace(cfg, vote="index"),
+    )
     assert index_rule[0]["rounds"][0]["vote"] == "1"
 
 
 def test_refine_cost_is_paid_by_refine_only():
-    """GameConfig.refine_cost: a REFINE's reward, taken or counterfactual, pays per 1000 tokens of its call."""
+    """GameConfig.refine_cost: a REFINE's reward, taken or counterfactual, pays per 1000 tokens of
+    its call."""
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     runs = {}
     for cost in (0.0, 100.0):
         cfg = D.GameConfig(agents=3, rounds=1, refine_cost=cost)
-        runs[cost] = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(1), P.FixedPolicy("refine"),
-                            cfg, counterfactual=True)[0]["rounds"][1]
+        runs[cost] = D.play(
+            ScriptedEngine(solve_script(cfg, answers)),
+            make_examples(1),
+            P.FixedPolicy("refine"),
+            cfg,
+            counterfactual=True,
+        )[0]["rounds"][1]
     free, paid = runs[0.0], runs[100.0]
     for i in range(3):
         spent = free["reward_vectors"][i][REFINE] - paid["reward_vectors"][i][REFINE]
-        assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])  # it refined
+        # it refined
+        assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])
         others = [a for a in range(4) if a != REFINE]
-        assert [paid["reward_vectors"][i][a] for a in others] == [free["reward_vectors"][i][a] for a in others]
+        assert [paid["reward_vectors"][i][a] for a in others] == [
+            free["reward_vectors"][i][a] for a in others
+        ]

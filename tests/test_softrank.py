@@ -1,6 +1,7 @@
-"""Tests for softrank.py: properties of the advantages, exactness of the losses' gradients, masking, and
-gradient accumulation. Seeded random inputs; scipy is the independent reference for ranks and quantiles.
-Run: python -m pytest -q tests/test_softrank.py"""
+"""Tests for softrank.py: properties of the advantages, exactness of the losses' gradients, masking,
+and gradient accumulation. Seeded random inputs; scipy is the independent reference for ranks and
+quantiles. Run: python -m pytest -q tests/test_softrank.py"""
+
 import math
 import sys
 from pathlib import Path
@@ -11,9 +12,22 @@ import torch
 from scipy.stats import norm, rankdata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from softrank import (flat_groups, PG_KINDS, grpo_advantages, kl_k3, mean_baseline_advantages, pg_normalizer,  # noqa: E402
-                      optimal_policy, policy_gradient_loss, ppo_clip_loss, rank_matching_loss, rloo_advantages,
-                      softrank_advantages, softrank_loss, unweighted_softrank_loss)
+from softrank import (
+    PG_KINDS,
+    flat_groups,
+    grpo_advantages,
+    kl_k3,
+    mean_baseline_advantages,
+    optimal_policy,
+    pg_normalizer,  # noqa: E402
+    policy_gradient_loss,
+    ppo_clip_loss,
+    rank_matching_loss,
+    rloo_advantages,
+    softrank_advantages,
+    softrank_loss,
+    unweighted_softrank_loss,
+)
 
 DTYPES = [torch.float32, torch.float64]
 NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
@@ -43,9 +57,9 @@ def reference_softrank(r, tau, eps=1e-6):
     return list((a - a.mean()) / (a.std() + eps))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # softrank_advantages: properties
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("tau", [0.3, 0.5, 0.8, 1.0])
@@ -64,7 +78,7 @@ def test_matches_scipy_reference(make, K, tau):
 def test_order_preserving(K, tau, dtype):
     r = distinct_rewards((50, K), seed=1, dtype=dtype)
     A = softrank_advantages(r, tau=tau)
-    r_less = r.unsqueeze(-1) < r.unsqueeze(-2)        # [i, j]: r_i < r_j
+    r_less = r.unsqueeze(-1) < r.unsqueeze(-2)  # [i, j]: r_i < r_j
     A_less = A.unsqueeze(-1) < A.unsqueeze(-2)
     assert torch.equal(r_less, A_less)
 
@@ -73,7 +87,7 @@ TRANSFORMS = {
     "affine": lambda r: 3.0 * r + 7.0,
     "shrink": lambda r: 0.01 * r - 5.0,
     "exp": torch.exp,
-    "cube": lambda r: r ** 3,
+    "cube": lambda r: r**3,
     "sigmoid": torch.sigmoid,
 }
 
@@ -89,7 +103,8 @@ def test_invariant_under_increasing_transform(make, transform):
 def test_grpo_changes_under_exp_but_softrank_does_not():
     r = torch.tensor([0.0, 0.1, 0.2, 0.3, 0.5, 2.0], dtype=torch.float64)
     assert not torch.allclose(grpo_advantages(r.exp()), grpo_advantages(r), atol=1e-2)
-    torch.testing.assert_close(grpo_advantages(10 * r), grpo_advantages(r), atol=1e-5, rtol=0)  # affine: ok
+    # affine: ok
+    torch.testing.assert_close(grpo_advantages(10 * r), grpo_advantages(r), atol=1e-5, rtol=0)
     assert torch.equal(softrank_advantages(r.exp()), softrank_advantages(r))
 
 
@@ -124,15 +139,15 @@ def test_ties_get_equal_advantages(advantages):
     assert A[0] < A[3] < A[1]
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # softrank_advantages: hand-computed values
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("tau", [0.5, 0.8, 1.0])
 def test_hand_K2(tau):
-    # Two values a < b centered: -(b - a)/2, +(b - a)/2, population std (b - a)/2. So A = -1, +1 for any tau.
-    # tau = 1: p = 0.25, 0.75, A* = -0.6745, +0.6745.
+    # Two values a < b centered: -(b - a)/2, +(b - a)/2, population std (b - a)/2. So A = -1, +1 for
+    # any tau. tau = 1: p = 0.25, 0.75, A* = -0.6745, +0.6745.
     A = softrank_advantages(torch.tensor([5.0, -2.0], dtype=torch.float64), tau=tau, eps=0.0)
     torch.testing.assert_close(A, torch.tensor([1.0, -1.0], dtype=torch.float64))
     if tau == 1.0:
@@ -140,7 +155,8 @@ def test_hand_K2(tau):
 
 
 def test_hand_K3_tau1():
-    # p = 1/6, 1/2, 5/6 -> A* = -z, 0, z; population std z sqrt(2/3) -> A = -sqrt(3/2), 0, sqrt(3/2).
+    # p = 1/6, 1/2, 5/6 -> A* = -z, 0, z; population
+    # std z sqrt(2/3) -> A = -sqrt(3/2), 0, sqrt(3/2).
     A = softrank_advantages(torch.tensor([0.1, 0.7, 0.4], dtype=torch.float64), tau=1.0, eps=0.0)
     s = math.sqrt(1.5)
     torch.testing.assert_close(A, torch.tensor([-s, s, 0.0], dtype=torch.float64))
@@ -155,7 +171,7 @@ def test_hand_K3_tau1_with_tie():
 
 
 def test_hand_K3_tau_half():
-    p = [math.sqrt((k + 0.5) / 3) for k in range(3)]            # ranks 0, 1, 2
+    p = [math.sqrt((k + 0.5) / 3) for k in range(3)]  # ranks 0, 1, 2
     a = [phi_inv(x) for x in p]
     mean = sum(a) / 3
     std = math.sqrt(sum((x - mean) ** 2 for x in a) / 3)
@@ -164,13 +180,13 @@ def test_hand_K3_tau_half():
     torch.testing.assert_close(A, torch.tensor(expected, dtype=torch.float64))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Baselines: hand values
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def test_baselines_hand_values():
-    r = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)   # mean 3, population variance 14/4
+    r = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)  # mean 3, population variance 14/4
     centered = torch.tensor([-2.0, -1.0, 0.0, 3.0], dtype=torch.float64)
     torch.testing.assert_close(mean_baseline_advantages(r), centered)
     torch.testing.assert_close(grpo_advantages(r, eps=0.0), centered / math.sqrt(3.5))
@@ -179,9 +195,9 @@ def test_baselines_hand_values():
     torch.testing.assert_close(rloo_advantages(r), loo)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Degenerate groups, shapes, dtypes, devices, masks
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("advantages", [softrank_advantages] + BASELINES)
@@ -194,11 +210,11 @@ def test_all_equal_group_gives_exact_zeros(advantages, value):
 def test_flat_groups_are_the_all_equal_ones_and_get_zero_advantages():
     r = distinct_rewards((5, 4), seed=5)
     r[1] = 1.0
-    r[3] = -2.0                                        # 2 of 5 groups are flat
-    r[4, 0] = r[4, 1]                                  # a tie is not a flat group
+    r[3] = -2.0  # 2 of 5 groups are flat
+    r[4, 0] = r[4, 1]  # a tie is not a flat group
     assert flat_groups(r)[:, 0].tolist() == [False, True, False, True, False]
     mask = torch.ones(5, 4, dtype=torch.bool)
-    mask[0, 1:] = False                                # one existing action: nothing to prefer
+    mask[0, 1:] = False  # one existing action: nothing to prefer
     assert flat_groups(r, mask)[:, 0].tolist() == [True, True, False, True, False]
     for advantages in [softrank_advantages] + BASELINES:
         A = advantages(r)
@@ -232,21 +248,21 @@ def test_masked_advantages_equal_the_smaller_group(advantages):
     r = tied_rewards((3, 5), seed=10) + distinct_rewards((3, 5), seed=11).round()
     sizes = [5, 3, 2]
     mask = torch.arange(5) < torch.tensor(sizes).unsqueeze(-1)
-    r_padded = r.masked_fill(~mask, float("nan"))       # garbage in padded slots must not leak
+    r_padded = r.masked_fill(~mask, float("nan"))  # garbage in padded slots must not leak
     A = advantages(r_padded, mask=mask)
     for i, n in enumerate(sizes):
         torch.testing.assert_close(A[i, :n], advantages(r[i, :n]), atol=1e-12, rtol=0)
         assert torch.equal(A[i, n:], torch.zeros(5 - n, dtype=torch.float64))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # softrank_loss: exact gradient, masking
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def naive_softrank_loss(logits, advantages, ref_logits, beta, lam, mask, weighted=True):
-    """Eq. 3 (the expected advantage; weighted=False: the literal -A log pi) written out with python loops,
-    one state and one action at a time."""
+    """Eq. 3 (the expected advantage; weighted=False: the literal -A log pi) written out with python
+    loops, one state and one action at a time."""
     total = 0.0
     for s in range(logits.shape[0]):
         keep = [k for k in range(logits.shape[1]) if mask[s, k]]
@@ -254,8 +270,8 @@ def naive_softrank_loss(logits, advantages, ref_logits, beta, lam, mask, weighte
         ref = torch.exp(ref_logits[s, keep]) / torch.exp(ref_logits[s, keep]).sum()
         for i, k in enumerate(keep):
             total = total - advantages[s, k] * (pi[i] if weighted else torch.log(pi[i]))
-            total = total + beta * pi[i] * torch.log(pi[i] / ref[i])     # KL term
-            total = total + lam * pi[i] * torch.log(pi[i])               # -lam * H
+            total = total + beta * pi[i] * torch.log(pi[i] / ref[i])  # KL term
+            total = total + lam * pi[i] * torch.log(pi[i])  # -lam * H
     return total / logits.shape[0]
 
 
@@ -287,7 +303,8 @@ def test_softrank_loss_gradient_matches_naive_loop(masked, beta, lam, weighted):
 
 
 def descend(loss_fn, logits, steps, lr=0.05, **kw):
-    """Adam on the logits themselves (one free parameter per state and action); the loss after each step."""
+    """Adam on the logits themselves (one free parameter per state and action); the loss after each
+    step."""
     x = logits.clone().float().requires_grad_()
     optimizer = torch.optim.Adam([x], lr=lr)
     losses = []
@@ -303,41 +320,54 @@ def descend(loss_fn, logits, steps, lr=0.05, **kw):
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("beta,lam", [(0.05, 0.01), (0.5, 0.0), (1.0, 0.2), (2.0, 0.5)])
 def test_softrank_loss_descends_to_its_analytic_optimum(masked, beta, lam):
-    """Gradient descent on the expected-advantage objective reaches pi* ∝ exp((A + beta log pi_ref) /
-    (beta + lam)) on 64 random states, and the logits stay bounded. (0.05, 0.01): train_rl's defaults, a
-    sharp optimum that takes longer to reach."""
+    """Gradient descent on the expected-advantage objective reaches pi* ∝ exp((A + beta log pi_ref)
+    / (beta + lam)) on 64 random states, and the logits stay bounded. (0.05, 0.01): train_rl's
+    defaults, a sharp optimum that takes longer to reach."""
     logits, ref_logits, advantages, mask = random_problem(64, 5, seed=21, masked=masked)
     mask = mask if masked else None
     steps = 6000 if beta + lam < 0.1 else 3000
-    x, losses = descend(softrank_loss, logits, steps, advantages=advantages.float(), ref_logits=ref_logits.float(),
-                        beta=beta, lam=lam, mask=mask)
+    x, losses = descend(
+        softrank_loss,
+        logits,
+        steps,
+        advantages=advantages.float(),
+        ref_logits=ref_logits.float(),
+        beta=beta,
+        lam=lam,
+        mask=mask,
+    )
     target = optimal_policy(advantages, ref_logits, beta, lam, mask=mask).float()
     pi = torch.softmax(x.masked_fill(~mask, -torch.inf) if masked else x, -1)
     assert (pi - target).abs().max() < 2e-3
-    assert losses[-1] >= losses[-100] - 1e-5   # leveled off at the minimum
+    assert losses[-1] >= losses[-100] - 1e-5  # leveled off at the minimum
     centered = x - x.mean(-1, keepdim=True)
     assert centered[mask if masked else torch.ones_like(x, dtype=torch.bool)].abs().max() < 20
 
 
 def test_optimal_policy_is_where_eq4_is_zero():
-    """With lam = 0, softrank_loss's optimum is the tilted reference that Eq. 4 regresses onto (loss 0)."""
+    """With lam = 0, softrank_loss's optimum is the tilted reference that Eq. 4 regresses onto (loss
+    0)."""
     _, ref_logits, advantages, mask = random_problem(16, 5, seed=22, masked=True)
     pi_star = optimal_policy(advantages, ref_logits, 0.7, 0.0, mask=mask)
-    loss, _ = rank_matching_loss(torch.log(pi_star.clamp_min(1e-300)), ref_logits, advantages, 0.7, mask=mask)
+    loss, _ = rank_matching_loss(
+        torch.log(pi_star.clamp_min(1e-300)), ref_logits, advantages, 0.7, mask=mask
+    )
     assert loss.item() == pytest.approx(0.0, abs=1e-20)
 
 
 @pytest.mark.parametrize("beta", [0.05, 1.0, 10.0])
 def test_unweighted_form_has_no_minimum(beta):
-    """The literal -sum_k A_k log pi_k: advantages sum to zero, so the loss falls linearly for ever and the
-    logits grow without bound, at any beta (the reason softrank_loss is the expected advantage)."""
+    """The literal -sum_k A_k log pi_k: advantages sum to zero, so the loss falls linearly for ever
+    and the logits grow without bound, at any beta (the reason softrank_loss is the expected
+    advantage)."""
     logits, ref_logits, advantages, _ = random_problem(64, 4, seed=23, masked=False)
     kw = dict(advantages=advantages.float(), ref_logits=ref_logits.float(), beta=beta, lam=0.01)
     x, losses = descend(unweighted_softrank_loss, logits, 2000, lr=1e-2, **kw)
-    assert losses[1999] < losses[999] - 3 < losses[0] - 6          # still falling, by several units
+    assert losses[1999] < losses[999] - 3 < losses[0] - 6  # still falling, by several units
     assert (x - x.mean(-1, keepdim=True)).abs().max() > 14
     y, bounded = descend(softrank_loss, logits, 2000, lr=1e-2, **kw)
-    assert bounded[-1] > -advantages.abs().max().item() - 1     # -sum pi A >= -max A, KL >= 0, H <= log K
+    # -sum pi A >= -max A, KL >= 0, H <= log K
+    assert bounded[-1] > -advantages.abs().max().item() - 1
 
 
 def test_softrank_loss_stats():
@@ -347,13 +377,14 @@ def test_softrank_loss_stats():
     assert all(isinstance(v, float) for v in stats.values())
     assert stats["kl"] >= 0 and stats["entropy"] >= 0
     _, same = softrank_loss(logits, advantages, logits, beta=0.1, lam=0.01, mask=mask)
-    assert same["kl"] == pytest.approx(0.0, abs=1e-12)                 # pi = pi_ref -> KL = 0
+    assert same["kl"] == pytest.approx(0.0, abs=1e-12)  # pi = pi_ref -> KL = 0
 
 
 @pytest.mark.parametrize("loss_fn", ["softrank", "rank_matching"])
 def test_masked_actions_get_zero_probability_and_zero_gradient(loss_fn):
     logits, ref_logits, advantages, mask = random_problem(8, 5, seed=14, masked=True)
-    # Garbage in the slots of actions that do not exist: nothing of it may reach the loss or the gradient.
+    # Garbage in the slots of actions that do not exist:
+    # nothing of it may reach the loss or the gradient.
     logits = logits.masked_fill(~mask, float("nan")).requires_grad_()
     ref_logits = ref_logits.masked_fill(~mask, float("inf"))
     advantages = advantages.masked_fill(~mask, float("nan"))
@@ -380,9 +411,9 @@ def test_masked_loss_equals_loss_on_the_smaller_action_set():
     torch.testing.assert_close(full, small)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # rank_matching_loss
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -405,24 +436,27 @@ def test_rank_matching_minimized_at_tilted_reference(masked, beta):
 def test_rank_matching_hand_value():
     # pi = pi_ref: d = 0, so L = mean of the centered A squared = population variance of A.
     logits = torch.zeros(1, 3, dtype=torch.float64)
-    A = torch.tensor([[1.0, 2.0, 6.0]], dtype=torch.float64)        # mean 3, deviations -2, -1, 3
+    A = torch.tensor([[1.0, 2.0, 6.0]], dtype=torch.float64)  # mean 3, deviations -2, -1, 3
     loss, _ = rank_matching_loss(logits, logits, A, beta=0.5)
     assert loss.item() == pytest.approx(14 / 3)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # ppo_clip_loss, kl_k3
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ratio,A,surrogate,moves", [
-    (1.1, 1.0, 1.1, True),      # inside the range: plain ratio * A
-    (0.9, -1.0, -0.9, True),
-    (1.5, 1.0, 1.2, False),     # past 1 + c with A > 0: clipped, no gradient
-    (0.5, -1.0, -0.8, False),   # past 1 - c with A < 0: clipped, no gradient
-    (1.5, -1.0, -1.5, True),    # moved the wrong way: the min keeps the unclipped (worse) value
-    (0.5, 1.0, 0.5, True),
-])
+@pytest.mark.parametrize(
+    "ratio,A,surrogate,moves",
+    [
+        (1.1, 1.0, 1.1, True),  # inside the range: plain ratio * A
+        (0.9, -1.0, -0.9, True),
+        (1.5, 1.0, 1.2, False),  # past 1 + c with A > 0: clipped, no gradient
+        (0.5, -1.0, -0.8, False),  # past 1 - c with A < 0: clipped, no gradient
+        (1.5, -1.0, -1.5, True),  # moved the wrong way: the min keeps the unclipped (worse) value
+        (0.5, 1.0, 0.5, True),
+    ],
+)
 def test_ppo_clip_hand_cases(ratio, A, surrogate, moves):
     logp = torch.tensor([math.log(ratio)], dtype=torch.float64, requires_grad=True)
     old_logp = torch.zeros(1, dtype=torch.float64)
@@ -446,19 +480,22 @@ def test_kl_k3_nonnegative_and_unbiased():
     assert torch.equal(kl_k3(logp_all, logp_all), torch.zeros(6, dtype=torch.float64))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # policy_gradient_loss: normalizers and gradient accumulation
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,expected_grad", [
-    ("token", [[-1 / 4, 0, 0], [2 / 4, 2 / 4, 2 / 4]]),          # every token: -A_b / 4 tokens
-    ("seq", [[-1 / 2, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),            # -A_b / (|o_b| * B)
-    ("const", [[-1 / 6, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),          # -A_b / (B * T)
-])
+@pytest.mark.parametrize(
+    "kind,expected_grad",
+    [
+        ("token", [[-1 / 4, 0, 0], [2 / 4, 2 / 4, 2 / 4]]),  # every token: -A_b / 4 tokens
+        ("seq", [[-1 / 2, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),  # -A_b / (|o_b| * B)
+        ("const", [[-1 / 6, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),  # -A_b / (B * T)
+    ],
+)
 def test_pg_hand_weights(kind, expected_grad):
     logp = torch.full((2, 3), -1.0, dtype=torch.float64, requires_grad=True)
-    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])                  # lengths 1 and 3
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])  # lengths 1 and 3
     A = torch.tensor([1.0, -2.0], dtype=torch.float64)
     policy_gradient_loss(logp, A, mask, kind)[0].backward()
     torch.testing.assert_close(logp.grad, torch.tensor(expected_grad, dtype=torch.float64))
@@ -481,20 +518,23 @@ def test_pg_gradient_accumulation_is_exact(kind, split):
     policy_gradient_loss(full, A, mask, kind)[0].backward()
 
     acc = logp.clone().requires_grad_()
-    normalizer = pg_normalizer(mask, kind)                        # once, over the whole batch
+    normalizer = pg_normalizer(mask, kind)  # once, over the whole batch
     start = 0
     for size in split:
         rows = slice(start, start + size)
-        T_micro = int(mask[rows].sum(-1).max())                   # each micro-batch padded to its own length
-        loss, _ = policy_gradient_loss(acc[rows, :T_micro], A[rows], mask[rows, :T_micro], kind,
-                                       normalizer=normalizer)
-        loss.backward()                                           # gradients add up in acc.grad
+        # each micro-batch padded to its own length
+        T_micro = int(mask[rows].sum(-1).max())
+        loss, _ = policy_gradient_loss(
+            acc[rows, :T_micro], A[rows], mask[rows, :T_micro], kind, normalizer=normalizer
+        )
+        loss.backward()  # gradients add up in acc.grad
         start += size
     torch.testing.assert_close(acc.grad, full.grad, atol=1e-14, rtol=0)
 
 
 def test_pg_per_microbatch_token_mean_is_not_exact():
-    # Why the normalizer argument exists: DAPO's token mean taken per micro-batch weighs tokens unequally.
+    # Why the normalizer argument exists: DAPO's token
+    # mean taken per micro-batch weighs tokens unequally.
     logp, A, mask = pg_batch(seed=20)
     full = logp.clone().requires_grad_()
     policy_gradient_loss(full, A, mask, "token")[0].backward()
@@ -507,7 +547,8 @@ def test_pg_per_microbatch_token_mean_is_not_exact():
 @pytest.mark.parametrize("kind", PG_KINDS)
 def test_pad_tokens_get_zero_gradient(kind):
     logp, A, mask = pg_batch(seed=21)
-    logp = logp.masked_fill(mask == 0, -torch.inf).requires_grad_()   # e.g. log-prob of a masked pad
+    # e.g. log-prob of a masked pad
+    logp = logp.masked_fill(mask == 0, -torch.inf).requires_grad_()
     loss, stats = policy_gradient_loss(logp, A, mask, kind)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()

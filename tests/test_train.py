@@ -1,5 +1,7 @@
-"""sft.py and train_rl.py (the meta-policy): the losses in process, then the scripts as users run them (subprocesses on a tiny
-random model): plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
+"""sft.py and train_rl.py (the meta-policy): the losses in process, then the scripts as users run
+them (subprocesses on a tiny random model): plain python vs a 2-process torchrun, and a run killed
+with SIGKILL and resumed."""
+
 import json
 import os
 import subprocess
@@ -9,34 +11,50 @@ from pathlib import Path
 import pytest
 import torch
 
+import common
 import policy as P
 import state as S
 import train_rl
-import common
 
 ROOT = Path(__file__).resolve().parents[1]
-GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2", "--max-new-tokens", "8"]
+GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2",
+        "--max-new-tokens", "8"]  # fmt: skip
 
 
 # ---------------------------------------------------------------- losses and helpers, in process
 def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
     g = torch.Generator().manual_seed(0)
-    own, peers = torch.rand(n, len(S.OWN_FEATURES), generator=g), torch.rand(n, 2, len(S.PEER_FEATURES), generator=g)
-    return {"own": own, "peers": peers, "agent": torch.arange(n) % 3, "action": torch.randint(0, 4, (n,), generator=g),
-            "rewards": torch.tensor([rewards] * n), "ref_logits": torch.zeros(n, 4), "old_logits": torch.zeros(n, 4)}
+    own, peers = (
+        torch.rand(n, len(S.OWN_FEATURES), generator=g),
+        torch.rand(n, 2, len(S.PEER_FEATURES), generator=g),
+    )
+    return {
+        "own": own,
+        "peers": peers,
+        "agent": torch.arange(n) % 3,
+        "action": torch.randint(0, 4, (n,), generator=g),
+        "rewards": torch.tensor([rewards] * n),
+        "ref_logits": torch.zeros(n, 4),
+        "old_logits": torch.zeros(n, 4),
+    }
 
 
 def rl_loss(policy, batch, cfg):
     return train_rl.rl_loss(policy(batch["own"], batch["peers"], batch["agent"]), batch, cfg)
 
 
-@pytest.mark.parametrize("algo,objective", [(algo, "expected") for algo in train_rl.ALGOS]
-                         + [(algo, objective) for algo in ("softrank", "grpo") for objective in ("unweighted", "eq4")])
+@pytest.mark.parametrize(
+    "algo,objective",
+    [(algo, "expected") for algo in train_rl.ALGOS]
+    + [(algo, objective) for algo in ("softrank", "grpo") for objective in ("unweighted", "eq4")],
+)
 def test_every_algo_moves_toward_the_best_action(algo, objective):
     torch.manual_seed(0)
     policy = P.MetaPolicy(agents=3)
     # Eq. 4 regresses beta * log(pi / pi_ref) onto A: at beta = 0 it has nothing to fit
-    cfg = train_rl.Config(algo=algo, objective=objective, beta=0.1 if objective == "eq4" else 0.0, lam=0.0)
+    cfg = train_rl.Config(
+        algo=algo, objective=objective, beta=0.1 if objective == "eq4" else 0.0, lam=0.0
+    )
     batch = synthetic_batch()
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     before = torch.softmax(policy(batch["own"], batch["peers"], batch["agent"]), -1)[:, 1].mean()
@@ -51,20 +69,24 @@ def test_every_algo_moves_toward_the_best_action(algo, objective):
 
 @pytest.mark.parametrize("algo", ["softrank", "grpo"])
 def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
-    """The summary's objective_minimum: no logits do better, and free logits descended on the loss reach it."""
+    """The summary's objective_minimum: no logits do better, and free logits descended on the loss
+    reach it."""
     g = torch.Generator().manual_seed(1)
-    rewards = torch.randint(-1, 3, (32, 4), generator=g).float()  # ties, flat rows and several distinct values
+    # ties, flat rows and several distinct values
+    rewards = torch.randint(-1, 3, (32, 4), generator=g).float()
     tensors = {"rewards": rewards, "ref_logits": torch.randn(32, 4, generator=g)}
     cfg = train_rl.Config(algo=algo, objective="expected", beta=0.1, lam=0.02)
     _, minimum = train_rl.corpus_objective(torch.zeros(32, 4), tensors, cfg)
     logits = torch.randn(32, 4, generator=g, requires_grad=True)
-    assert train_rl.corpus_objective(logits.detach(), tensors, cfg)[0] > minimum + 0.1  # far from it at first
+    # far from it at first
+    assert train_rl.corpus_objective(logits.detach(), tensors, cfg)[0] > minimum + 0.1
     optimizer = torch.optim.Adam([logits], lr=0.05)
     for _ in range(1500):
         value, _ = train_rl.corpus_objective(logits, tensors, cfg)
         assert value >= minimum - 1e-6
-        loss, _ = train_rl.full_action_set_loss(logits, train_rl.action_advantages(rewards, cfg),
-                                                tensors["ref_logits"], cfg)
+        loss, _ = train_rl.full_action_set_loss(
+            logits, train_rl.action_advantages(rewards, cfg), tensors["ref_logits"], cfg
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -90,6 +112,7 @@ def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
     def loss(algo, scale, transform):
         cfg = train_rl.Config(algo=algo, reward_scale=scale, reward_transform=transform)
         return rl_loss(policy, batch, cfg)[0].item()
+
     base = loss("softrank", 1.0, "none")
     assert loss("softrank", 0.1, "none") == base and loss("softrank", 10.0, "exp") == base
     assert loss("grpo", 10.0, "none") == pytest.approx(loss("grpo", 1.0, "none"), rel=1e-5)
@@ -101,12 +124,14 @@ def test_batch_schedule_is_a_function_of_its_arguments():
     assert len(a) == 2 * 3 and all(len(b) == 16 for b in a)  # the partial batch is dropped
     assert all(torch.equal(x, y) for x, y in zip(a, common.batch_schedule(50, 16, 2, 0, "rl-0")))
     assert not torch.equal(a[0], common.batch_schedule(50, 16, 2, 0, "rl-1")[0])
-    assert len(common.batch_schedule(5, 16, 3, 0, "x")) == 3  # fewer states than a batch: one batch per epoch
+    # fewer states than a batch: one batch per epoch
+    assert len(common.batch_schedule(5, 16, 3, 0, "x")) == 3
 
 
 def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
-    """Ranks leave together (a gloo group torn down while a peer still writes rank-0 files aborted CI's
-    torchrun run at exit); a failed rank skips the barrier, where its peers would wait for it forever."""
+    """Ranks leave together (a gloo group torn down while a peer still writes rank-0 files aborted
+    CI's torchrun run at exit); a failed rank skips the barrier, where its peers would wait for it
+    forever."""
     calls = []
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(common.dist, "init_process_group", lambda backend: calls.append(backend))
@@ -129,15 +154,21 @@ def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- the scripts, as subprocesses
 def run(args, tmp_path, torchrun=False, check=True, scripted=False):
-    """A stage script as users run it (python or a 2-process torchrun); scripted: with the scripted arith
-    engine instead of a model (tests/scripted_run.py), so its games have right and wrong answers."""
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"] if torchrun
-                else [sys.executable])
+    """A stage script as users run it (python or a 2-process torchrun); scripted: with the scripted
+    arith engine instead of a model (tests/scripted_run.py), so its games have right and wrong
+    answers."""
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+        if torchrun
+        else [sys.executable]
+    )
     if scripted:
         launcher = launcher + [str(ROOT / "tests" / "scripted_run.py")]
         args = [Path(args[0]).name] + args[1:]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(launcher + args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        launcher + args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -157,12 +188,26 @@ def max_difference(a, b):
 
 @pytest.fixture(scope="module")
 def sft_runs(tmp_path_factory):
-    """sft.py with the scripted arith engine, once with python and once with a 2-process torchrun."""
+    """sft.py with the scripted arith engine, once with python and once with a 2-process
+    torchrun."""
     root = tmp_path_factory.mktemp("sft")
     out = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
-        run([str(ROOT / "sft.py"), *GAME, "--epochs", "3", "--batch-size", "16", "--out-dir", str(root / name)],
-            root, torchrun, scripted=True)
+        run(
+            [
+                str(ROOT / "sft.py"),
+                *GAME,
+                "--epochs",
+                "3",
+                "--batch-size",
+                "16",
+                "--out-dir",
+                str(root / name),
+            ],
+            root,
+            torchrun,
+            scripted=True,
+        )
         out[name] = root / name
     return out
 
@@ -172,8 +217,10 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     corpus = [torch.load(d / "corpus.pt", weights_only=False) for d in (single, multi)]
     assert [r["key"] for r in corpus[0]] == [r["key"] for r in corpus[1]] and len(corpus[0]) > 20
     assert [r["label"] for r in corpus[0]] == [r["label"] for r in corpus[1]]
-    assert len({r["label"] for r in corpus[0]}) >= 3  # right and wrong answers: persist, refine and concede labels
-    # same global batches, gradients summed in another order: equal up to float rounding (through Adam)
+    # right and wrong answers: persist, refine and concede labels
+    assert len({r["label"] for r in corpus[0]}) >= 3
+    # same global batches, gradients summed in another
+    # order: equal up to float rounding (through Adam)
     assert max_difference(weights(single / "policy.pt"), weights(multi / "policy.pt")) < 1e-4
     lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
@@ -186,17 +233,18 @@ def test_sft_single_and_torchrun_agree(sft_runs):
 
 @pytest.mark.parametrize("algo", ["softrank", "grpo"])
 def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
-    """On a corpus with non-flat reward vectors, so the policy-gradient term is at work, not only KL and
-    entropy: one process and two take the same steps."""
+    """On a corpus with non-flat reward vectors, so the policy-gradient term is at work, not only KL
+    and entropy: one process and two take the same steps."""
     outs = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
         outs[name] = tmp_path / name
-        run([str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME, "--algo", algo,
-             "--epochs", "3", "--batch-size", "16", "--lam", "0.05", "--out-dir", str(outs[name])],
-            tmp_path, torchrun, scripted=True)
+        run([str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
+             "--algo", algo, "--epochs", "3", "--batch-size", "16", "--lam", "0.05",
+             "--out-dir", str(outs[name])], tmp_path, torchrun, scripted=True)  # fmt: skip
     a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
     assert max_difference(a, b) < 1e-4
-    assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4  # training moved the policy
+    # training moved the policy
+    assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4
     summary = json.loads((outs["single"] / "summary.json").read_text())
     assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
     assert summary["corpus"]["frac_zero_std"] < 0.9 and summary["corpus"]["frac_multi_valued"] > 0
@@ -206,13 +254,29 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
 
 
 def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_path):
-    """--eval-every plays validation games between optimizer steps: they log accuracy and must leave training
-    alone (no shared random state), so table c's curves belong to the policies the other tables use."""
-    args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME, "--epochs", "3",
-            "--batch-size", "8", "--lam", "0.05"]
+    """--eval-every plays validation games between optimizer steps: they log accuracy and must leave
+    training alone (no shared random state), so table c's curves belong to the policies the other
+    tables use."""
+    args = [
+        str(ROOT / "train_rl.py"),
+        "--init",
+        str(sft_runs["single"] / "policy.pt"),
+        *GAME,
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--lam",
+        "0.05",
+    ]
     for every in ("0", "3"):
-        run(args + ["--eval-every", every, "--out-dir", str(tmp_path / every)], tmp_path, scripted=True)
-    assert max_difference(weights(tmp_path / "0" / "policy.pt"), weights(tmp_path / "3" / "policy.pt")) == 0
+        run(
+            args + ["--eval-every", every, "--out-dir", str(tmp_path / every)],
+            tmp_path,
+            scripted=True,
+        )
+    a, b = (weights(tmp_path / d / "policy.pt") for d in ("0", "3"))
+    assert max_difference(a, b) == 0
     validated = [r["step"] for r in metrics(tmp_path / "3") if "val_accuracy" in r]
     steps = max(r["step"] for r in metrics(tmp_path / "3") if "loss" in r)
     assert validated == [*range(0, steps + 1, 3), *([steps] if steps % 3 else [])]
@@ -220,39 +284,59 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
 
 @pytest.mark.parametrize("algo", ["softrank", "ppo"])
 def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
-    """Two online iterations on non-flat corpora, killed inside the second and resumed: bit-identical."""
+    """Two online iterations on non-flat corpora, killed inside the second and resumed:
+    bit-identical."""
     args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
-            "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4", "--lam", "0.05",
-            "--algo", algo]
+            "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4",
+            "--lam", "0.05", "--algo", algo]  # fmt: skip
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
-    assert json.loads((tmp_path / "whole" / "summary.json").read_text())["corpus"]["frac_zero_std"] < 0.9
-    steps = len(common.batch_schedule(len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3,
-                                   0, "rl-0"))
+    summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert summary["corpus"]["frac_zero_std"] < 0.9
+    steps = len(
+        common.batch_schedule(
+            len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3, 0, "rl-0"
+        )
+    )
     crash = steps + 3  # inside the second iteration, after a checkpoint of the first
-    killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)], tmp_path,
-                 check=False, scripted=True)
+    killed = run(
+        args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)],
+        tmp_path,
+        check=False,
+        scripted=True,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert not (tmp_path / "resumed" / "policy.pt").exists()
     resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path, scripted=True)
     assert "resuming from" in resumed.stderr
-    assert max_difference(weights(tmp_path / "whole" / "policy.pt"), weights(tmp_path / "resumed" / "policy.pt")) == 0
+    a, b = (weights(tmp_path / d / "policy.pt") for d in ("whole", "resumed"))
+    assert max_difference(a, b) == 0
     # the log is the uninterrupted run's: no step twice
     steps_logged = [r["step"] for r in metrics(tmp_path / "resumed") if "loss" in r]
     assert steps_logged == list(range(1, 2 * steps + 1))
-    # the same command once more: the run is complete, nothing is trained, validated or rewritten again
-    before = {name: (tmp_path / "resumed" / name).read_bytes() for name in ("metrics.jsonl", "summary.json",
-                                                                              "policy.pt")}
+    # the same command once more: the run is complete,
+    # nothing is trained, validated or rewritten again
+    before = {
+        name: (tmp_path / "resumed" / name).read_bytes()
+        for name in ("metrics.jsonl", "summary.json", "policy.pt")
+    }
     again = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path, scripted=True)
     assert "resuming from" in again.stderr and "is finished" in again.stderr
     assert before == {name: (tmp_path / "resumed" / name).read_bytes() for name in before}
     # the same folder under other settings is refused, not passed off as a run of them
-    other = run(args + ["--out-dir", str(tmp_path / "resumed"), "--beta", "0.5"], tmp_path, check=False, scripted=True)
+    other = run(
+        args + ["--out-dir", str(tmp_path / "resumed"), "--beta", "0.5"],
+        tmp_path,
+        check=False,
+        scripted=True,
+    )
     assert other.returncode != 0 and "beta: 0.05 there, 0.5 now" in other.stderr
     assert before == {name: (tmp_path / "resumed" / name).read_bytes() for name in before}
 
 
 def test_scripts_reject_bad_input(tmp_path, tiny_model_dir):
-    proc = run([str(ROOT / "train_rl.py"), "--init", str(tmp_path / "missing.pt")], tmp_path, check=False)
+    proc = run(
+        [str(ROOT / "train_rl.py"), "--init", str(tmp_path / "missing.pt")], tmp_path, check=False
+    )
     assert proc.returncode != 0 and "run sft.py first" in proc.stderr
     proc = run([str(ROOT / "train_rl.py"), "--algo", "dpo"], tmp_path, check=False)
     assert proc.returncode != 0 and "unknown --algo" in proc.stderr
@@ -260,7 +344,9 @@ def test_scripts_reject_bad_input(tmp_path, tiny_model_dir):
     assert proc.returncode != 0 and "unknown --objective" in proc.stderr
     proc = run([str(ROOT / "sft.py"), "--features", "nonsense"], tmp_path, check=False)
     assert proc.returncode == 2 and "unknown --features" in proc.stderr
-    proc = run([str(ROOT / "sft.py"), "--model", tiny_model_dir, "--questions", "100000"], tmp_path, check=False)
+    proc = run(
+        [str(ROOT / "sft.py"), "--model", tiny_model_dir, "--questions", "100000"],
+        tmp_path,
+        check=False,
+    )
     assert proc.returncode != 0 and "not enough" in proc.stderr
-
-

@@ -1,12 +1,15 @@
-"""train_llm.py (the agents' and the leader's LLM weights): the completion log-probs and the token-level
-loss in process, then the script as users run it (subprocesses on a tiny random model or the default
-backbone): plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
+"""train_llm.py (the agents' and the leader's LLM weights): the completion log-probs and the
+token-level loss in process, then the script as users run it (subprocesses on a tiny random model or
+the default backbone): plain python vs a 2-process torchrun, and a run killed with SIGKILL and
+resumed."""
+
 import copy
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from test_train import metrics, run
 
 import data
 import softrank
@@ -16,7 +19,6 @@ import train_llm
 from llm import backbone
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
-from test_train import metrics, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,13 +38,14 @@ def test_completion_batch_masks_prompt_and_padding(tiny_model):
     def loss(pad):
         logp, mask = completion_logprobs(model, completion_batch(sequences, pad, "cpu"))
         return -torch.where(mask.bool(), logp, 0).sum()
+
     with torch.no_grad():
         assert loss(0).item() == loss(1234).item()
 
 
 def test_completion_logprobs_match_each_sequence_alone(tiny_model):
-    """Batched and padded on both sides, each completion scores as it does alone: the position ids skip
-    the left padding, as in generation."""
+    """Batched and padded on both sides, each completion scores as it does alone: the position ids
+    skip the left padding, as in generation."""
     model, _ = tiny_model
     sequences = [([5, 6, 7, 30], [8, 9]), ([5], [10, 11, 12, 13]), ([40, 41], [42])]
     with torch.no_grad():
@@ -50,40 +53,53 @@ def test_completion_logprobs_match_each_sequence_alone(tiny_model):
         logp, mask = completion_logprobs(model, batch, temperature=0.7)
         for b, (p, c) in enumerate(sequences):
             ones = torch.ones(1, len(p) + len(c), dtype=torch.long)
-            alone = token_logprobs(model, torch.tensor([p + c]), ones, temperature=0.7)[0, -len(c):]
-            torch.testing.assert_close(logp[b, :len(c)], alone, rtol=1e-5, atol=1e-5)
+            alone = token_logprobs(model, torch.tensor([p + c]), ones, temperature=0.7)[
+                0, -len(c) :
+            ]
+            torch.testing.assert_close(logp[b, : len(c)], alone, rtol=1e-5, atol=1e-5)
             assert mask[b].sum() == len(c)
 
 
 @pytest.mark.slow
 def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_dir):
-    """--target sft keeps right, finished solutions, trains on them and writes a directory --model accepts.
-    Batches of one sequence under a 2-process torchrun leave a rank without rows at every step: it neither
-    hangs nor drifts (the same weights as one process)."""
-    args = [str(ROOT / "train_llm.py"), "--target", "sft", "--questions", "12", "--val-n", "4", "--samples", "4",
-            "--max-new-tokens", "128", "--batch-size", "1", "--micro-batch", "1", "--epochs", "1",
-            "--cache-dir", str(tmp_path / "cache")]
+    """--target sft keeps right, finished solutions, trains on them and writes a directory --model
+    accepts. Batches of one sequence under a 2-process torchrun leave a rank without rows at every
+    step: it neither hangs nor drifts (the same weights as one process)."""
+    args = [str(ROOT / "train_llm.py"), "--target", "sft", "--questions", "12", "--val-n", "4",
+            "--samples", "4", "--max-new-tokens", "128", "--batch-size", "1", "--micro-batch", "1",
+            "--epochs", "1", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     run(args + ["--out-dir", str(tmp_path / "llm")], tmp_path)
     losses = [r["loss"] for r in metrics(tmp_path / "llm")]
     assert losses and all(0 < x < 10 for x in losses)
     tuned, _ = backbone.load_model(str(tmp_path / "llm" / "model"))
     original, _ = backbone.load_model(default_model_dir)
-    changed = [name for name, p in tuned.named_parameters()
-               if not torch.equal(p, dict(original.named_parameters())[name])]
+    changed = [
+        name
+        for name, p in tuned.named_parameters()
+        if not torch.equal(p, dict(original.named_parameters())[name])
+    ]
     assert changed  # one optimizer step at lr 1e-5 moves the weights
     engine = Engine(model_path=str(tmp_path / "llm" / "model"))
-    assert engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0].completion_tokens > 0
+    completion = engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0]
+    assert completion.completion_tokens > 0
     run(args + ["--out-dir", str(tmp_path / "llm2")], tmp_path, torchrun=True)
     two, _ = backbone.load_model(str(tmp_path / "llm2" / "model"))
     assert [r["step"] for r in metrics(tmp_path / "llm2")] == list(range(1, len(losses) + 1))
-    assert max((a - b).abs().max().item() for a, b in zip(tuned.parameters(), two.parameters())) < 1e-5
+    assert (
+        max((a - b).abs().max().item() for a, b in zip(tuned.parameters(), two.parameters())) < 1e-5
+    )
 
 
 # ---------------------------------------------------------------- --target agents (MAGRPO)
 def rollout_sequences(tokenizer):
     """Two (prompt, completion) pairs of different prompt and completion lengths."""
-    return [(tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"], tokenizer(" It is 5.")["input_ids"]),
-            (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"])]
+    return [
+        (
+            tokenizer("Question: 2 + 3? Agent 2 says 5.")["input_ids"],
+            tokenizer(" It is 5.")["input_ids"],
+        ),
+        (tokenizer("Q: 7 - 1?")["input_ids"], tokenizer(" The answer is 6, yes.")["input_ids"]),
+    ]
 
 
 def rollout_batch(tokenizer):
@@ -128,9 +144,13 @@ def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
         normalizer = softrank.pg_normalizer(whole[2], agg, max_len=cfg.max_new_tokens)
         reference = copy_model(model)
         # each micro-batch is built from its own sequences (its own padding widths), as in training
-        halves = [completion_batch(sequences[k:k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)]
+        halves = [
+            completion_batch(sequences[k : k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)
+        ]
         whole = agents_grads(model, [whole], [advantages], cfg, normalizer, reference)
-        split = agents_grads(model, halves, [advantages[:1], advantages[1:]], cfg, normalizer, reference)
+        split = agents_grads(
+            model, halves, [advantages[:1], advantages[1:]], cfg, normalizer, reference
+        )
         for x, y in zip(whole, split):
             torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
     finally:
@@ -141,7 +161,8 @@ def copy_model(model):
     reference = copy.deepcopy(model)
     with torch.no_grad():
         for p in reference.parameters():
-            p.add_(0.01 * torch.randn_like(p))  # a different reference, so the KL term has a gradient
+            # a different reference, so the KL term has a gradient
+            p.add_(0.01 * torch.randn_like(p))
     return reference
 
 
@@ -150,7 +171,8 @@ def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
     model = copy.deepcopy(model)
     batch = rollout_batch(tokenizer)
     cfg = train_llm.Config(target="agents", beta=0.0)
-    grads = agents_grads(model, [batch], [torch.zeros(2)], cfg, 10.0)  # an all-equal group: advantages 0
+    # an all-equal group: advantages 0
+    grads = agents_grads(model, [batch], [torch.zeros(2)], cfg, 10.0)
     assert all(g.abs().max() == 0 for g in grads)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -160,27 +182,36 @@ def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
 
 
 def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
-    """train_llm.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into tmp_path/target,
-    validated at steps 0 and 2; returns its training metric lines."""
+    """train_llm.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into
+    tmp_path/target, validated at steps 0 and 2; returns its training metric lines."""
     run([str(ROOT / "train_llm.py"), "--target", target, "--algo", "magrpo", "--model", model_dir,
-         "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2", "--val-n", "4",
-         "--micro-batch", "3", "--eval-every", "2", "--out-dir", str(tmp_path / target), *extra], tmp_path, torchrun)
+         "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2",
+         "--val-n", "4", "--micro-batch", "3", "--eval-every", "2", "--out-dir",
+         str(tmp_path / target), *extra], tmp_path, torchrun)  # fmt: skip
     lines = metrics(tmp_path / target)
-    # held-out validation at steps 0 and 2, on all 4 validation questions whatever the number of ranks
-    assert [(r["step"], r["val_questions"]) for r in lines if "val_accuracy" in r] == [(0, 4), (2, 4)]
+    # held-out validation at steps 0 and 2, on all 4
+    # validation questions whatever the number of ranks
+    assert [(r["step"], r["val_questions"]) for r in lines if "val_accuracy" in r] == [
+        (0, 4),
+        (2, 4),
+    ]
     return [r for r in lines if "loss" in r]
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "agents"
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2", "--rounds", "1",
-                             "--beta", "0.1",
-                             # the bf16 path (rollouts from a bf16 copy, autocast loss) in one of the two runs
-                             "--dtype", "float32" if torchrun else "bfloat16")
+    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2",
+                             "--rounds", "1", "--beta", "0.1",
+                             # the bf16 path (rollouts from a bf16 copy,
+                             # autocast loss) in one of the two runs
+                             "--dtype", "float32" if torchrun else "bfloat16")  # fmt: skip
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
-    assert all(r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0 for r in lines)
+    assert all(
+        r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0
+        for r in lines
+    )
     engine = Engine(model_path=str(out / "model"))
     assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
 
@@ -188,10 +219,15 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "leader"
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6", "--agents", "3",
-                             "--beta", "0", "--cache-dir", str(tmp_path / "cache"))
+    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6",
+                             "--agents", "3", "--beta", "0",
+                             "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
     # random peers are never right: no question is filtered out
-    assert json.loads((out / "pool.json").read_text()) == {"candidates": 6, "kept": 6, "peer_accuracy": 0.0}
+    assert json.loads((out / "pool.json").read_text()) == {
+        "candidates": 6,
+        "kept": 6,
+        "peer_accuracy": 0.0,
+    }
     assert [r["step"] for r in lines] == [1, 2]
     assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
     # beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
@@ -203,7 +239,9 @@ def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_d
 
 def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
-    examples = [data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)]
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)
+    ]
     right = {"t/0": 3, "t/1": 2, "t/2": 0}
 
     def run_llm(engine, calls, game):
@@ -211,8 +249,11 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         outputs = []
         for ex, _, _ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
-            outputs.append((S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1))
+            outputs.append(
+                (S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+            )
         return outputs
+
     monkeypatch.setattr(team_rollouts, "training_pool", lambda cfg: examples)
     monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank: None)
     monkeypatch.setattr(team_rollouts.deliberate, "run_llm", run_llm)
@@ -220,19 +261,26 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     pool, stats = team_rollouts.peer_pool(cfg, 0, 1)
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
-    pool, _ = team_rollouts.peer_pool(train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1)
+    pool, _ = team_rollouts.peer_pool(
+        train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1
+    )
     assert len(pool) == 3
 
 
 @pytest.mark.slow
 def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
-    """--target agents on the default backbone (rewards vary: the format term), killed after step 2 of 3 and
-    resumed: the same weights as an uninterrupted run, no metric step logged twice."""
-    args = [str(ROOT / "train_llm.py"), "--target", "agents", "--algo", "magrpo", "--protocol", "parallel",
-            "--agents", "1", "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "24",
-            "--format-reward", "0.5", "--steps", "3", "--save-every", "1", "--lr", "1e-4", "--val-n", "4"]
+    """--target agents on the default backbone (rewards vary: the format term), killed after step 2
+    of 3 and resumed: the same weights as an uninterrupted run, no metric step logged twice."""
+    args = [str(ROOT / "train_llm.py"), "--target", "agents", "--algo", "magrpo",
+            "--protocol", "parallel", "--agents", "1", "--questions-per-step", "2", "--group", "2",
+            "--max-new-tokens", "24", "--format-reward", "0.5", "--steps", "3", "--save-every", "1",
+            "--lr", "1e-4", "--val-n", "4"]  # fmt: skip
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
-    killed = run(args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", "2"], tmp_path, check=False)
+    killed = run(
+        args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", "2"],
+        tmp_path,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path)
     assert "resuming from" in resumed.stderr
@@ -241,5 +289,8 @@ def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir)
     assert [r["step"] for r in again] == [1, 2, 3]
     assert any(r["grad_norm"] > 0 for r in whole)  # the run learned something
     assert [r["mean_reward"] for r in again] == [r["mean_reward"] for r in whole]
-    a, b = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["model"] for d in ("whole", "resumed"))
+    a, b = (
+        torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["model"]
+        for d in ("whole", "resumed")
+    )
     assert max((a[k] - b[k]).abs().max().item() for k in a) == 0

@@ -1,0 +1,338 @@
+"""The studies' tables: the engine benchmarks and profile, the temperature and lever studies, the LLM-level
+curves and the trained LLMs against the untrained one; each from the committed files in results/."""
+
+import plots
+import tables
+from stats import format_paired, paired_difference, sample_std
+from tables import NO_PNG, fmt, load, missing, protocol_cells, read_metrics, summary_of
+
+def bench_table():
+    """The engine against HF generate: --bench generate and --bench round, one row each; --bench slots in a note."""
+    gen, rnd, slots = (
+        load("bench/generate.json"),
+        load("bench/round.json"),
+        load("bench/slots.json"),
+    )
+    if not gen and not rnd:
+        return missing("bench/generate.json", "bench/round.json")
+    lines = [
+        "| benchmark | HF generate tok/s | engine fp32 tok/s | ratio | outputs match | roofline (fp32) |",
+        "|---|---|---|---|---|---|",
+    ]
+    if gen:
+        lines.append(
+            f"| generate: {gen['prompts']} fixed prompts, 128 tokens | {gen['hf_tok_s']:.1f} | "
+            f"{gen['engine_float32_tok_s']:.1f} | {gen['ratio_fp32']:.2f} | {gen['outputs_match']} "
+            f"({gen['rows_matching']}/{gen['prompts']}) | {gen['roofline_frac_fp32']:.2f} |"
+        )
+    if rnd:
+        lines.append(
+            f"| round: {rnd['questions']} questions × {rnd['agents']} agents, round 0 + REFINE "
+            f"({rnd['generations']} generations; engine {rnd.get('engine_slots', 64)} slots, HF batches of "
+            f"{rnd.get('hf_batch_size', 64)}) | {rnd['hf_tok_s']:.1f} | {rnd['engine_tok_s']:.1f} | "
+            f"{rnd['ratio']:.2f} | {rnd['outputs_match']} ({rnd['rows_matching']}/{rnd['generations']}) | "
+            f"{rnd['roofline_frac']:.2f} |"
+        )
+    notes = [
+        f"`generate`: each side's fastest of {gen.get('repeats', 1)} alternating turns (all, tok/s: "
+        + "; ".join(f"{side} {turns}" for side, turns in gen.get("all_tok_s", {}).items())
+        + "). "
+        f"int8 engine (lossy, not the default): {gen['engine_int8_tok_s']:.1f} tok/s; {gen['machine']}."
+        if gen
+        else "",
+        f"The fp32 engine's fastest turn spent {gen['engine_float32_prefill_share']:.0%} of its time prefilling "
+        f"the prompts ({gen['engine_float32_prompt_tokens_run']} prompt tokens run, {gen['generated_tokens']} "
+        "generated)."
+        if gen and "engine_float32_prefill_share" in gen
+        else "",
+        f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
+        "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; {ratio:.2f}x, "
+        "outputs identical: {outputs_match}.".format(
+            **slots,
+            sizes=", ".join(
+                f"{size} slots {tok_s:.1f} tok/s" for size, tok_s in slots["tok_s"].items()
+            ),
+        )
+        if slots
+        else "",
+        missing(*(f"bench/{n}.json" for n, r in (("generate", gen), ("round", rnd)) if not r))
+        if not (gen and rnd)
+        else "",
+    ]
+    return "\n".join(lines) + "\n\n" + " ".join(n for n in notes if n)
+
+
+def profile_table():
+    """One decode step at batch 64 before (the static-batch engine) and after, by bucket."""
+    run = load("bench/profile.json")
+    if run is None:
+        return missing("bench/profile.json")
+    before, after = run["before"], run["after"]
+    buckets = list(dict.fromkeys([*before["buckets_ms"], *after["buckets_ms"]]))
+    lines = [
+        f"| one decode step, {run['rows']} rows, T = {run['temperature']} | before (ms) | after (ms) |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {b} | {before['buckets_ms'].get(b, 0):.1f} | {after['buckets_ms'].get(b, 0):.1f} |"
+        for b in buckets
+    ]
+    lines.append(
+        f"| **whole step** | **{before['decode_step_ms']:.1f}** | **{after['decode_step_ms']:.1f}** |"
+    )
+    lines.append(f"| tokens/s | {before['tokens_per_s']:.0f} | {after['tokens_per_s']:.0f} |")
+    lines.append(
+        f"\nBefore: engine.py at `{run['before_rev']}`; each the fastest of {run['repeats']} alternating "
+        f"turns (all: before {before['all_step_ms']} ms, after {after['all_step_ms']} ms); "
+        f"{run['mean_prompt_tokens']:.0f} prompt tokens per row; {run['machine']}."
+    )
+    onednn = load("bench/profile-onednn.json")
+    if (
+        onednn
+    ):  # the oneDNN Linear layers alone: the engine just before them against the engine with them
+        b, a = onednn["before"], onednn["after"]
+        lines.append(
+            f"\nThe oneDNN Linear layers alone (`profile-onednn`, engine.py at `{onednn['before_rev']}` against "
+            f"this one, the same way): whole step {b['decode_step_ms']:.1f} → {a['decode_step_ms']:.1f} ms "
+            f"({onednn['speedup']:.2f}×; all turns {b['all_step_ms']} and {a['all_step_ms']} ms); LM head "
+            f"{b['buckets_ms']['LM head']:.1f} → {a['buckets_ms']['LM head']:.1f} ms, the body's matmuls "
+            f"{b['buckets_ms']['matmuls (transformer body)']:.1f} → "
+            f"{a['buckets_ms']['matmuls (transformer body)']:.1f} ms (each bucket from one profiled turn: "
+            "noisier than the whole step)."
+        )
+    return "\n".join(lines)
+
+
+def temperature_table():
+    """Issue 18's study: the agents' sampling temperature, on validation questions."""
+    greedy = load("study/temperature-greedy.json")
+    runs = {t: load(f"study/temperature-T{t}.json") for t in ("0.3", "0.5", "0.7", "1.0")}
+    done = {t: r["mpdf-persist"] for t, r in runs.items() if r}
+    lines = [
+        "| agents' temperature | one agent right (round 0) | the team's vote | some agent right | tokens/q "
+        "| vote vs one greedy answer [95% CI] (disagree) |",
+        "|---|---|---|---|---|---|",
+    ]
+    if greedy:
+        v = greedy["vanilla"]
+        lines.append(
+            f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} "
+            "| |"
+        )
+    for t, r in done.items():
+        paired = format_paired(paired_difference(r, greedy["vanilla"])) if greedy else ""
+        lines.append(
+            f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
+            f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} | {paired} |"
+        )
+    first = greedy or next(iter(runs.values()), None) or {}
+    note = (
+        f"\n\n{first['vanilla' if greedy else 'mpdf-persist']['n']} validation questions (arith, `--split val`, "
+        f"seed 0), 3 agents; {first.get('machine', '')}"
+        if first
+        else ""
+    )
+    absent = ([] if greedy else ["study/temperature-greedy.json"]) + [
+        f"study/temperature-T{t}.json" for t, r in runs.items() if not r
+    ]
+    return "\n".join(lines) + note + ("\n\n" + missing(*absent) if absent else "")
+
+
+STUDY_FIXED = {
+    "one greedy answer (vanilla)": ("temperature-greedy", "vanilla"),
+    "the team's vote (persist)": ("temperature-T0.5", "mpdf-persist"),
+    "debate": ("baseline-debate", "debate"),
+    "self-consistency (sc)": ("baseline-sc", "sc"),
+}
+STUDY_POLICIES = [
+    "sft",
+    "softrank",
+    "grpo",
+    "eq4",
+    "tau0.2",
+    "tau0.8",
+    "beta0.01",
+    "beta0.5",
+    "lam0",
+    "lam0.1",
+    "cost0.5",
+    "cost2",
+    "q32",
+    "q64",
+    "iter3",
+    "sft-paper",
+    "softrank-paper",
+    "sft-confidence",
+    "softrank-confidence",
+    "combo",
+    "defaults",
+]
+
+
+def study_table():
+    """Issue 18's study, the policy levers: every fixed protocol and every study policy on the same 200 validation
+    questions at T = 0.5, each paired against the strongest fixed protocol there."""
+    fixed = {
+        label: summary_of(load(f"study/{name}.json"), protocol)
+        for label, (name, protocol) in STUDY_FIXED.items()
+    }
+    fixed = {label: s for label, s in fixed.items() if s}
+    learned = {name: summary_of(load(f"study/policy-{name}.json")) for name in STUDY_POLICIES}
+    learned = {name: s for name, s in learned.items() if s}
+    if not fixed and not learned:
+        return missing("study/baseline-debate.json", "study/policy-softrank.json")
+    best = max(fixed, key=lambda label: fixed[label]["accuracy"]) if fixed else None
+    lines = [
+        "| protocol or policy (`study-<name>`) | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | "
+        f"actions p/r/c | training states, all-equal rewards | vs {best or 'the strongest fixed'} [95% CI] "
+        "(disagree) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, s in [*fixed.items(), *learned.items()]:
+        corpus = (
+            (load(f"training/study-{label}.json") or {}).get("corpus") if label in learned else None
+        )
+        states = f"{corpus['states']}, {fmt(corpus.get('frac_zero_std'), 2)}" if corpus else ""
+        paired = format_paired(paired_difference(s, fixed[best])) if best and label != best else ""
+        lines.append(f"| {label} | {protocol_cells(s)} | {states} | {paired} |")
+    absent = [
+        f"study/{name}.json" for label, (name, _) in STUDY_FIXED.items() if label not in fixed
+    ] + [f"study/policy-{name}.json" for name in STUDY_POLICIES if name not in learned]
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def llm_curves(prefix, title):
+    """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before and after,
+    their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
+    paths = sorted((tables.RESULTS / "llm").glob(f"{prefix}-seed*.metrics.jsonl"))
+    if not paths:
+        return missing(f"llm/{prefix}-seed0.metrics.jsonl")
+    runs = {path.name.split(".")[0]: read_metrics(path) for path in paths}
+    lines = [
+        f"| {title} | held-out accuracy at steps | before → after | mean reward, first → last quarter of "
+        "the steps | flat groups | wall time of the steps | tokens trained |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (val, train) in runs.items():
+        quarter = max(1, len(train) // 4)
+        reward = [
+            sum(r["mean_reward"] for r in part) / len(part)
+            for part in (train[:quarter], train[-quarter:])
+        ]
+        flat = sum(r["frac_zero_std"] for r in train) / len(train)
+        curve = ", ".join(f"{step}: {accuracy:.2f}" for step, accuracy in val)
+        minutes, tokens = sum(r["step_s"] for r in train) / 60, sum(r["tokens"] for r in train)
+        lines.append(
+            f"| {name} | {curve} | {val[0][1]:.3f} → {val[-1][1]:.3f} | {reward[0]:.3f} → "
+            f"{reward[1]:.3f} | {flat:.2f} | {minutes:.0f} min | {tokens:.0f} |"
+        )
+    if len(runs) > 1:
+        gains = [val[-1][1] - val[0][1] for val, _ in runs.values()]
+        lines.append(
+            f"\nGain in held-out accuracy over {len(runs)} seeds: {sum(gains) / len(gains):+.3f} "
+            f"(sample std {sample_std(gains):.3f})."
+        )
+        by_step = {}
+        for val, _ in runs.values():
+            for step, accuracy in val:
+                by_step.setdefault(step, []).append(accuracy)
+        lines.append(
+            "Held-out accuracy, mean ± sample std over the seeds, by step: "
+            + ", ".join(
+                f"{step}: {sum(a) / len(a):.3f} ± {sample_std(a):.3f}"
+                for step, a in by_step.items()
+            )
+            + "."
+        )
+    png = f"llm/{prefix}.png"
+    return (
+        "\n".join(lines)
+        + "\n\n"
+        + (f"![curves](results/{png})" if plots.training_curves(runs, tables.RESULTS / png) else NO_PNG)
+    )
+
+
+def after_table(seeds=(0, 1, 2)):
+    """Issue 19 after training: each trained run against the untrained model on the same 300 test questions
+    (results/after/, experiments/run.py after-), the paired difference per seed and its mean over seeds."""
+    untrained = {
+        "parallel": load("after/untrained-parallel.json"),
+        "debate": load("after/untrained-debate.json"),
+        "leader": load("after/untrained-leader.json"),
+    }
+    comparisons = []  # (label, file of the trained run, its protocol, the reference: (file, protocol) or peers)
+    for part, protocol, label in (
+        ("parallel", "vanilla", "MAGRPO: one greedy answer"),
+        ("parallel", "mpdf-persist", "MAGRPO: the parallel vote of 3 agents"),
+        ("debate", "debate", "MAGRPO: debate, round 0 + one REFINE"),
+    ):
+        comparisons.append(
+            (label, "magrpo-L1-seed{}-" + part, protocol, (untrained[part], protocol))
+        )
+    leader = None  # the leader's protocol names its weights' path: the file's one summary
+    comparisons += [
+        (
+            "MLPO: trained leader vs its untrained peers' vote",
+            "mlpo-L1-seed{}-leader",
+            leader,
+            "peers",
+        ),
+        (
+            "MLPO: trained leader vs the untrained leader",
+            "mlpo-L1-seed{}-leader",
+            leader,
+            (untrained["leader"], "leader=default"),
+        ),
+        (
+            "MLPO: trained leader alone vs the untrained model alone",
+            "mlpo-L1-seed{}-alone",
+            "vanilla",
+            (untrained["parallel"], "vanilla"),
+        ),
+    ]
+    lines = [
+        "| comparison (300 arith test questions) | seed | trained | untrained | trained − untrained [95% CI] "
+        "(disagree) | tokens/q trained / untrained |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, name, protocol, reference in comparisons:
+        diffs = []
+        for seed in seeds:
+            mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol)
+            if reference == "peers":
+                theirs = (
+                    None
+                    if mine is None
+                    else {
+                        "question_ids": mine["question_ids"],
+                        "correct": mine["peer_vote_correct"],
+                    }
+                )
+            else:
+                theirs = summary_of(*reference)
+            if mine is None or theirs is None:
+                continue
+            v = paired_difference(mine, theirs)
+            diffs.append(v["diff"])
+            tokens = f"{mine['tokens_per_question']:.0f} / " + (
+                "(the same peers)"
+                if reference == "peers"
+                else f"{theirs['tokens_per_question']:.0f}"
+            )
+            their_accuracy = sum(theirs["correct"]) / len(theirs["correct"])
+            lines.append(
+                f"| {label} | {seed} | {mine['accuracy']:.3f} | {their_accuracy:.3f} | {format_paired(v)} "
+                f"| {tokens} |"
+            )
+        if len(diffs) > 1:
+            lines.append(
+                f"| {label} | mean of {len(diffs)} | | | {sum(diffs) / len(diffs):+.3f} "
+                f"(sample std {sample_std(diffs):.3f}) | |"
+            )
+    if len(lines) == 2:
+        return missing("after/untrained-parallel.json", "after/magrpo-L1-seed0-parallel.json")
+    return "\n".join(lines) + (
+        "\n\nSettings: `experiments/run.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
+        "96 new tokens, seed-0 test questions for every run); leaders and single answers "
+        "greedy."
+    )

@@ -1,0 +1,55 @@
+"""Every script's command line explains itself: each flag has a one-line description (its config field's
+docstring) and its default in --help."""
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import field_docs, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["sft.py", "train_rl.py", "train_llm.py", "eval.py", "experiments/bench.py"]
+
+
+def config_of(script):
+    spec = importlib.util.spec_from_file_location(Path(script).stem + "_cli", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # inspect finds a class's source through its module
+    spec.loader.exec_module(module)  # the scripts run nothing on import (a __main__ guard)
+    return module.Config
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_flag_has_a_description_and_a_default(script):
+    config = config_of(script)
+    fields = dataclasses.fields(config)
+    docs = field_docs(config)
+    assert [f.name for f in fields if not docs.get(f.name)] == []  # no field without its docstring
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = "".join(proc.stdout.split())  # argparse wraps lines, at spaces and after hyphens
+    for f in fields:
+        flag = "--" + f.name.replace("_", "-")
+        entry = "".join(f"{docs[f.name]} (default: {f.default!r})".split())
+        assert flag in text and entry in text, (flag, entry)
+
+
+def test_parse_config_reads_docstrings_types_and_booleans():
+    @dataclasses.dataclass
+    class Config:
+        name: str = "a"
+        """the name, 100%"""
+        steps: int = 3
+        """how many"""
+        on: bool = True
+        """a switch"""
+
+    assert field_docs(Config) == {"name": "the name, 100%", "steps": "how many", "on": "a switch"}
+    cfg = parse_config(Config, ["--name", "b", "--steps", "5", "--no-on"])
+    assert (cfg.name, cfg.steps, cfg.on) == ("b", 5, False)
