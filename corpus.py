@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 import data
 import deliberate
-from common import all_gather_list, all_reduce_sum, atomic_save, barrier
+from common import all_gather_list, all_reduce_sum, atomic_save, barrier, load_file
 from llm.engine import Engine
 from policy import oracle_action
 from softrank import flat_groups
@@ -126,7 +126,7 @@ def states_to_tensors(rows):
 
 def load_corpus(path):
     """The corpus a run collected at `path` (a resumed run reads it back), or None."""
-    return torch.load(path, weights_only=False) if Path(path).exists() else None
+    return load_file(path, "corpus") if Path(path).exists() else None
 
 
 def save_corpus(rows, path, rank):

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import data
 import deliberate
-from common import check_choice, machine, parse_config
+from common import FileRefused, check_choice, machine, parse_config, usage_error
 from corpus import make_engine, training_pool
+from policy import load_policy
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
 from stats import auroc, format_paired, paired_difference, sample_std
 
@@ -182,8 +183,8 @@ def print_table(summaries):
         actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
         row = (
             f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}"
-            f"{s['tokens_per_question']:>10.0f}"
-            f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}"
+            f"{s['tokens_per_question']:>10.0f}{s['calls_per_question']:>9.1f}"
+            f"{s['unparseable']:>9.3f}  {actions:<15}"
         )
         if "vs_reference" in s:
             row += "  " + format_paired(s["vs_reference"])
@@ -229,6 +230,9 @@ def check(cfg):
     check_choice("--vote", cfg.vote, VOTE_RULES)
     if cfg.reference:
         check_choice("--reference", cfg.reference, protocol_list(cfg))
+    for protocol in protocol_list(cfg):
+        if protocol.startswith("mpdf="):
+            load_policy(protocol[len("mpdf=") :])  # a bad policy file stops us before the LLM loads
 
 
 def main(cfg):
@@ -342,5 +346,8 @@ def over_seeds(cfg):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    check(config)
-    over_seeds(config) if config.seeds else main(config)
+    try:
+        check(config)
+        over_seeds(config) if config.seeds else main(config)
+    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
+        usage_error(error)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (
+    FileRefused,
     MetricsLog,
     batch_schedule,
     check_choice,
@@ -32,6 +33,7 @@ from common import (
     parse_config,
     save_checkpoint,
     shard_rows,
+    usage_error,
     wrap_ddp,
 )
 from corpus import (
@@ -189,5 +191,8 @@ def train(cfg, rank, world, device):
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     check(config)
-    with distributed(config.out_dir) as (rank, world, device):
-        train(config, rank, world, device)
+    try:
+        with distributed(config.out_dir) as (rank, world, device):
+            train(config, rank, world, device)
+    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
+        usage_error(error)

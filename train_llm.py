@@ -37,6 +37,7 @@ import deliberate
 import softrank
 import team_rollouts
 from common import (
+    FileRefused,
     MetricsLog,
     accumulating,
     all_gather_list,
@@ -460,8 +461,11 @@ def check(cfg, world):
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     check(config, int(os.environ.get("WORLD_SIZE", 1)))
-    with distributed(config.out_dir) as (rank, world, device):
-        if config.target == "sft":
-            train_sft(config, rank, world, device)
-        else:
-            train_agents_or_leader(config, rank, world, device)
+    try:
+        with distributed(config.out_dir) as (rank, world, device):
+            if config.target == "sft":
+                train_sft(config, rank, world, device)
+            else:
+                train_agents_or_leader(config, rank, world, device)
+    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
+        usage_error(error)

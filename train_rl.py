@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 import softrank
 from common import (
+    FileRefused,
     MetricsLog,
     batch_schedule,
     check_choice,
@@ -355,5 +356,8 @@ def train(cfg, rank, world, device):
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     check(config)
-    with distributed(config.out_dir) as (rank, world, device):
-        train(config, rank, world, device)
+    try:
+        with distributed(config.out_dir) as (rank, world, device):
+            train(config, rank, world, device)
+    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
+        usage_error(error)

@@ -175,7 +175,7 @@ def run(args, tmp_path, torchrun=False, check=True, scripted=False):
 
 
 def weights(path):
-    return torch.load(path, weights_only=False)["state_dict"]
+    return common.load_file(path, "policy")["state_dict"]
 
 
 def metrics(out_dir):
@@ -214,7 +214,7 @@ def sft_runs(tmp_path_factory):
 
 def test_sft_single_and_torchrun_agree(sft_runs):
     single, multi = sft_runs["single"], sft_runs["torchrun"]
-    corpus = [torch.load(d / "corpus.pt", weights_only=False) for d in (single, multi)]
+    corpus = [common.load_file(d / "corpus.pt", "corpus") for d in (single, multi)]
     assert [r["key"] for r in corpus[0]] == [r["key"] for r in corpus[1]] and len(corpus[0]) > 20
     assert [r["label"] for r in corpus[0]] == [r["label"] for r in corpus[1]]
     # right and wrong answers: persist, refine and concede labels
@@ -227,7 +227,7 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     summary = json.loads((single / "summary.json").read_text())
     assert summary["states"] == len(corpus[0])
     assert set(summary["label_distribution"]) == {"persist", "refine", "concede"}
-    checkpoint = torch.load(single / "checkpoint.pt", weights_only=False)
+    checkpoint = common.load_file(single / "checkpoint.pt", "checkpoint")
     assert {"model", "optimizer", "counters", "rng", "config"} <= checkpoint.keys()
 
 
@@ -248,7 +248,7 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
     summary = json.loads((outs["single"] / "summary.json").read_text())
     assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
     assert summary["corpus"]["frac_zero_std"] < 0.9 and summary["corpus"]["frac_multi_valued"] > 0
-    corpus = torch.load(outs["single"] / "corpus-0.pt", weights_only=False)
+    corpus = common.load_file(outs["single"] / "corpus-0.pt", "corpus")
     assert all(len(r["rewards"]) == 4 and len(r["old_logits"]) == 4 for r in corpus)
     assert any(abs(r["pg"]) > 0 for r in metrics(outs["single"]) if "pg" in r)
 
@@ -294,7 +294,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     assert summary["corpus"]["frac_zero_std"] < 0.9
     steps = len(
         common.batch_schedule(
-            len(torch.load(tmp_path / "whole" / "corpus-0.pt", weights_only=False)), 8, 3, 0, "rl-0"
+            len(common.load_file(tmp_path / "whole" / "corpus-0.pt", "corpus")), 8, 3, 0, "rl-0"
         )
     )
     crash = steps + 3  # inside the second iteration, after a checkpoint of the first
