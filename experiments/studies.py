@@ -350,7 +350,7 @@ def after_table(seeds=(0, 1, 2)):
     if len(lines) == 2:
         return missing("after/untrained-parallel.json", "after/magrpo-L1-seed0-parallel.json")
     return "\n".join(lines) + (
-        "\n\nSettings: `experiments/run.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
+        "\n\nSettings: `experiments/pieces.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
         "96 new tokens, seed-0 test questions for every run); leaders and single answers "
         "greedy."
     )
