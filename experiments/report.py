@@ -24,8 +24,6 @@ from studies import (  # noqa: E402
     study_table,
     temperature_table,
 )
-from state import ACTION_KINDS  # noqa: E402
-from stats import format_paired, paired_difference, sample_std  # noqa: E402
 from tables import (  # noqa: E402
     auroc_table,
     corpus_table,
@@ -40,6 +38,9 @@ from tables import (  # noqa: E402
     summary_of,
     weight_gap,
 )
+
+from state import ACTION_KINDS  # noqa: E402
+from stats import format_paired, paired_difference, sample_std  # noqa: E402
 
 DOCUMENTS = ("README.md", "results/README.md")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it

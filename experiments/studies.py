@@ -3,8 +3,10 @@ curves and the trained LLMs against the untrained one; each from the committed f
 
 import plots
 import tables
-from stats import format_paired, paired_difference, sample_std
 from tables import NO_PNG, fmt, load, missing, protocol_cells, read_metrics, summary_of
+
+from stats import format_paired, paired_difference, sample_std
+
 
 def bench_table():
     """The engine against HF generate: --bench generate and --bench round, one row each; --bench slots in a note."""

@@ -9,10 +9,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
-import report  # noqa: E402
+import run as runner  # noqa: E402
 import studies  # noqa: E402
 import tables  # noqa: E402
-import run as runner  # noqa: E402
 
 
 def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
