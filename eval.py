@@ -5,9 +5,9 @@
 
 `--path` for file tasks (gsm8k, mawps, svamp, mc, math), `--model` for any HF causal-LM directory,
 `mpdf=PATH` for a trained policy, `leader=PATH` for MLPO (the agents answer, the leader model at
-PATH reads them and answers; `leader=default`: the untrained backbone leads; `--rounds` more rounds let the
-agents revise after reading the leader's answer). Generations are cached on disk (`--cache-dir`), so a second
-identical evaluation makes no LLM call.
+PATH reads them and answers; `leader=default`: the untrained backbone leads; `--rounds` more rounds
+let the agents revise after reading the leader's answer). Generations are cached on disk
+(`--cache-dir`), so a second identical evaluation makes no LLM call.
 """
 
 import dataclasses
@@ -35,9 +35,10 @@ class Config:
     path: str = ""
     """the data file of a file task"""
     split: str = ""
-    """empty: test for arith, the whole file for a file task; train / test of a file (data.split_of); val:
-    the first --n validation questions of the training pool (corpus.training_pool, --seed), which sft.py
-    and train_rl.py runs of that seed hold out when their --val-n >= n"""
+    """empty: test for arith, the whole file for a file task; train / test of a file
+    (data.split_of); val: the first --n validation questions of the training pool
+    (corpus.training_pool, --seed), which sft.py and train_rl.py runs of that seed hold out when
+    their --val-n >= n"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
     n: int = 200
@@ -47,8 +48,8 @@ class Config:
     seeds: str = ""
     """e.g. 0,1,2: one evaluation per seed, then accuracy mean ± sample std over the seeds"""
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
-    """comma-separated: vanilla, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle, mpdf=POLICY.pt,
-    leader=MODEL_DIR, leader=default"""
+    """comma-separated: vanilla, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle,
+    mpdf=POLICY.pt, leader=MODEL_DIR, leader=default"""
     reference: str = ""
     """a protocol of the list: every other one's paired accuracy difference to it"""
     agents: int = 3
@@ -78,8 +79,8 @@ class Config:
     out: str = ""
     """the JSON results file (empty: the table only)"""
     details: bool = True
-    """the JSON keeps every transcript (--no-details: the summaries, with the per-question outcomes that
-    paired statistics need)"""
+    """the JSON keeps every transcript (--no-details: the summaries, with the per-question outcomes
+    that paired statistics need)"""
 
 
 def summarize(results, wall_s):
@@ -157,7 +158,8 @@ def summarize(results, wall_s):
 
 
 def add_paired(summaries, reference):
-    """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0], 0)."""
+    """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0],
+    0)."""
     for summary in summaries.values():
         summary["vs_reference"] = {
             "reference": reference,
@@ -180,7 +182,8 @@ def print_table(summaries):
         actions = s.get("actions")
         actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
         row = (
-            f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}{s['tokens_per_question']:>10.0f}"
+            f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}"
+            f"{s['tokens_per_question']:>10.0f}"
             f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}"
         )
         if "vs_reference" in s:
@@ -208,8 +211,8 @@ def print_reading(summaries, reference):
 
 
 def load_examples(cfg):
-    """The questions of cfg.split; "val" is the validation slice of the training pool (the levers are studied
-    on it, never on the test questions)."""
+    """The questions of cfg.split; "val" is the validation slice of the training pool (the levers
+    are studied on it, never on the test questions)."""
     if cfg.split == "val":
         return training_pool(cfg)[: cfg.n]
     kw = {"level": cfg.level} if cfg.level else {}
@@ -243,8 +246,8 @@ def check(cfg):
 
 
 def check_protocol(protocol, cfg):
-    """A protocol of --protocols: a known name, a policy file that loads and can play this team, or a
-    leader's model directory."""
+    """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
+    a leader's model directory."""
     fixed = ("vanilla", "cot", "sc", "debate") + tuple(f"mpdf-{n}" for n in FixedPolicy.NAMES)
     if protocol in fixed or protocol == "leader=default":
         return
@@ -285,8 +288,9 @@ def main(cfg):
     if cfg.reference:
         add_paired(summaries, cfg.reference)
     print(
-        f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, {cfg.rounds} rounds, "
-        f"seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\nvote: {describe_vote(cfg.vote)}"
+        f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, "
+        f"{cfg.rounds} rounds, seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\n"
+        f"vote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)
     if cfg.reference:
@@ -309,7 +313,8 @@ def main(cfg):
 
 
 def over_seeds(cfg):
-    """One evaluation per seed (its own question subset and LLM seeds), then mean ± std over the seeds."""
+    """One evaluation per seed (its own question subset and LLM seeds), then mean ± std over the
+    seeds."""
     seeds = [int(x) for x in cfg.seeds.split(",") if x.strip()]
     runs = []
     for seed in seeds:

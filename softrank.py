@@ -7,9 +7,9 @@ Read top to bottom:
                   bounded, with its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and
                   the unbounded literal form unweighted_softrank_loss, kept to show why it is not
                   used.
-  3. Losses on sampled actions - ppo_clip_loss, kl_k3, and the token-level policy_gradient_loss
-                  for LLMs (DAPO / GRPO / Dr.GRPO normalizers) with pg_normalizer for exact
-                  gradient accumulation.
+  3. Losses on sampled actions - ppo_clip_loss, kl_k3, and for LLMs the token-level
+                  policy_gradient_loss, both through aggregate (DAPO / GRPO / Dr.GRPO / MAGRPO
+                  weightings) with step_normalizer for exact gradient accumulation.
   4. Demo - `python softrank.py` prints SoftRank vs GRPO advantages under reward transforms, and the
              expected-advantage objective against the unbounded literal form under gradient descent.
 
@@ -235,60 +235,77 @@ def ppo_clip_loss(logp, old_logp, advantages, clip=0.2):
 
 
 def kl_k3(logp, ref_logp):
-    """The k3 estimator of KL(pi || pi_ref), per sampled element (a ~ pi):
+    """The KL penalty per sampled token (a ~ pi): the k3 estimate of KL(pi || pi_ref), with the
+    gradient of that same KL.
 
-        k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1
+        k3   = r - 1 - log r,   r = pi_ref / pi = exp(ref_logp - logp)
+        term = k3 * pi / sg(pi) = k3 * exp(logp - sg(logp))      (sg: stop-gradient, detach)
 
-    Non-negative (e^x >= 1 + x), and unbiased: E_pi[exp(ref_logp - logp)] = sum_a pi_ref(a) = 1, so
-    E[k3] = E[logp - ref_logp] = KL. Lower variance than the plain log-ratio. ref_logp is a
+    Value: the factor is 1, so the term is k3: non-negative (e^x >= 1 + x) and unbiased, since
+    E_pi[r] = sum_a pi_ref(a) = 1 gives E[k3] = E[logp - ref_logp] = KL(pi || pi_ref); lower
+    variance than the plain log-ratio. The logged KL is this value.
+    Gradient: why the factor. k3 alone, differentiated as a loss, gives (1 - r) grad logp, whose
+    expectation over a ~ pi is -sum_a pi_ref(a) grad log pi(a) = grad KL(pi_ref || pi): the other
+    KL, in which the samples' own distribution does not appear. The importance ratio pi / sg(pi)
+    adds k3 grad logp, the score-function term of sampling from pi, so the expectation becomes
+    grad E_pi[k3] = grad KL(pi || pi_ref) exactly (TRL's use_bias_correction_kl, after
+    DeepSeek-V3.2). k2 = (log r)^2 / 2 has that expected gradient too, but its value is a biased
+    estimate of the KL; this term keeps k3's value. On-policy: pi_old = sg(pi). ref_logp is a
     constant.
     """
     log_ratio = ref_logp.detach() - logp
-    return torch.exp(log_ratio) - log_ratio - 1
+    return (torch.exp(log_ratio) - log_ratio - 1) * torch.exp(logp - logp.detach())
 
 
-PG_KINDS = ("token", "seq", "const")
+PG_KINDS = ("token", "seq", "const", "sum")
+
+
+def step_normalizer(kind, sequences, tokens, max_len):
+    """What aggregate divides by, from the counts of a whole optimizer step (sequences, completion
+    tokens, and the fixed generation budget max_len):
+
+        token: tokens     seq: sequences     const: sequences * max_len     sum: sequences
+
+    Compute it ONCE over the optimizer step's full batch and pass it to every micro-batch: the
+    summed micro-batch gradients then equal the full-batch gradient exactly (a per micro-batch
+    `token` mean would weigh a token by its micro-batch's size). Under DDP, which averages gradients
+    over ranks, pass the counts summed over all ranks and divide the result by the world size.
+    """
+    normalizers = dict(token=tokens, seq=sequences, const=sequences * max_len, sum=sequences)
+    if kind not in normalizers:
+        raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
+    return float(normalizers[kind])
 
 
 def pg_normalizer(mask, kind, max_len=None):
-    """What policy_gradient_loss divides by, for a whole batch. mask: (B, T), 1 on completion
-    tokens.
-
-        token: the number of completion tokens, sum(mask)
-        seq:   the number of sequences, B
-        const: B * max_len, max_len the fixed generation budget (default: T, the padded length)
-
-    For gradient accumulation, compute it ONCE over the optimizer step's full batch and pass it to
-    every micro-batch: the summed micro-batch gradients then equal the full-batch gradient exactly
-    (a per micro-batch `token` mean would weigh a token by its micro-batch's size). Under DDP, which
-    averages gradients over ranks, pass the normalizer summed over all ranks divided by the world
-    size.
-    """
-    if kind == "token":
-        return float(mask.sum())
-    if kind == "seq":
-        return float(mask.shape[0])
-    if kind == "const":
-        return float(mask.shape[0] * (mask.shape[-1] if max_len is None else max_len))
-    raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
+    """step_normalizer of one batch: mask (B, T), 1 on completion tokens; max_len defaults to T, the
+    padded length."""
+    max_len = mask.shape[-1] if max_len is None else max_len
+    return step_normalizer(kind, mask.shape[0], int(mask.sum()), max_len)
 
 
-def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
-    """Token-level policy gradient for LLM completions (MAGRPO, MLPO):
+def aggregate(per_token, mask, kind, normalizer=None):
+    """One loss from per-token terms x_bt of B completions, over completion tokens only (mask_bt =
+    1). Every term of an LLM loss goes through it (the policy gradient, x = -A_b logp_bt, and the KL
+    penalty), so they weigh each token alike, as TRL does by aggregating their per-token sum:
 
-        token (DAPO):    L = -sum_{b,t} A_b logp_bt / sum_{b,t} mask_bt
-        seq   (GRPO):    L = -sum_b (sum_t A_b logp_bt / |o_b|) / B
-        const (Dr.GRPO): L = -sum_{b,t} A_b logp_bt / (B * max_len)
+        token (TRL dapo, DAPO):       L = sum_{b,t} x_bt / sum_{b,t} mask_bt
+        seq   (TRL grpo, GRPO):       L = sum_b (sum_t x_bt / |o_b|) / B
+        const (TRL dr_grpo, Dr.GRPO): L = sum_{b,t} x_bt / (B * max_len)
+        sum   (MAGRPO, CoMLRL):       L = sum_{b,t} x_bt / B
 
-    sums over completion tokens only (mask_bt = 1). What one token weighs, and the bias that
-    follows:
-        token: 1 / N_tokens, the same for every token: a long sequence counts more in total.
+    What one token weighs, and the bias that follows:
+        token: 1 / N_tokens, the same for every token: a long sequence counts more in total, and the
+               step size varies with 1 / (mean length) from batch to batch.
         seq:   1 / (B |o_b|): tokens of short sequences weigh more (length bias: long wrong answers
                are penalised less per token, so they drift longer).
         const: 1 / (B max_len), a constant: the sequence-level REINFORCE gradient (sum over tokens),
                scaled by a constant, so no length bias.
-    logp: (B, T) log-probs of the sampled tokens; advantages: (B,) per sequence, a constant; mask:
-    (B, T). normalizer: from pg_normalizer over the full batch (default: this batch's own).
+        sum:   1 / B: that REINFORCE gradient itself, per completion, averaged over completions
+               (what CoMLRL's MAGRPO computes): const times max_len, so no length bias either. Its
+               size grows with the completions' length, so the learning rate goes with the budget.
+    per_token, mask: (B, T). normalizer: from step_normalizer over the step's full batch (default:
+    this batch's own, pg_normalizer).
     """
     if kind not in PG_KINDS:
         raise ValueError(f"kind must be one of {PG_KINDS}, got {kind!r}")
@@ -296,12 +313,19 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
     if normalizer is None:
         normalizer = pg_normalizer(m, kind)
     # where, not * mask: a pad position may hold -inf or nan, and 0 * inf = nan.
-    term = torch.where(m, -advantages.detach().unsqueeze(-1) * logp, 0)
+    term = torch.where(m, per_token, 0)
     if kind == "seq":
         # each sequence's mean over its own tokens
         term = term / m.sum(-1, keepdim=True).clamp(min=1)
-    loss = term.sum() / normalizer
-    return loss, {"tokens": float(m.sum())}
+    return term.sum() / normalizer
+
+
+def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
+    """Token-level policy gradient for LLM completions (MAGRPO, MLPO): the aggregate of
+    x_bt = -A_b logp_bt (see aggregate for the kinds and their biases). logp: (B, T) log-probs of
+    the sampled tokens; advantages: (B,) per sequence, a constant; mask: (B, T)."""
+    loss = aggregate(-advantages.detach().unsqueeze(-1) * logp, mask, kind, normalizer)
+    return loss, {"tokens": float(mask.sum())}
 
 
 # --------------------------------------------------------------------------------------------------

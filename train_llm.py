@@ -88,8 +88,8 @@ class Config:
     rollout_temperature: float = 1.0
     """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
     loss_agg: str = ""
-    """token (DAPO) | seq (GRPO) | const (Dr.GRPO), see softrank.policy_gradient_loss; empty: token
-    for agents (MAGRPO), const for the leader (MLPO), token for sft"""
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO) | sum (CoMLRL's MAGRPO), see softrank.aggregate;
+    empty: sum for agents (MAGRPO), const for the leader (MLPO), token for sft"""
     format_reward: float = 0.0
     """+ this times the fraction of the team's final answers that parse"""
     separate_agents: bool = False
@@ -101,8 +101,8 @@ class Config:
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     beta: float = 0.0
-    """weight of the k3 KL to the initial model; 0 as in both papers (no reference copy in
-    memory)"""
+    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in both papers (no
+    reference copy in memory)"""
     gradient_checkpointing: bool = False
     """recompute activations in the backward (less memory, more time)"""
     peers_model: str = ""
@@ -159,7 +159,10 @@ class Config:
 
 
 def loss_aggregation(cfg):
-    return cfg.loss_agg or ("const" if cfg.target == "leader" else "token")
+    """--loss-agg, else each method's own: MAGRPO's sum (CoMLRL: each completion's token log-probs
+    summed, times its advantage, averaged over completions), MLPO's Dr.GRPO const, sft's token
+    mean (the usual cross-entropy)."""
+    return cfg.loss_agg or {"agents": "sum", "leader": "const"}.get(cfg.target, "token")
 
 
 def group_advantages(rewards, cfg):
@@ -170,9 +173,10 @@ def group_advantages(rewards, cfg):
 
 
 def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperature):
-    """Token-level policy gradient on one micro-batch (+ beta x the k3 KL to the initial model),
-    divided by the step's global normalizer: prompt, peers' text and padding carry no gradient (loss
-    mask)."""
+    """Token-level policy gradient on one micro-batch (+ beta x the KL(pi || initial model)
+    penalty), both aggregated alike (softrank.aggregate: under seq the KL too is each sequence's
+    mean) over the step's global normalizer: prompt, peers' text and padding carry no gradient
+    (loss mask)."""
     logp, mask = completion_logprobs(model, batch, temperature)
     agg = loss_aggregation(cfg)
     loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, agg, normalizer)
@@ -180,7 +184,7 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperatur
     if cfg.beta:
         with torch.no_grad():
             ref_logp, _ = completion_logprobs(reference, batch, temperature)
-        kl = torch.where(mask.bool(), softrank.kl_k3(logp, ref_logp), 0).sum() / normalizer
+        kl = softrank.aggregate(softrank.kl_k3(logp, ref_logp), mask, agg, normalizer)
         loss = loss + cfg.beta * kl
     return loss, kl.item()
 
@@ -193,18 +197,27 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
              temperature):  # fmt: skip
     """One optimizer step over this rank's sequences, in micro-batches.
 
-    The normalizer covers the whole step (every micro-batch of every rank) and is computed once; DDP
-    averages gradients over ranks, hence the division by world. A sequence of advantage 0 (a flat
-    group) adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank
-    left with nothing still runs one backward at weight 0, for DDP's all-reduce. Returns the step's
-    statistics."""
-    counts = all_reduce_sum([len(sequences), sum(len(s.completion_ids) for s in sequences)], device)
-    normalizer = {"token": counts[1], "seq": counts[0], "const": counts[0] * cfg.max_new_tokens}[
-        loss_aggregation(cfg)
-    ] / world
+    Each model's normalizer covers the whole step (every micro-batch of every rank) of that model's
+    own sequences, computed once; DDP averages gradients over ranks, hence the division by world.
+    With --separate-agents each agent's gradient is thus that of its own objective, its loss over
+    its own sequences (CoMLRL's per-agent MAGRPO), not 1 / agents of it; each model's gradient is
+    clipped on its own. A sequence of advantage 0 (a flat group) adds exactly 0 to the loss and its
+    gradient, so it is skipped (without a KL term); a rank left with nothing still runs one backward
+    at weight 0, for DDP's all-reduce. Returns the step's statistics."""
+    per_model = [[s for s in sequences if s.agent == e] for e in range(len(models))]
+    if len(models) == 1:  # shared weights (or the leader's, or sft's): every sequence
+        per_model = [sequences]
+    counts = all_reduce_sum(
+        [c for mine in per_model for c in (len(mine), sum(len(s.completion_ids) for s in mine))],
+        device,
+    )
+    kind = loss_aggregation(cfg)
+    normalizers = [
+        softrank.step_normalizer(kind, counts[2 * e], counts[2 * e + 1], cfg.max_new_tokens) / world
+        for e in range(len(models))
+    ]
     loss_total, kl_total, trained = 0.0, 0.0, 0
-    for e, (model, ddp) in enumerate(zip(models, wrapped)):
-        mine = [s for s in sequences if len(models) == 1 or s.agent == e]
+    for e, (model, ddp, mine) in enumerate(zip(models, wrapped, per_model)):
         if not cfg.beta:
             mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
         weight = 1.0
@@ -223,16 +236,17 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
                 bf16 = cfg.dtype == "bfloat16"
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     loss, kl = agents_loss(
-                        ddp, references[e], batch, chunk_advantages, cfg, normalizer, temperature
-                    )
+                        ddp, references[e], batch, chunk_advantages, cfg, normalizers[e],
+                        temperature,
+                    )  # fmt: skip
                 loss.backward()
             loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-    params = [p for m in models for p in m.parameters()]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    norms = torch.stack([torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0) for m in models])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss_total, "kl": kl_total, "trained": trained, "tokens": counts[1],
-            "grad_norm": float(grad_norm)}  # fmt: skip
+    # loss and kl: the models' mean (each model's over its own sequences)
+    return {"loss": loss_total / len(models), "kl": kl_total / len(models), "trained": trained,
+            "tokens": sum(counts[1::2]), "grad_norm": float(norms.norm())}  # fmt: skip
 
 
 def llm_engines(cfg, device, rank, n_models):

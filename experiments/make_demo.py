@@ -2,10 +2,10 @@
 
     python experiments/make_demo.py          # run on a quiet machine: it is a timing
 
-A fresh clone of this checkout's HEAD in a temporary folder, so the generation cache is cold (the converted
-default backbone under ~/.cache/mpdf is reused: converting it is part of `make model`, timed separately);
-`make setup model`, then `make demo`, each timed; eval.py's JSON of the demo (runs/demo/results.json) is
-written with the times, the commit and the machine.
+A fresh clone of this checkout's HEAD in a temporary folder, so the generation cache is cold (the
+converted default backbone under ~/.cache/mpdf is reused: converting it is part of `make model`,
+timed separately); `make setup model`, then `make demo`, each timed; eval.py's JSON of the demo
+(runs/demo/results.json) is written with the times, the commit and the machine.
 """
 
 import json
@@ -28,7 +28,11 @@ def timed(command, cwd):
 
 def main():
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     with tempfile.TemporaryDirectory() as folder:
         clone = Path(folder) / "clone"

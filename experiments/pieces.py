@@ -368,13 +368,16 @@ PIECES = {
         for name in ["sft", *STUDY_LEVERS, "defaults"]
         + [f"{run}-{f}" for run in ("sft", "softrank") for f in STUDY_FEATURES]
     },
-    # issue 19: MAGRPO learning curves, one piece per seed
+    # issue 19: MAGRPO learning curves, one piece per seed, under the aggregation they were computed
+    # with (token, the default then)
     **{
         f"llm-magrpo-L1-seed{seed}": llm_run(
-            f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)]
+            f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed), "--loss-agg", "token"]
         )
         for seed in (0, 1, 2)
     },
+    # issue 41: the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
+    "llm-magrpo-sum-L1-seed0": llm_run("magrpo-sum-L1-seed0", MAGRPO_PRESET + ["--seed", "0"]),
     # issue 19: MLPO learning curves, one piece per seed
     **{
         f"llm-mlpo-L1-seed{seed}": llm_run(

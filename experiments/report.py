@@ -1,12 +1,15 @@
 """The documents' result tables, written from the committed files in results/ (never typed by hand).
 
     python experiments/report.py            # print every table
-    python experiments/report.py --write    # replace each <!-- report:NAME --> ... <!-- /report:NAME -->
-                                            # block of README.md and results/README.md with its table
+    python experiments/report.py --write    # replace each <!-- report:NAME --> ...
+                                            # <!-- /report:NAME --> block of README.md and
+                                            # results/README.md with its table
 
-README.md holds the headline (`headline`); results/README.md every table and study (tables.py, studies.py).
+README.md holds the headline (`headline`); results/README.md every table and study (tables.py,
+studies.py).
 
-A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py makes them).
+A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py
+makes them).
 """
 
 import argparse
@@ -56,29 +59,33 @@ HEADLINE = {  # table a's protocols, in the headline's order: file part -> what 
 
 
 def demo_table():
-    """The last `make demo`'s table (results/demo/make-demo.json: eval.py's JSON and the run's time)."""
+    """The last `make demo`'s table (results/demo/make-demo.json: eval.py's JSON and the run's
+    time)."""
     run = load("demo/make-demo.json")
     if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
-        return missing("demo/make-demo.json").replace("experiments/run.py", "experiments/make_demo.py")
+        return missing("demo/make-demo.json").replace(
+            "experiments/run.py", "experiments/make_demo.py"
+        )
     protocols = {k: s for k, s in run.items() if isinstance(s, dict) and "accuracy" in s}
     reference = run["config"]["reference"]
     lines = [
-        f"| protocol | accuracy ± s.e. | tokens/q | actions p/r/c | vs {reference} [95% CI] (disagree) |",
+        "| protocol | accuracy ± s.e. | tokens/q | actions p/r/c | "
+        f"vs {reference} [95% CI] (disagree) |",
         "|---|---|---|---|---|",
     ]
     for name, s in protocols.items():
         actions = "/".join(f"{s['actions'][k]:.2f}" for k in ACTION_KINDS) if "actions" in s else ""
         paired = "" if name == reference else format_paired(s["vs_reference"])
         lines.append(
-            f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | {s['tokens_per_question']:.0f} | "
-            f"{actions} | {paired} |"
+            f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | "
+            f"{s['tokens_per_question']:.0f} | {actions} | {paired} |"
         )
     timing = run["make_demo"]
     n = next(iter(protocols.values()))["n"]
     return "\n".join(lines) + (
         f"\n\n{n} `arith` test questions (seed {run['config']['seed']}), 3 agents, "
-        f"{run['config']['rounds']} rounds. `make demo` took {timing['seconds']:.0f} s in a fresh clone "
-        f"with a cold generation cache, at commit {timing['commit']} ({run['machine']}; "
+        f"{run['config']['rounds']} rounds. `make demo` took {timing['seconds']:.0f} s in a fresh "
+        f"clone with a cold generation cache, at commit {timing['commit']} ({run['machine']}; "
         f"`make setup model` before it: {timing['setup_seconds']:.0f} s)."
     )
 
@@ -90,7 +97,8 @@ def by_seed(name, part, seeds=(0, 1, 2)):
 
 
 def headline():
-    """README's results: table a compact, paired against SoftRankPO, and one sentence per other study."""
+    """README's results: table a compact, paired against SoftRankPO, and one sentence per other
+    study."""
     runs = {part: by_seed("arith300", part) for part in HEADLINE}
     if not all(len(r) == 3 for r in runs.values()):
         return missing(*(f"tables/arith300-seed*-{p}.json" for p, r in runs.items() if len(r) < 3))
@@ -103,9 +111,12 @@ def headline():
     for part, label in HEADLINE.items():
         accuracy = [s["accuracy"] for s in runs[part].values()]
         tokens = mean([s["tokens_per_question"] for s in runs[part].values()])
-        paired = "" if part == "softrank" else format_paired(paired_difference(ours, pooled(runs[part])))
+        paired = (
+            "" if part == "softrank" else format_paired(paired_difference(ours, pooled(runs[part])))
+        )
         lines.append(
-            f"| {label} | {mean(accuracy):.3f} ± {sample_std(accuracy):.3f} | {tokens:.0f} | {paired} |"
+            f"| {label} | {mean(accuracy):.3f} ± {sample_std(accuracy):.3f} | {tokens:.0f} | "
+            f"{paired} |"
         )
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {s}" for s in headline_sentences())
 
@@ -119,50 +130,55 @@ def headline_sentences():
         acc = {p: mean([s["accuracy"] for s in r.values()]) for p, r in mawps.items()}
         vs = {p: format_paired(paired_difference(arith_policy, pooled(mawps[p]))) for p in mawps}
         sentences.append(
-            f"**Transfer** (300 mawps questions × 3 seeds): the arith policy {acc['softrank-arith']:.3f} "
-            f"against the team's vote {acc['persist']:.3f} ({vs['persist']}) and one greedy answer "
-            f"{acc['vanilla']:.3f} ({vs['vanilla']}): "
+            "**Transfer** (300 mawps questions × 3 seeds): the arith policy "
+            f"{acc['softrank-arith']:.3f} against the team's vote {acc['persist']:.3f} "
+            f"({vs['persist']}) and one greedy answer {acc['vanilla']:.3f} ({vs['vanilla']}): "
         )
     agents = [summary_of(load(f"tables/scaling-a{a}-r3-{p}.json")) for a in (2, 5) for p in
               ("persist", "softrank")]  # fmt: skip
     rounds = [summary_of(load(f"tables/scaling-a3-r{r}-softrank.json")) for r in (1, 5)]
     if all(agents) and all(rounds):
         sentences.append(
-            f"**Scaling** (seed 0): from 2 to 5 agents the policy goes {agents[1]['accuracy']:.3f} → "
-            f"{agents[3]['accuracy']:.3f} (the team's vote {agents[0]['accuracy']:.3f} → "
-            f"{agents[2]['accuracy']:.3f}); from 1 to 5 rounds {rounds[0]['accuracy']:.3f} → "
-            f"{rounds[1]['accuracy']:.3f}."
+            "**Scaling** (seed 0): from 2 to 5 agents the policy goes "
+            f"{agents[1]['accuracy']:.3f} → {agents[3]['accuracy']:.3f} (the team's vote "
+            f"{agents[0]['accuracy']:.3f} → {agents[2]['accuracy']:.3f}); from 1 to 5 rounds "
+            f"{rounds[0]['accuracy']:.3f} → {rounds[1]['accuracy']:.3f}."
         )
-    gaps = {algo: [weight_gap(algo, v) for v in ("x0.1", "x10", "exp")] for algo in ("softrank", "grpo")}
+    gaps = {
+        algo: [weight_gap(algo, v) for v in ("x0.1", "x10", "exp")] for algo in ("softrank", "grpo")
+    }
     if "–" not in gaps["softrank"] + gaps["grpo"]:
         sentences.append(
-            "**Reward scale** (rewards × 0.1, × 10, exp): SoftRankPO's final weights move by at most "
-            f"{max(map(float, gaps['softrank'])):.1e} from the unscaled run's (it sees only ranks), "
-            f"GRPO's by up to {max(map(float, gaps['grpo'])):.2f}."
+            "**Reward scale** (rewards × 0.1, × 10, exp): SoftRankPO's final weights move by at "
+            f"most {max(map(float, gaps['softrank'])):.1e} from the unscaled run's (it sees only "
+            f"ranks), GRPO's by up to {max(map(float, gaps['grpo'])):.2f}."
         )
     magrpo = after_differences("magrpo-L1-seed{}-parallel", "mpdf-persist", "untrained-parallel")
-    debates = [summary_of(load(f"after/magrpo-L1-seed{s}-debate.json"), "debate") for s in (0, 1, 2)]
+    debates = [
+        summary_of(load(f"after/magrpo-L1-seed{s}-debate.json"), "debate") for s in (0, 1, 2)
+    ]
     if magrpo and all(debates):
         vote = [mean([d["accuracy_per_round"][t] for d in debates]) for t in (0, 1)]
         sentences.append(
-            f"**MAGRPO** (the agents' weights, trained on parallel answers, 24 steps): the team's vote "
-            f"{mean(magrpo):+.3f} (sample std {sample_std(magrpo):.3f} over {len(magrpo)} seeds) against "
-            f"the untrained agents' on 300 test questions; one REFINE round of the trained agents takes "
-            f"their vote from {vote[0]:.3f} to {vote[1]:.3f} (mean of the seeds)."
+            "**MAGRPO** (the agents' weights, trained on parallel answers, 24 steps): the team's "
+            f"vote {mean(magrpo):+.3f} (sample std {sample_std(magrpo):.3f} over {len(magrpo)} "
+            "seeds) against the untrained agents' on 300 test questions; one REFINE round of the "
+            f"trained agents takes their vote from {vote[0]:.3f} to {vote[1]:.3f} (mean of the "
+            "seeds)."
         )
     mlpo = after_differences("mlpo-L1-seed{}-leader", None, None)
     if mlpo:
         sentences.append(
             f"**MLPO** (a trained leader over 3 untrained peers, 24 steps): the leader's answer "
-            f"{mean(mlpo):+.3f} (sample std {sample_std(mlpo):.3f} over {len(mlpo)} seeds) against its "
-            "peers' own vote on the same questions."
+            f"{mean(mlpo):+.3f} (sample std {sample_std(mlpo):.3f} over {len(mlpo)} seeds) against "
+            "its peers' own vote on the same questions."
         )
     return sentences
 
 
 def after_differences(name, protocol, untrained):
-    """Per seed, a trained run's accuracy minus the untrained one's (results/after/) on the same questions;
-    untrained None: minus the peers' vote recorded with the leader's answers."""
+    """Per seed, a trained run's accuracy minus the untrained one's (results/after/) on the same
+    questions; untrained None: minus the peers' vote recorded with the leader's answers."""
     diffs = []
     for seed in (0, 1, 2):
         mine = summary_of(load(f"after/{name.format(seed)}.json"), protocol)
@@ -174,6 +190,7 @@ def after_differences(name, protocol, untrained):
             theirs = summary_of(load(f"after/{untrained}.json"), protocol)
         diffs.append(paired_difference(mine, theirs)["diff"])
     return diffs
+
 
 NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
 
@@ -216,14 +233,19 @@ TABLES = {
 
 
 def fill(document, tables):
-    """The document with each of its report blocks replaced by its table; image links relative to it."""
+    """The document with each of its report blocks replaced by its table; image links relative to
+    it."""
     path = ROOT / document
     text = path.read_text()
     for name, table in tables.items():
-        block = re.compile(rf"<!-- report:{re.escape(name)} -->.*?<!-- /report:{re.escape(name)} -->", re.S)
+        block = re.compile(
+            rf"<!-- report:{re.escape(name)} -->.*?<!-- /report:{re.escape(name)} -->", re.S
+        )
         if document != "README.md":  # results/README.md: its links start inside results/
             table = table.replace("](results/", "](")
-        text = block.sub(lambda _: f"<!-- report:{name} -->\n{table}\n<!-- /report:{name} -->", text)
+        text = block.sub(
+            lambda _: f"<!-- report:{name} -->\n{table}\n<!-- /report:{name} -->", text
+        )
     return text
 
 

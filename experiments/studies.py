@@ -1,5 +1,6 @@
-"""The studies' tables: the engine benchmarks and profile, the temperature and lever studies, the LLM-level
-curves and the trained LLMs against the untrained one; each from the committed files in results/."""
+"""The studies' tables: the engine benchmarks and profile, the temperature and lever studies, the
+LLM-level curves and the trained LLMs against the untrained one; each from the committed files in
+results/."""
 
 import plots
 import tables
@@ -9,7 +10,8 @@ from stats import format_paired, paired_difference, sample_std
 
 
 def bench_table():
-    """The engine against HF generate: --bench generate and --bench round, one row each; --bench slots in a note."""
+    """The engine against HF generate: --bench generate and --bench round, one row each; --bench
+    slots in a note."""
     gen, rnd, slots = (
         load("bench/generate.json"),
         load("bench/round.json"),
@@ -18,7 +20,8 @@ def bench_table():
     if not gen and not rnd:
         return missing("bench/generate.json", "bench/round.json")
     lines = [
-        "| benchmark | HF generate tok/s | engine fp32 tok/s | ratio | outputs match | roofline (fp32) |",
+        "| benchmark | HF generate tok/s | engine fp32 tok/s | ratio | outputs match | "
+        "roofline (fp32) |",
         "|---|---|---|---|---|---|",
     ]
     if gen:
@@ -30,26 +33,29 @@ def bench_table():
     if rnd:
         lines.append(
             f"| round: {rnd['questions']} questions × {rnd['agents']} agents, round 0 + REFINE "
-            f"({rnd['generations']} generations; engine {rnd.get('engine_slots', 64)} slots, HF batches of "
-            f"{rnd.get('hf_batch_size', 64)}) | {rnd['hf_tok_s']:.1f} | {rnd['engine_tok_s']:.1f} | "
-            f"{rnd['ratio']:.2f} | {rnd['outputs_match']} ({rnd['rows_matching']}/{rnd['generations']}) | "
-            f"{rnd['roofline_frac']:.2f} |"
+            f"({rnd['generations']} generations; engine {rnd.get('engine_slots', 64)} slots, HF "
+            f"batches of {rnd.get('hf_batch_size', 64)}) | {rnd['hf_tok_s']:.1f} | "
+            f"{rnd['engine_tok_s']:.1f} | {rnd['ratio']:.2f} | {rnd['outputs_match']} "
+            f"({rnd['rows_matching']}/{rnd['generations']}) | {rnd['roofline_frac']:.2f} |"
         )
     notes = [
-        f"`generate`: each side's fastest of {gen.get('repeats', 1)} alternating turns (all, tok/s: "
+        f"`generate`: each side's fastest of {gen.get('repeats', 1)} alternating turns (all, "
+        "tok/s: "
         + "; ".join(f"{side} {turns}" for side, turns in gen.get("all_tok_s", {}).items())
         + "). "
-        f"int8 engine (lossy, not the default): {gen['engine_int8_tok_s']:.1f} tok/s; {gen['machine']}."
+        f"int8 engine (lossy, not the default): {gen['engine_int8_tok_s']:.1f} tok/s; "
+        f"{gen['machine']}."
         if gen
         else "",
-        f"The fp32 engine's fastest turn spent {gen['engine_float32_prefill_share']:.0%} of its time prefilling "
-        f"the prompts ({gen['engine_float32_prompt_tokens_run']} prompt tokens run, {gen['generated_tokens']} "
-        "generated)."
+        "The fp32 engine's fastest turn spent "
+        f"{gen['engine_float32_prefill_share']:.0%} of its time prefilling the prompts "
+        f"({gen['engine_float32_prompt_tokens_run']} prompt tokens run, "
+        f"{gen['generated_tokens']} generated)."
         if gen and "engine_float32_prefill_share" in gen
         else "",
         f"Round wall time: HF {rnd['hf_s']:.0f} s, engine {rnd['engine_s']:.0f} s." if rnd else "",
-        "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; {ratio:.2f}x, "
-        "outputs identical: {outputs_match}.".format(
+        "The engine's own batch size (`--bench slots`, {prompts} prompts, greedy): {sizes}; "
+        "{ratio:.2f}x, outputs identical: {outputs_match}.".format(
             **slots,
             sizes=", ".join(
                 f"{size} slots {tok_s:.1f} tok/s" for size, tok_s in slots["tok_s"].items()
@@ -72,7 +78,8 @@ def profile_table():
     before, after = run["before"], run["after"]
     buckets = list(dict.fromkeys([*before["buckets_ms"], *after["buckets_ms"]]))
     lines = [
-        f"| one decode step, {run['rows']} rows, T = {run['temperature']} | before (ms) | after (ms) |",
+        f"| one decode step, {run['rows']} rows, T = {run['temperature']} | before (ms) | "
+        "after (ms) |",
         "|---|---|---|",
     ]
     lines += [
@@ -80,27 +87,29 @@ def profile_table():
         for b in buckets
     ]
     lines.append(
-        f"| **whole step** | **{before['decode_step_ms']:.1f}** | **{after['decode_step_ms']:.1f}** |"
+        f"| **whole step** | **{before['decode_step_ms']:.1f}** | "
+        f"**{after['decode_step_ms']:.1f}** |"
     )
     lines.append(f"| tokens/s | {before['tokens_per_s']:.0f} | {after['tokens_per_s']:.0f} |")
     lines.append(
-        f"\nBefore: engine.py at `{run['before_rev']}`; each the fastest of {run['repeats']} alternating "
-        f"turns (all: before {before['all_step_ms']} ms, after {after['all_step_ms']} ms); "
-        f"{run['mean_prompt_tokens']:.0f} prompt tokens per row; {run['machine']}."
+        f"\nBefore: engine.py at `{run['before_rev']}`; each the fastest of {run['repeats']} "
+        f"alternating turns (all: before {before['all_step_ms']} ms, after "
+        f"{after['all_step_ms']} ms); {run['mean_prompt_tokens']:.0f} prompt tokens per row; "
+        f"{run['machine']}."
     )
     onednn = load("bench/profile-onednn.json")
-    if (
-        onednn
-    ):  # the oneDNN Linear layers alone: the engine just before them against the engine with them
+    # the oneDNN Linear layers alone: the engine just before them against the engine with them
+    if onednn:
         b, a = onednn["before"], onednn["after"]
         lines.append(
-            f"\nThe oneDNN Linear layers alone (`profile-onednn`, engine.py at `{onednn['before_rev']}` against "
-            f"this one, the same way): whole step {b['decode_step_ms']:.1f} → {a['decode_step_ms']:.1f} ms "
-            f"({onednn['speedup']:.2f}×; all turns {b['all_step_ms']} and {a['all_step_ms']} ms); LM head "
-            f"{b['buckets_ms']['LM head']:.1f} → {a['buckets_ms']['LM head']:.1f} ms, the body's matmuls "
-            f"{b['buckets_ms']['matmuls (transformer body)']:.1f} → "
-            f"{a['buckets_ms']['matmuls (transformer body)']:.1f} ms (each bucket from one profiled turn: "
-            "noisier than the whole step)."
+            "\nThe oneDNN Linear layers alone (`profile-onednn`, engine.py at "
+            f"`{onednn['before_rev']}` against this one, the same way): whole step "
+            f"{b['decode_step_ms']:.1f} → {a['decode_step_ms']:.1f} ms ({onednn['speedup']:.2f}×; "
+            f"all turns {b['all_step_ms']} and {a['all_step_ms']} ms); LM head "
+            f"{b['buckets_ms']['LM head']:.1f} → {a['buckets_ms']['LM head']:.1f} ms, the body's "
+            f"matmuls {b['buckets_ms']['matmuls (transformer body)']:.1f} → "
+            f"{a['buckets_ms']['matmuls (transformer body)']:.1f} ms (each bucket from one "
+            "profiled turn: noisier than the whole step)."
         )
     return "\n".join(lines)
 
@@ -111,26 +120,27 @@ def temperature_table():
     runs = {t: load(f"study/temperature-T{t}.json") for t in ("0.3", "0.5", "0.7", "1.0")}
     done = {t: r["mpdf-persist"] for t, r in runs.items() if r}
     lines = [
-        "| agents' temperature | one agent right (round 0) | the team's vote | some agent right | tokens/q "
-        "| vote vs one greedy answer [95% CI] (disagree) |",
+        "| agents' temperature | one agent right (round 0) | the team's vote | some agent right | "
+        "tokens/q | vote vs one greedy answer [95% CI] (disagree) |",
         "|---|---|---|---|---|---|",
     ]
     if greedy:
         v = greedy["vanilla"]
         lines.append(
-            f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | {v['tokens_per_question']:.0f} "
-            "| |"
+            f"| one greedy answer (vanilla) | {fmt(v['accuracy'])} | – | – | "
+            f"{v['tokens_per_question']:.0f} | |"
         )
     for t, r in done.items():
         paired = format_paired(paired_difference(r, greedy["vanilla"])) if greedy else ""
         lines.append(
-            f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± {fmt(r['stderr'])} | "
-            f"{fmt(r.get('any_agent_right_round0'))} | {r['tokens_per_question']:.0f} | {paired} |"
+            f"| {t} | {fmt(r['agent_accuracy_round0'])} | {fmt(r['accuracy'])} ± "
+            f"{fmt(r['stderr'])} | {fmt(r.get('any_agent_right_round0'))} | "
+            f"{r['tokens_per_question']:.0f} | {paired} |"
         )
     first = greedy or next(iter(runs.values()), None) or {}
     note = (
-        f"\n\n{first['vanilla' if greedy else 'mpdf-persist']['n']} validation questions (arith, `--split val`, "
-        f"seed 0), 3 agents; {first.get('machine', '')}"
+        f"\n\n{first['vanilla' if greedy else 'mpdf-persist']['n']} validation questions (arith, "
+        f"`--split val`, seed 0), 3 agents; {first.get('machine', '')}"
         if first
         else ""
     )
@@ -172,8 +182,8 @@ STUDY_POLICIES = [
 
 
 def study_table():
-    """Issue 18's study, the policy levers: every fixed protocol and every study policy on the same 200 validation
-    questions at T = 0.5, each paired against the strongest fixed protocol there."""
+    """Issue 18's study, the policy levers: every fixed protocol and every study policy on the same
+    200 validation questions at T = 0.5, each paired against the strongest fixed protocol there."""
     fixed = {
         label: summary_of(load(f"study/{name}.json"), protocol)
         for label, (name, protocol) in STUDY_FIXED.items()
@@ -185,9 +195,9 @@ def study_table():
         return missing("study/baseline-debate.json", "study/policy-softrank.json")
     best = max(fixed, key=lambda label: fixed[label]["accuracy"]) if fixed else None
     lines = [
-        "| protocol or policy (`study-<name>`) | accuracy ± s.e. | tokens/q | calls/q | vote after rounds | "
-        f"actions p/r/c | training states, all-equal rewards | vs {best or 'the strongest fixed'} [95% CI] "
-        "(disagree) |",
+        "| protocol or policy (`study-<name>`) | accuracy ± s.e. | tokens/q | calls/q | "
+        "vote after rounds | actions p/r/c | training states, all-equal rewards | "
+        f"vs {best or 'the strongest fixed'} [95% CI] (disagree) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, s in [*fixed.items(), *learned.items()]:
@@ -204,15 +214,15 @@ def study_table():
 
 
 def llm_curves(prefix, title):
-    """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before and after,
-    their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
+    """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before
+    and after, their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
     paths = sorted((tables.RESULTS / "llm").glob(f"{prefix}-seed*.metrics.jsonl"))
     if not paths:
         return missing(f"llm/{prefix}-seed0.metrics.jsonl")
     runs = {path.name.split(".")[0]: read_metrics(path) for path in paths}
     lines = [
-        f"| {title} | held-out accuracy at steps | before → after | mean reward, first → last quarter of "
-        "the steps | flat groups | wall time of the steps | tokens trained |",
+        f"| {title} | held-out accuracy at steps | before → after | mean reward, first → last "
+        "quarter of the steps | flat groups | wall time of the steps | tokens trained |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, (val, train) in runs.items():
@@ -250,19 +260,25 @@ def llm_curves(prefix, title):
     return (
         "\n".join(lines)
         + "\n\n"
-        + (f"![curves](results/{png})" if plots.training_curves(runs, tables.RESULTS / png) else NO_PNG)
+        + (
+            f"![curves](results/{png})"
+            if plots.training_curves(runs, tables.RESULTS / png)
+            else NO_PNG
+        )
     )
 
 
 def after_table(seeds=(0, 1, 2)):
-    """Issue 19 after training: each trained run against the untrained model on the same 300 test questions
-    (results/after/, experiments/run.py after-), the paired difference per seed and its mean over seeds."""
+    """Issue 19 after training: each trained run against the untrained model on the same 300 test
+    questions (results/after/, experiments/run.py after-), the paired difference per seed and its
+    mean over seeds."""
     untrained = {
         "parallel": load("after/untrained-parallel.json"),
         "debate": load("after/untrained-debate.json"),
         "leader": load("after/untrained-leader.json"),
     }
-    comparisons = []  # (label, file of the trained run, its protocol, the reference: (file, protocol) or peers)
+    # (label, file of the trained run, its protocol, the reference: (file, protocol) or peers)
+    comparisons = []
     for part, protocol, label in (
         ("parallel", "vanilla", "MAGRPO: one greedy answer"),
         ("parallel", "mpdf-persist", "MAGRPO: the parallel vote of 3 agents"),
@@ -293,8 +309,8 @@ def after_table(seeds=(0, 1, 2)):
         ),
     ]
     lines = [
-        "| comparison (300 arith test questions) | seed | trained | untrained | trained − untrained [95% CI] "
-        "(disagree) | tokens/q trained / untrained |",
+        "| comparison (300 arith test questions) | seed | trained | untrained | "
+        "trained − untrained [95% CI] (disagree) | tokens/q trained / untrained |",
         "|---|---|---|---|---|---|",
     ]
     for label, name, protocol, reference in comparisons:
@@ -323,8 +339,8 @@ def after_table(seeds=(0, 1, 2)):
             )
             their_accuracy = sum(theirs["correct"]) / len(theirs["correct"])
             lines.append(
-                f"| {label} | {seed} | {mine['accuracy']:.3f} | {their_accuracy:.3f} | {format_paired(v)} "
-                f"| {tokens} |"
+                f"| {label} | {seed} | {mine['accuracy']:.3f} | {their_accuracy:.3f} | "
+                f"{format_paired(v)} | {tokens} |"
             )
         if len(diffs) > 1:
             lines.append(

@@ -1,7 +1,9 @@
-"""The full-size tables (a-d), the protocol and corpus tables, and the helpers every table uses: each
-written from the committed files in results/ (experiments/report.py puts them in the documents).
+"""The full-size tables (a-d), the protocol and corpus tables, and the helpers every table uses:
+each written from the committed files in results/ (experiments/report.py puts them in the
+documents).
 
-A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py makes them).
+A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py
+makes them).
 """
 
 import json
@@ -16,6 +18,7 @@ import plots  # noqa: E402
 from stats import format_paired, paired_difference, sample_std  # noqa: E402
 
 NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
+
 
 def load(path):
     path = RESULTS / path
@@ -58,8 +61,8 @@ def auroc_table():
 
 
 def protocol_cells(s):
-    """accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c of one eval.py summary (the last
-    two for the game's protocols only)."""
+    """accuracy ± s.e. | tokens/q | calls/q | vote after rounds | actions p/r/c of one eval.py
+    summary (the last two for the game's protocols only)."""
     actions = (
         "/".join(f"{s['actions'][k]:.2f}" for k in ("persist", "refine", "concede"))
         if "actions" in s
@@ -73,8 +76,9 @@ def protocol_cells(s):
 
 
 def protocol_table(name, parts, reference):
-    """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary JSON), with
-    its paired accuracy difference to the `reference` part on the same questions (stats.paired_difference)."""
+    """One row per protocol, each from its own file tables/<name>-<part>.json (eval.py's summary
+    JSON), with its paired accuracy difference to the `reference` part on the same questions
+    (stats.paired_difference)."""
     runs = {part: load(f"tables/{name}-{part}.json") for part in parts}
     done = {part: summary_of(run) for part, run in runs.items() if run}
     if not done:
@@ -113,9 +117,10 @@ def mean(values):
 
 
 def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
-    """Tables a and b: one row per protocol from tables/<name>-seed<k>-<part>.json: accuracy mean ± sample std
-    over the seeds, cost, actions, and the paired difference to `reference`, pooled over the seeds both have.
-    pictures: the cost/accuracy frontier and the action shares by round as PNGs."""
+    """Tables a and b: one row per protocol from tables/<name>-seed<k>-<part>.json: accuracy mean ±
+    sample std over the seeds, cost, actions, and the paired difference to `reference`, pooled over
+    the seeds both have. pictures: the cost/accuracy frontier and the action shares by round as
+    PNGs."""
     runs = {
         part: {seed: summary_of(load(f"tables/{name}-seed{seed}-{part}.json")) for seed in seeds}
         for part in parts
@@ -162,7 +167,8 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
         lines.append(
             f"| {part} | {len(by_seed)} | {mean(accuracy):.3f} ± {spread} | "
             f"{mean([s['tokens_per_question'] for s in by_seed.values()]):.0f} | "
-            f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | {paired} |"
+            f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | "
+            f"{paired} |"
         )
     text = "\n".join(lines)
     if pictures:
@@ -171,8 +177,8 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
 
 
 def pictures_of(name, runs):
-    """Tables a and b's PNGs: the cost/accuracy frontier, and the action shares by round of the game's protocols
-    that decide (not the fixed persist and debate)."""
+    """Tables a and b's PNGs: the cost/accuracy frontier, and the action shares by round of the
+    game's protocols that decide (not the fixed persist and debate)."""
     frontier = RESULTS / "tables" / f"{name}-frontier.png"
     if not plots.frontier(runs, f"cost and accuracy: {name}", frontier):
         return NO_PNG
@@ -189,8 +195,9 @@ def pictures_of(name, runs):
 
 
 def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10", "exp")):
-    """Table c: validation accuracy over the steps of SoftRankPO and GRPO under scaled and transformed rewards
-    (results/training/arith-seed0-<algo>-<variant>.metrics.jsonl), as numbers and a PNG."""
+    """Table c: validation accuracy over the steps of SoftRankPO and GRPO under scaled and
+    transformed rewards (results/training/arith-seed0-<algo>-<variant>.metrics.jsonl), as numbers
+    and a PNG."""
     curves = {}
     for algo in algos:
         for variant in variants:
@@ -206,8 +213,8 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
     if not curves:
         return missing(*absent)
     lines = [
-        "| algorithm | rewards | validation accuracy at steps (evenly spaced tenth of the evaluations) | mean of the second half "
-        "| last | final weights: max \\|Δw\\| vs × 1 |",
+        "| algorithm | rewards | validation accuracy at steps (evenly spaced tenth of the "
+        "evaluations) | mean of the second half | last | final weights: max \\|Δw\\| vs × 1 |",
         "|---|---|---|---|---|---|",
     ]
     for (algo, variant), points in curves.items():
@@ -225,8 +232,9 @@ def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10"
 
 
 def weight_gap(algo, variant):
-    """Max |w - w_x1| between a reward variant's final policy and its algorithm's unscaled one: 0 means the
-    variant did not change training at all (what a rank-based advantage promises for increasing maps)."""
+    """Max |w - w_x1| between a reward variant's final policy and its algorithm's unscaled one: 0
+    means the variant did not change training at all (what a rank-based advantage promises for
+    increasing maps)."""
     paths = [RESULTS / "policies" / f"arith-seed0-{algo}-{v}.pt" for v in (variant, "x1")]
     if not all(path.exists() for path in paths):
         return "–"
@@ -239,8 +247,9 @@ def weight_gap(algo, variant):
 
 
 def scaling_table(settings, protocols=("persist", "softrank", "debate")):
-    """Table d: the team's vote, the seed-0 SoftRankPO policy and debate with each (agents, rounds) on the same
-    300 questions (tables/scaling-a<agents>-r<rounds>-<protocol>.json), the policy paired with the vote."""
+    """Table d: the team's vote, the seed-0 SoftRankPO policy and debate with each (agents, rounds)
+    on the same 300 questions (tables/scaling-a<agents>-r<rounds>-<protocol>.json), the policy
+    paired with the vote."""
     lines = [
         "| agents | rounds | "
         + " | ".join(f"{p}: accuracy (tokens/q)" for p in protocols)
@@ -280,19 +289,20 @@ def corpus_table(names):
     if not all(rows.values()):
         return missing(*(f"training/{n}.json" for n, r in rows.items() if not r))
     lines = [
-        "| run | states | all-equal rewards | ≥ 3 distinct rewards | policy actions on the corpus p/r/c | "
-        "objective at the end / its minimum | validation accuracy |",
+        "| run | states | all-equal rewards | ≥ 3 distinct rewards | "
+        "policy actions on the corpus p/r/c | objective at the end / its minimum | "
+        "validation accuracy |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, summary in rows.items():
         corpus = summary.get("corpus", {})
         actions = summary.get("policy_actions_on_corpus") or summary.get("policy_distribution", {})
         lines.append(
-            f"| {name} | {corpus.get('states', summary.get('states'))} | {fmt(corpus.get('frac_zero_std'))} | "
-            f"{fmt(corpus.get('frac_multi_valued'))} | "
+            f"| {name} | {corpus.get('states', summary.get('states'))} | "
+            f"{fmt(corpus.get('frac_zero_std'))} | {fmt(corpus.get('frac_multi_valued'))} | "
             + "/".join(f"{actions.get(k, 0):.2f}" for k in ("persist", "refine", "concede"))
-            + f" | {fmt(summary.get('objective_on_corpus'))} / {fmt(summary.get('objective_minimum'))}"
-            + f" | {fmt(summary.get('val_accuracy'))} |"
+            + f" | {fmt(summary.get('objective_on_corpus'))} / "
+            f"{fmt(summary.get('objective_minimum'))}" + f" | {fmt(summary.get('val_accuracy'))} |"
         )
     curves = [loss_curve(name) for name in names if "objective_minimum" in rows[name]]
     return "\n".join(lines) + (
@@ -303,7 +313,8 @@ def corpus_table(names):
 
 
 def loss_curve(name, parts=10):
-    """One line: the training loss averaged over each tenth of a run's steps (does it level off?)."""
+    """One line: the training loss averaged over each tenth of a run's steps (does it level
+    off?)."""
     path = RESULTS / "training" / f"{name}.metrics.jsonl"
     losses = [
         row["loss"] for row in map(json.loads, path.read_text().splitlines()) if "loss" in row
@@ -316,7 +327,8 @@ def loss_curve(name, parts=10):
 
 
 def summary_of(run, protocol=None):
-    """One protocol's summary in an eval.py JSON; protocol None: its first (a file of one protocol)."""
+    """One protocol's summary in an eval.py JSON; protocol None: its first (a file of one
+    protocol)."""
     if run is None:
         return None
     return (

@@ -1,5 +1,5 @@
-"""Every script's command line explains itself: each flag has a one-line description (its config field's
-docstring) and its default in --help."""
+"""Every script's command line explains itself: each flag has a one-line description (its config
+field's docstring) and its default in --help."""
 
 import dataclasses
 import importlib.util

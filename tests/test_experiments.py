@@ -1,4 +1,6 @@
-"""The results pipeline: experiments/run.py skips what is done, experiments/tables.py writes tables from results/."""
+"""The results pipeline: experiments/run.py skips what is done, experiments/tables.py writes tables
+from results/."""
+
 import json
 import subprocess
 import sys
@@ -18,32 +20,77 @@ def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     assert "not computed yet" in tables.auroc_table() and "auroc/mawps.json" in tables.auroc_table()
     (tmp_path / "auroc").mkdir()
-    (tmp_path / "auroc" / "arith.json").write_text(json.dumps(
-        {"solutions": 6, "right": 2, "critic_prompt_tokens_per_solution": 100.0, "auroc": {"min_prob": 0.7}}))
+    (tmp_path / "auroc" / "arith.json").write_text(
+        json.dumps(
+            {
+                "solutions": 6,
+                "right": 2,
+                "critic_prompt_tokens_per_solution": 100.0,
+                "auroc": {"min_prob": 0.7},
+            }
+        )
+    )
     partial = tables.auroc_table()
-    assert "| min_prob | 0.700 |" in partial and "not computed yet: `results/auroc/mawps.json`" in partial
+    assert (
+        "| min_prob | 0.700 |" in partial
+        and "not computed yet: `results/auroc/mawps.json`" in partial
+    )
     for task, value in (("arith", 0.61), ("mawps", 0.48)):
-        (tmp_path / "auroc" / f"{task}.json").write_text(json.dumps(
-            {"solutions": 600, "right": 60, "critic_prompt_tokens_per_solution": 141.2,
-             "auroc": {"critic_sequence": value, "min_prob": value + 0.1}}))
+        (tmp_path / "auroc" / f"{task}.json").write_text(
+            json.dumps(
+                {
+                    "solutions": 600,
+                    "right": 60,
+                    "critic_prompt_tokens_per_solution": 141.2,
+                    "auroc": {"critic_sequence": value, "min_prob": value + 0.1},
+                }
+            )
+        )
     table = tables.auroc_table()
     assert "| min_prob | 0.710 | 0.580 |" in table and "arith (600 solutions, 60 right)" in table
     (tmp_path / "tables").mkdir()
 
     def table_file(part, protocol, summary):
-        (tmp_path / "tables" / f"t-{part}.json").write_text(json.dumps({"config": {"vote": "mean_prob"},
-                                                                        protocol: summary}))
-    table_file("vanilla", "vanilla", {"accuracy": 0.5, "stderr": 0.03, "tokens_per_question": 110,
-                                      "calls_per_question": 1, "question_ids": [1, 2, 3, 4],
-                                      "correct": [True, True, False, False]})
+        (tmp_path / "tables" / f"t-{part}.json").write_text(
+            json.dumps({"config": {"vote": "mean_prob"}, protocol: summary})
+        )
+
+    table_file(
+        "vanilla",
+        "vanilla",
+        {
+            "accuracy": 0.5,
+            "stderr": 0.03,
+            "tokens_per_question": 110,
+            "calls_per_question": 1,
+            "question_ids": [1, 2, 3, 4],
+            "correct": [True, True, False, False],
+        },
+    )
     assert "vs softrank" not in tables.protocol_table("t", ["vanilla", "softrank"], "softrank")
-    table_file("softrank", "mpdf=results/policies/x.pt", {
-        "accuracy": 0.25, "stderr": 0.03, "tokens_per_question": 400, "calls_per_question": 3,
-        "accuracy_per_round": [0.2, 0.25], "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
-        "question_ids": [4, 3, 2, 1], "correct": [False, False, False, True]})  # paired by id, not by position
+    # paired by id, not by position
+    table_file(
+        "softrank",
+        "mpdf=results/policies/x.pt",
+        {
+            "accuracy": 0.25,
+            "stderr": 0.03,
+            "tokens_per_question": 400,
+            "calls_per_question": 3,
+            "accuracy_per_round": [0.2, 0.25],
+            "actions": {"persist": 0.5, "refine": 0.1, "concede": 0.4},
+            "question_ids": [4, 3, 2, 1],
+            "correct": [False, False, False, True],
+        },
+    )
     table = tables.protocol_table("t", ["vanilla", "softrank"], "softrank")
     assert "vs softrank [95% CI]" in table and "| vanilla | 0.500 ± 0.030 | 110 | 1.0 |" in table
-    assert "+0.250 [" in table and "(1) |" in table and "0.50/0.10/0.40" in table and "`mean_prob`" in table
+    assert (
+        "+0.250 [" in table
+        and "(1) |" in table
+        and "0.50/0.10/0.40" in table
+        and "`mean_prob`" in table
+    )
 
 
 def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatch):
@@ -52,45 +99,101 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
     (tmp_path / "llm").mkdir()
     for seed, final in ((0, 0.30), (1, 0.20)):
         lines = [{"step": 0, "val_accuracy": 0.10}]
-        lines += [{"step": k, "mean_reward": 0.1 * k, "frac_zero_std": 0.5, "step_s": 60.0, "tokens": 100}
-                  for k in range(1, 5)]
+        lines += [
+            {"step": k, "mean_reward": 0.1 * k, "frac_zero_std": 0.5, "step_s": 60.0, "tokens": 100}
+            for k in range(1, 5)
+        ]
         lines.append({"step": 4, "val_accuracy": final})
-        (tmp_path / "llm" / f"m-seed{seed}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        (tmp_path / "llm" / f"m-seed{seed}.metrics.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in lines)
+        )
     table = studies.llm_curves("m", "run")
-    assert "| m-seed0 | 0: 0.10, 4: 0.30 | 0.100 → 0.300 | 0.100 → 0.400 | 0.50 | 4 min | 400 |" in table
+    assert (
+        "| m-seed0 | 0: 0.10, 4: 0.30 | 0.100 → 0.300 | 0.100 → 0.400 | 0.50 | 4 min | 400 |"
+        in table
+    )
     assert "over 2 seeds: +0.150 (sample std 0.071)" in table
     assert "by step: 0: 0.100 ± 0.000, 4: 0.250 ± 0.071." in table
     assert "not computed yet" in studies.temperature_table()
     (tmp_path / "study").mkdir()
-    (tmp_path / "study" / "temperature-T0.3.json").write_text(json.dumps({"machine": "cpu", "mpdf-persist": {
-        "n": 4, "accuracy": 0.5, "stderr": 0.03, "agent_accuracy_round0": 0.15, "any_agent_right_round0": 0.75,
-        "tokens_per_question": 300, "question_ids": [1, 2, 3, 4], "correct": [True, True, False, False]}}))
+    (tmp_path / "study" / "temperature-T0.3.json").write_text(
+        json.dumps(
+            {
+                "machine": "cpu",
+                "mpdf-persist": {
+                    "n": 4,
+                    "accuracy": 0.5,
+                    "stderr": 0.03,
+                    "agent_accuracy_round0": 0.15,
+                    "any_agent_right_round0": 0.75,
+                    "tokens_per_question": 300,
+                    "question_ids": [1, 2, 3, 4],
+                    "correct": [True, True, False, False],
+                },
+            }
+        )
+    )
     table = studies.temperature_table()
-    assert "| 0.3 | 0.150 | 0.500 ± 0.030 | 0.750 | 300 |  |" in table and "temperature-T0.7.json" in table
-    (tmp_path / "study" / "temperature-greedy.json").write_text(json.dumps({"machine": "cpu", "vanilla": {
-        "n": 4, "accuracy": 0.25, "tokens_per_question": 100, "question_ids": [4, 3, 2, 1],
-        "correct": [False, False, False, True]}}))
+    assert (
+        "| 0.3 | 0.150 | 0.500 ± 0.030 | 0.750 | 300 |  |" in table
+        and "temperature-T0.7.json" in table
+    )
+    (tmp_path / "study" / "temperature-greedy.json").write_text(
+        json.dumps(
+            {
+                "machine": "cpu",
+                "vanilla": {
+                    "n": 4,
+                    "accuracy": 0.25,
+                    "tokens_per_question": 100,
+                    "question_ids": [4, 3, 2, 1],
+                    "correct": [False, False, False, True],
+                },
+            }
+        )
+    )
     table = studies.temperature_table()
-    assert "| one greedy answer (vanilla) | 0.250 |" in table and "| 300 | +0.250 [" in table and "(1) |" in table
+    assert (
+        "| one greedy answer (vanilla) | 0.250 |" in table
+        and "| 300 | +0.250 [" in table
+        and "(1) |" in table
+    )
 
 
 def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out, blocked = tmp_path / "results" / "x.json", tmp_path / "results" / "y.json"
-    monkeypatch.setattr(runner, "PIECES", {
-        "demo-x": {"command": [sys.executable, "-c", f"open({str(out)!r}, 'w')"], "outputs": [str(out)]},
-        # trained weights that are not there (out of git): skipped with a message, not failed
-        "demo-y": {"command": [sys.executable, "-c", f"open({str(blocked)!r}, 'w')"], "outputs": [str(blocked)],
-                   "needs": [str(tmp_path / "runs" / "model")]}})
+    monkeypatch.setattr(
+        runner,
+        "PIECES",
+        {
+            "demo-x": {
+                "command": [sys.executable, "-c", f"open({str(out)!r}, 'w')"],
+                "outputs": [str(out)],
+            },
+            # trained weights that are not there (out of git): skipped with a message, not failed
+            "demo-y": {
+                "command": [sys.executable, "-c", f"open({str(blocked)!r}, 'w')"],
+                "outputs": [str(blocked)],
+                "needs": [str(tmp_path / "runs" / "model")],
+            },
+        },
+    )
     monkeypatch.setattr(runner, "ROOT", tmp_path)
     (tmp_path / "results").mkdir()
     monkeypatch.setattr(sys, "argv", ["run.py"])
     runner.main()
-    assert out.exists() and json.loads((tmp_path / "results" / "pieces.jsonl").read_text())["piece"] == "demo-x"
+    assert (
+        out.exists()
+        and json.loads((tmp_path / "results" / "pieces.jsonl").read_text())["piece"] == "demo-x"
+    )
     assert not blocked.exists() and "demo-y: skipped, needs" in capsys.readouterr().err
     out.write_text("kept")
     runner.main()  # done: not run again
-    assert out.read_text() == "kept" and len((tmp_path / "results" / "pieces.jsonl").read_text().splitlines()) == 1
+    assert (
+        out.read_text() == "kept"
+        and len((tmp_path / "results" / "pieces.jsonl").read_text().splitlines()) == 1
+    )
     monkeypatch.setattr(sys, "argv", ["run.py", "nothing-"])
     with pytest.raises(SystemExit, match="no piece starts with"):
         runner.main()
@@ -100,15 +203,20 @@ def test_runner_pieces_name_existing_scripts():
     for name, piece in runner.PIECES.items():
         script = next(str(a) for a in piece["command"][1:] if str(a).endswith(".py"))
         assert (ROOT / script).is_file(), name
-    listing = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "--list"], capture_output=True,
-                             text=True, timeout=60)
+    listing = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "run.py"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
 
 
 def test_the_old_critic_compared_first_differing_tokens(tiny_model):
-    """experiments/confidence_auroc.py keeps the critic as it was, to measure it: on the default tokenizer
-    `Correct` and `Incorrect` differ at their first token (`Correct` vs `In`)."""
+    """experiments/confidence_auroc.py keeps the critic as it was, to measure it: on the default
+    tokenizer `Correct` and `Incorrect` differ at their first token (`Correct` vs `In`)."""
     import confidence_auroc
+
     good, bad, prefix = confidence_auroc.verdict_token_ids(tiny_model[1])
     assert good != bad and prefix == ""
     assert tiny_model[1].decode([bad]) == "In"
@@ -120,66 +228,126 @@ def test_report_after_training_pairs_each_run_with_the_untrained_model(tmp_path,
     (tmp_path / "after").mkdir()
 
     def summary(correct, tokens=100, **extra):
-        return {"accuracy": sum(correct) / len(correct), "tokens_per_question": tokens,
-                "question_ids": [1, 2, 3, 4], "correct": correct, **extra}
+        return {
+            "accuracy": sum(correct) / len(correct),
+            "tokens_per_question": tokens,
+            "question_ids": [1, 2, 3, 4],
+            "correct": correct,
+            **extra,
+        }
 
     def write(name, **protocols):
         (tmp_path / "after" / f"{name}.json").write_text(json.dumps(protocols))
 
-    write("untrained-parallel", vanilla=summary([True, False, False, False]),
-          **{"mpdf-persist": summary([True, False, False, False], 300)})
+    write(
+        "untrained-parallel",
+        vanilla=summary([True, False, False, False]),
+        **{"mpdf-persist": summary([True, False, False, False], 300)},
+    )
     write("untrained-leader", **{"leader=default": summary([False, False, False, False])})
-    write("magrpo-L1-seed0-parallel", vanilla=summary([True, True, False, False]),
-          **{"mpdf-persist": summary([True, True, True, False], 250)})
-    write("magrpo-L1-seed1-parallel", vanilla=summary([True, True, True, False]),
-          **{"mpdf-persist": summary([True, False, False, False], 250)})
-    write("mlpo-L1-seed0-leader", **{"leader=runs/results/mlpo-L1-seed0/model": summary(
-        [True, True, False, False], 400, peer_vote_correct=[True, False, False, False])})
+    write(
+        "magrpo-L1-seed0-parallel",
+        vanilla=summary([True, True, False, False]),
+        **{"mpdf-persist": summary([True, True, True, False], 250)},
+    )
+    write(
+        "magrpo-L1-seed1-parallel",
+        vanilla=summary([True, True, True, False]),
+        **{"mpdf-persist": summary([True, False, False, False], 250)},
+    )
+    write(
+        "mlpo-L1-seed0-leader",
+        **{
+            "leader=runs/results/mlpo-L1-seed0/model": summary(
+                [True, True, False, False], 400, peer_vote_correct=[True, False, False, False]
+            )
+        },
+    )
     table = studies.after_table()
     assert "| MAGRPO: one greedy answer | 0 | 0.500 | 0.250 | +0.250 [" in table
     assert "| MAGRPO: the parallel vote of 3 agents | 0 | 0.750 | 0.250 | +0.500 [" in table
     assert "| 250 / 300 |" in table
     assert "| MAGRPO: one greedy answer | mean of 2 | | | +0.375 (sample std 0.177) | |" in table
-    assert "| MLPO: trained leader vs its untrained peers' vote | 0 | 0.500 | 0.250 | +0.250 [" in table
+    assert (
+        "| MLPO: trained leader vs its untrained peers' vote | 0 | 0.500 | 0.250 | +0.250 ["
+        in table
+    )
     assert "| MLPO: trained leader vs the untrained leader | 0 | 0.500 | 0.000 | +0.500 [" in table
     assert "debate" not in table.split("Settings")[0]  # no file, no row
 
 
-def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(tmp_path, monkeypatch):
+def test_report_study_levers_pair_each_policy_with_the_strongest_fixed_protocol(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     assert "not computed yet" in studies.study_table()
     for folder in ("study", "training"):
         (tmp_path / folder).mkdir()
 
     def summary(accuracy, correct, **extra):
-        return {"accuracy": accuracy, "stderr": 0.02, "tokens_per_question": 100 * (1 + len(extra)),
-                "calls_per_question": 3, "question_ids": [1, 2, 3, 4], "correct": correct, **extra}
-    (tmp_path / "study" / "temperature-greedy.json").write_text(json.dumps(
-        {"vanilla": summary(0.25, [True, False, False, False])}))
-    (tmp_path / "study" / "baseline-debate.json").write_text(json.dumps(
-        {"debate": summary(0.5, [True, True, False, False])}))  # the strongest fixed protocol here
-    (tmp_path / "study" / "policy-softrank.json").write_text(json.dumps({"mpdf=results/policies/study-softrank.pt":
-        summary(0.75, [True, True, True, False], actions={"persist": 0.6, "refine": 0.3, "concede": 0.1},
-                accuracy_per_round=[0.5, 0.75])}))
-    (tmp_path / "training" / "study-softrank.json").write_text(json.dumps(
-        {"corpus": {"states": 768, "frac_zero_std": 0.61}}))
+        return {
+            "accuracy": accuracy,
+            "stderr": 0.02,
+            "tokens_per_question": 100 * (1 + len(extra)),
+            "calls_per_question": 3,
+            "question_ids": [1, 2, 3, 4],
+            "correct": correct,
+            **extra,
+        }
+
+    (tmp_path / "study" / "temperature-greedy.json").write_text(
+        json.dumps({"vanilla": summary(0.25, [True, False, False, False])})
+    )
+    # the strongest fixed protocol here
+    (tmp_path / "study" / "baseline-debate.json").write_text(
+        json.dumps({"debate": summary(0.5, [True, True, False, False])})
+    )
+    (tmp_path / "study" / "policy-softrank.json").write_text(
+        json.dumps(
+            {
+                "mpdf=results/policies/study-softrank.pt": summary(
+                    0.75,
+                    [True, True, True, False],
+                    actions={"persist": 0.6, "refine": 0.3, "concede": 0.1},
+                    accuracy_per_round=[0.5, 0.75],
+                )
+            }
+        )
+    )
+    (tmp_path / "training" / "study-softrank.json").write_text(
+        json.dumps({"corpus": {"states": 768, "frac_zero_std": 0.61}})
+    )
     table = studies.study_table()
-    assert "vs debate [95% CI]" in table and "| debate | 0.500 ± 0.020 | 100 | 3.0 |  |  |  |  |" in table
+    assert (
+        "vs debate [95% CI]" in table
+        and "| debate | 0.500 ± 0.020 | 100 | 3.0 |  |  |  |  |" in table
+    )
     assert "| one greedy answer (vanilla) | 0.250 ± 0.020 |" in table and "| -0.250 [" in table
-    assert "| softrank | 0.750 ± 0.020 | 300 | 3.0 | 0.50/0.75 | 0.60/0.30/0.10 | 768, 0.61 | +0.250 [" in table
-    assert "study/baseline-sc.json" in table and "study/policy-grpo.json" in table  # the missing pieces, named
+    assert (
+        "| softrank | 0.750 ± 0.020 | 300 | 3.0 | 0.50/0.75 | 0.60/0.30/0.10 | 768, 0.61 | +0.250 ["
+        in table
+    )
+    # the missing pieces, named
+    assert "study/baseline-sc.json" in table and "study/policy-grpo.json" in table
 
 
 def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypatch):
-    """Tables a/b: mean ± sample std over the seeds present and the paired difference pooled over the seeds
-    both protocols have; table c: validation curves per reward variant; table d: one row per team."""
+    """Tables a/b: mean ± sample std over the seeds present and the paired difference pooled over
+    the seeds both protocols have; table c: validation curves per reward variant; table d: one row
+    per team."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     (tmp_path / "tables").mkdir()
     (tmp_path / "training").mkdir()
 
     def summary(correct, tokens, actions=None):
-        s = {"accuracy": sum(correct) / len(correct), "stderr": 0.1, "tokens_per_question": tokens,
-             "calls_per_question": 3.0, "question_ids": list(range(len(correct))), "correct": correct}
+        s = {
+            "accuracy": sum(correct) / len(correct),
+            "stderr": 0.1,
+            "tokens_per_question": tokens,
+            "calls_per_question": 3.0,
+            "question_ids": list(range(len(correct))),
+            "correct": correct,
+        }
         if actions:
             s["actions"] = actions
             s["actions_by_round"] = [actions, {"persist": 1.0, "refine": 0.0, "concede": 0.0}]
@@ -191,38 +359,59 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     policy_actions = {"persist": 0.5, "refine": 0.25, "concede": 0.25}
     write("a-seed0-softrank", summary([True, True, False, False], 400, policy_actions))
     write("a-seed1-softrank", summary([True, True, True, False], 600, policy_actions))
-    write("a-seed0-persist", summary([True, False, False, False], 300))  # seed 1 missing: pairs on seed 0 only
-    table = tables.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1), pictures=True)
+    # seed 1 missing: pairs on seed 0 only
+    write("a-seed0-persist", summary([True, False, False, False], 300))
+    table = tables.seeds_table(
+        "a", ["persist", "softrank"], "softrank", seeds=(0, 1), pictures=True
+    )
     assert "| softrank | 2 | 0.625 ± 0.177 | 500 | 3.0 | 0.50/0.25/0.25 |  |" in table
     assert "| persist | 1 | 0.250 ± – | 300 | 3.0 |  | -0.250 [" in table and "(1) |" in table
     assert "not computed yet: `results/tables/a-seed1-persist.json`" in table
     if tables.plots.pyplot() is not None:
-        assert (tmp_path / "tables" / "a-frontier.png").exists() and (tmp_path / "tables" / "a-actions.png").exists()
-    write("a-seed1-persist", summary([False, False, False, True], 300))  # now pooled: 8 (seed, question) pairs
+        assert (tmp_path / "tables" / "a-frontier.png").exists() and (
+            tmp_path / "tables" / "a-actions.png"
+        ).exists()
+    # now pooled: 8 (seed, question) pairs
+    write("a-seed1-persist", summary([False, False, False, True], 300))
     table = tables.seeds_table("a", ["persist", "softrank"], "softrank", seeds=(0, 1))
     assert "| persist | 2 | 0.250 ± 0.000 |" in table and "-0.375 [" in table and "(5) |" in table
 
     assert "not computed yet" in tables.reward_scale_table()
     # softrank: 22 evaluations (the table shows every 2nd and the last); grpo: two
-    curves = {("softrank", "x1"): [(10 * k, 0.3 if k < 11 else 0.5) for k in range(21)] + [(210, 0.4)],
-              ("grpo", "x10"): [(0, 0.3), (10, 0.2)]}
+    curves = {
+        ("softrank", "x1"): [(10 * k, 0.3 if k < 11 else 0.5) for k in range(21)] + [(210, 0.4)],
+        ("grpo", "x10"): [(0, 0.3), (10, 0.2)],
+    }
     for (algo, variant), points in curves.items():
-        rows = [row for step, accuracy in points for row in ({"step": step, "val_accuracy": accuracy},
-                                                             {"step": step + 5, "loss": 1.0})]
+        rows = [
+            row
+            for step, accuracy in points
+            for row in ({"step": step, "val_accuracy": accuracy}, {"step": step + 5, "loss": 1.0})
+        ]
         (tmp_path / "training" / f"arith-seed0-{algo}-{variant}.metrics.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in rows))
+            "".join(json.dumps(r) + "\n" for r in rows)
+        )
     (tmp_path / "policies").mkdir()
     for algo, variant, w in (("grpo", "x1", [1.0, 2.0]), ("grpo", "x10", [1.0, 2.5])):
-        torch.save({"state_dict": {"w": torch.tensor(w)}}, tmp_path / "policies" / f"arith-seed0-{algo}-{variant}.pt")
+        torch.save(
+            {"state_dict": {"w": torch.tensor(w)}},
+            tmp_path / "policies" / f"arith-seed0-{algo}-{variant}.pt",
+        )
     table = tables.reward_scale_table()
-    assert ("| softrank | x1 | 0: 0.30, 20: 0.30, 40: 0.30, 60: 0.30, 80: 0.30, 100: 0.30, 120: 0.50, 140: 0.50, "
-            "160: 0.50, 180: 0.50, 200: 0.50, 210: 0.40 | 0.491 | 0.400 | – |") in table  # mean of 10 × 0.5 and 0.4
+    # mean of 10 × 0.5 and 0.4
+    assert (
+        "| softrank | x1 | 0: 0.30, 20: 0.30, 40: 0.30, 60: 0.30, 80: 0.30, 100: 0.30, "
+        "120: 0.50, 140: 0.50, 160: 0.50, 180: 0.50, 200: 0.50, 210: 0.40 | 0.491 | 0.400 | – |"
+    ) in table
     assert "| grpo | x10 | 0: 0.30, 10: 0.20 | 0.200 | 0.200 | 5.0e-01 |" in table
     assert "arith-seed0-grpo-exp.metrics.jsonl" in table
 
     write("scaling-a2-r3-persist", summary([True, False, False, False], 200))
     write("scaling-a2-r3-softrank", summary([True, True, False, False], 250))
     table = tables.scaling_table([(2, 3), (3, 1)])
-    assert "| 2 | 3 | 0.250 (200) | 0.500 (250) | – | +0.250 [" in table and "| 3 | 1 |" not in table
-    # debate is expected for 3 agents only (run.scaling_protocols): a missing 2-agent debate is not listed
+    assert (
+        "| 2 | 3 | 0.250 (200) | 0.500 (250) | – | +0.250 [" in table and "| 3 | 1 |" not in table
+    )
+    # debate is expected for 3 agents only (run.scaling_protocols): a missing 2-agent debate is not
+    # listed
     assert "scaling-a3-r1-debate.json" in table and "scaling-a2-r3-debate.json" not in table

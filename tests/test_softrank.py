@@ -491,6 +491,7 @@ def test_kl_k3_nonnegative_and_unbiased():
         ("token", [[-1 / 4, 0, 0], [2 / 4, 2 / 4, 2 / 4]]),  # every token: -A_b / 4 tokens
         ("seq", [[-1 / 2, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),  # -A_b / (|o_b| * B)
         ("const", [[-1 / 6, 0, 0], [2 / 6, 2 / 6, 2 / 6]]),  # -A_b / (B * T)
+        ("sum", [[-1 / 2, 0, 0], [2 / 2, 2 / 2, 2 / 2]]),  # -A_b / B
     ],
 )
 def test_pg_hand_weights(kind, expected_grad):
@@ -563,5 +564,6 @@ def test_pg_normalizer_values():
     assert pg_normalizer(mask, "seq") == 2
     assert pg_normalizer(mask, "const") == 8
     assert pg_normalizer(mask, "const", max_len=100) == 200
+    assert pg_normalizer(mask, "sum") == 2
     with pytest.raises(ValueError):
         pg_normalizer(mask, "bogus")

@@ -132,7 +132,7 @@ def test_agents_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("agg", ["token", "seq", "const"])
+@pytest.mark.parametrize("agg", softrank.PG_KINDS)
 def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_model, agg):
     model, tokenizer = tiny_model
     model = model.double()
@@ -155,6 +155,28 @@ def test_agents_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
             torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
     finally:
         model.float()
+
+
+def test_agents_loss_averages_the_kl_per_sequence_under_seq(tiny_model):
+    """--loss-agg seq with --beta (TRL's grpo): the policy-gradient term and the KL term are both
+    each sequence's token mean, then the mean over sequences; the logged kl is that mean of k3."""
+    model, tokenizer = tiny_model
+    batch = rollout_batch(tokenizer)  # completions of different lengths
+    reference = copy_model(model)
+    cfg = train_llm.Config(target="agents", beta=0.2, loss_agg="seq")
+    A = torch.tensor([1.0, -0.5])
+    with torch.no_grad():
+        loss, kl = train_llm.agents_loss(model, reference, batch, A, cfg, 2.0, 1.0)
+        logp, mask = completion_logprobs(model, batch)
+        ref_logp, _ = completion_logprobs(reference, batch)
+    k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+
+    def per_sequence_mean(x):
+        return torch.stack([x[b][mask[b].bool()].mean() for b in range(len(x))]).mean()
+
+    assert kl == pytest.approx(per_sequence_mean(k3).item(), rel=1e-5)
+    expected = per_sequence_mean(-A.unsqueeze(-1) * logp + cfg.beta * k3)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def copy_model(model):
