@@ -7,6 +7,8 @@ distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU)
                     wrapping
 shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to
                     its mean
+load_file         - the one way a file is read back (policy, checkpoint, corpus): tensors and plain
+                    data only, so a shared file cannot run code; FileRefused names what is wrong
 checkpoints       - atomic save, RNG states, save / load for an exact resume, the crash switch of
                     the tests
 MetricsLog        - metrics.jsonl that a resumed run does not write twice
@@ -21,10 +23,13 @@ import dataclasses
 import inspect
 import json
 import os
+import pickle
 import random
+import re
 import signal
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +93,7 @@ def user_errors(out_dir=None):
     saying how to resume (out_dir None: a run with no checkpoint, whose generations are cached)."""
     try:
         yield
-    except (UsageError, DataError, ContextTooLong) as error:
+    except (UsageError, FileRefused, DataError, ContextTooLong) as error:
         usage_error(str(error))
     except KeyboardInterrupt:
         where = (
@@ -240,6 +245,41 @@ def global_mean(stats, rows, device):
 
 
 # --------------------------------------------------------------------------------------------------
+# Reading files back. A plain torch.load unpickles whatever a file names, so a policy someone shares
+# could run any command when loaded (an object whose __reduce__ returns (os.system, ...)). torch's
+# weights_only unpickler builds tensors, dicts, lists, tuples, strings, numbers, bools and None, and
+# refuses every other global: everything the project writes is made of these alone.
+# --------------------------------------------------------------------------------------------------
+class FileRefused(ValueError):
+    """A file that is not read: missing, corrupt, or holding more than tensors and plain data."""
+
+
+def load_file(path, what):
+    """The tensors and plain data in `path` (on the CPU), or FileRefused with one line naming the
+    file and the problem; `what` (policy, checkpoint, corpus) says which file was expected."""
+    try:
+        with warnings.catch_warnings():
+            # an old-style pickle earns a note on its pickle protocol: noise beside a refusal
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:  # missing, a folder, no permission
+        raise FileRefused(f"{path}: cannot read the {what} file ({error.strerror})") from None
+    except pickle.UnpicklingError as error:
+        # torch's message is a paragraph: keep the global a crafted file would call, or else the
+        # instruction the unpickler stopped at ("Unsupported operand 149")
+        named = re.search(r"GLOBAL (\S+)", str(error))
+        stopped = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+        if named:
+            why = f"it would run code: `{named[1]}`"
+        else:
+            why = stopped[1] if stopped else "not plain data"
+        raise FileRefused(f"{path}: not a plain-data {what} file ({why}); refused") from error
+    except Exception as error:  # a truncated or corrupt archive fails anywhere in torch.load
+        kind = type(error).__name__
+        raise FileRefused(f"{path}: not a {what} file torch can read ({kind}); refused") from error
+
+
+# --------------------------------------------------------------------------------------------------
 # Checkpoints: everything a resumed run needs to continue exactly (weights, optimizer, counters,
 # RNGs)
 # --------------------------------------------------------------------------------------------------
@@ -251,10 +291,13 @@ def atomic_save(obj, path):
 
 
 def rng_states():
+    """Every RNG's state as tensors and plain data (load_file reads nothing else): numpy's key array
+    becomes a list of ints; Python's state is a tuple of ints already."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    name, key, position, has_gauss, gauss = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, key.tolist(), int(position), int(has_gauss), float(gauss)),
         "torch": torch.get_rng_state(),
         "cuda": cuda,
     }
@@ -262,7 +305,8 @@ def rng_states():
 
 def set_rng_states(states):
     random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    name, key, *rest = states["numpy"]
+    np.random.set_state((name, np.array(key, dtype=np.uint32), *rest))
     torch.set_rng_state(states["torch"])
     if states["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -280,7 +324,7 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
         return {}
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_file(path, "checkpoint")
     changed = {
         k: (v, getattr(cfg, k))
         for k, v in state.get("config", {}).items()

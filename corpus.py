@@ -30,6 +30,7 @@ from common import (
     barrier,
     check_at_least,
     check_choice,
+    load_file,
 )
 from llm.backbone import DTYPES, default_model_path
 from llm.engine import Engine
@@ -178,15 +179,45 @@ def states_to_tensors(rows):
     return tensors
 
 
-def load_corpus(path):
-    """The corpus a run collected at `path` (a resumed run reads it back), or None."""
-    return torch.load(path, weights_only=False) if Path(path).exists() else None
+# the settings that decide what a corpus holds (the game, the questions, the behaviour policy): a
+# corpus is reused only under the same ones
+CORPUS_SETTINGS = (
+    "task", "path", "level", "questions", "val_n", "seed", "agents", "rounds", "temperature",
+    "max_new_tokens", "trailer", "vote", "model", "dtype", "critic", "behaviour", "init",
+    "refine_cost",
+)  # fmt: skip
 
 
-def save_corpus(rows, path, rank):
-    """Rank 0 writes the corpus atomically; every rank waits for it."""
+def corpus_settings(cfg):
+    return {name: getattr(cfg, name) for name in CORPUS_SETTINGS if hasattr(cfg, name)}
+
+
+def load_corpus(path, cfg):
+    """The corpus a run collected at `path` (a resumed run reads it back), or None. A corpus
+    collected under other settings (a run killed before its first checkpoint, rerun with other
+    flags) is refused, not reused."""
+    if not Path(path).exists():
+        return None
+    stored = load_file(path, "corpus")
+    wanted = corpus_settings(cfg)
+    if not isinstance(stored, dict) or "settings" not in stored:
+        raise UsageError(f"{path}: a corpus without its settings (an older version): delete it")
+    changed = {k: (v, wanted[k]) for k, v in stored["settings"].items() if wanted.get(k, v) != v}
+    if changed:
+        differences = ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+        )
+        raise UsageError(
+            f"{path} was collected with other settings ({differences}): rerun with the same flags, "
+            "or pass another --out-dir"
+        )
+    return stored["rows"]
+
+
+def save_corpus(rows, path, rank, cfg):
+    """Rank 0 writes the corpus atomically, with the settings that made it; every rank waits."""
     if rank == 0:
-        atomic_save(rows, path)
+        atomic_save({"settings": corpus_settings(cfg), "rows": rows}, path)
     barrier()
 
 

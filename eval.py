@@ -183,8 +183,8 @@ def print_table(summaries):
         actions = "/".join(f"{actions[k]:.2f}" for k in ACTION_KINDS) if actions else "-"
         row = (
             f"{name:<{width}}{s['accuracy']:>9.3f} ± {s['stderr']:.3f}"
-            f"{s['tokens_per_question']:>10.0f}"
-            f"{s['calls_per_question']:>9.1f}{s['unparseable']:>9.3f}  {actions:<15}"
+            f"{s['tokens_per_question']:>10.0f}{s['calls_per_question']:>9.1f}"
+            f"{s['unparseable']:>9.3f}  {actions:<15}"
         )
         if "vs_reference" in s:
             row += "  " + format_paired(s["vs_reference"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from common import UsageError
+from common import UsageError, load_file
 from state import (
     CONFIDENCE_SIGNALS,
     OWN_FEATURES,
@@ -183,7 +183,9 @@ def save_policy(policy, path, **extra):
 
 
 def load_policy(path):
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    """A policy file, shared or not, read as tensors and plain data (common.load_file): loading it
+    runs no code of its own."""
+    checkpoint = load_file(path, "policy")
     policy = MetaPolicy(**dict(checkpoint["config"]))
     policy.load_state_dict(checkpoint["state_dict"])
     return policy.eval()

@@ -145,14 +145,14 @@ def train(cfg, rank, world, device):
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
     engine = make_engine(cfg, rank)
-    rows = load_corpus(out / "corpus.pt")
+    rows = load_corpus(out / "corpus.pt", cfg)
     if rows is None:
         behaviour = make_policy(cfg.behaviour)
         rows = collect_states(
             engine, questions, behaviour, cfg, counterfactual=False, rank=rank, world=world,
             critic=cfg.critic,
         )  # fmt: skip
-        save_corpus(rows, out / "corpus.pt", rank)
+        save_corpus(rows, out / "corpus.pt", rank, cfg)
     tensors = states_to_tensors(rows)
     k = n_actions(cfg.agents)
     label_mix = action_distribution(tensors["label"], k)

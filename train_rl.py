@@ -292,7 +292,7 @@ def train(cfg, rank, world, device):
         # current policy (collected once, then read back)
         questions, _ = training_questions(cfg, iteration)
         behaviour = frozen_copy(policy)
-        rows = load_corpus(out / f"corpus-{iteration}.pt")
+        rows = load_corpus(out / f"corpus-{iteration}.pt", cfg)
         if rows is None:
             rows = collect_states(
                 engine, questions, behaviour, cfg, counterfactual=True, rank=rank, world=world,
@@ -302,7 +302,7 @@ def train(cfg, rank, world, device):
             for row, logits in zip(rows, old_logits):
                 # what the behaviour actions were sampled from (PPO's ratio)
                 row["old_logits"] = logits
-            save_corpus(rows, out / f"corpus-{iteration}.pt", rank)
+            save_corpus(rows, out / f"corpus-{iteration}.pt", rank, cfg)
         tensors = states_to_tensors(rows)
         tensors["old_logits"] = torch.tensor([r["old_logits"] for r in rows])
         tensors["ref_logits"] = policy_logits(reference, tensors)

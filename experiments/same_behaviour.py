@@ -10,6 +10,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import load_file  # noqa: E402
+
 
 def table(folder):
     """eval.out's table with the folder name and the column padding taken out."""
@@ -22,8 +25,7 @@ if __name__ == "__main__":
     same = True
     for run in ("sft-py", "sft-tr", "rl-py", "rl-tr"):
         a, b = (
-            torch.load(Path(d) / run / "policy.pt", weights_only=False)["state_dict"]
-            for d in (before, after)
+            load_file(Path(d) / run / "policy.pt", "policy")["state_dict"] for d in (before, after)
         )
         identical = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         same &= identical

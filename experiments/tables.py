@@ -238,11 +238,9 @@ def weight_gap(algo, variant):
     paths = [RESULTS / "policies" / f"arith-seed0-{algo}-{v}.pt" for v in (variant, "x1")]
     if not all(path.exists() for path in paths):
         return "–"
-    import torch
+    from common import load_file  # a policy file is read as plain data, never as code
 
-    mine, reference = (
-        torch.load(path, map_location="cpu", weights_only=False)["state_dict"] for path in paths
-    )
+    mine, reference = (load_file(path, "policy")["state_dict"] for path in paths)
     return f"{max((mine[k] - reference[k]).abs().max().item() for k in reference):.1e}"
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_train import metrics, run
 
+import common
 import data
 import softrank
 import state as S
@@ -254,7 +255,7 @@ def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_d
     assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
     # beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
     assert all(r["trained_sequences"] == (2 if torchrun else 1) for r in lines)
-    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    checkpoint = common.load_file(out / "checkpoint.pt", "checkpoint")
     assert checkpoint["config"]["target"] == "leader"
     assert Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
 
@@ -312,7 +313,7 @@ def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir)
     assert any(r["grad_norm"] > 0 for r in whole)  # the run learned something
     assert [r["mean_reward"] for r in again] == [r["mean_reward"] for r in whole]
     a, b = (
-        torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["model"]
+        common.load_file(tmp_path / d / "checkpoint.pt", "checkpoint")["model"]
         for d in ("whole", "resumed")
     )
     assert max((a[k] - b[k]).abs().max().item() for k in a) == 0

@@ -1,0 +1,197 @@
+"""Reading a file back never runs code (issue 42): policies, checkpoints and corpora are read by
+common.load_file (tensors and plain data only). A crafted file whose unpickling would create a
+marker file is refused, from the loaders and from the scripts; the round trips stay exact; every
+committed policy loads."""
+
+import dataclasses
+import os
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import common
+import corpus
+import policy as P
+import state as S
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Payload:
+    """What an attacker pickles: unpickling it calls `call(*args)`."""
+
+    def __init__(self, call, args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
+def payloads(marker):
+    """Two ways to create `marker` when unpickled: Python's open, and a shell command."""
+    return {
+        "open": Payload(open, (str(marker), "w")),
+        "os.system": Payload(os.system, (f"touch {marker}",)),
+    }
+
+
+def crafted(kind, tmp_path, how):
+    """A policy, checkpoint or corpus file, saved with a plain torch.save, with a payload inside
+    where the real file holds plain data. Returns (its path, the marker its payload creates)."""
+    marker = tmp_path / "marker"
+    payload = payloads(marker)[how]
+    if kind == "policy":
+        path, content = tmp_path / "policy.pt", {"config": payload, "state_dict": {}}
+    elif kind == "checkpoint":
+        path = tmp_path / "checkpoint.pt"
+        content = {"model": {}, "optimizer": {}, "counters": {"step": 1}, "rng": payload}
+    else:
+        path, content = tmp_path / "corpus.pt", [{"key": ("q", 1, 0), "own": payload}]
+    torch.save(content, path)
+    return path, marker
+
+
+@dataclasses.dataclass
+class TinyConfig:
+    seed: int = 0
+    crash_at_step: int = 0
+
+
+def load(kind, path):
+    """The project's own loader of each kind of file."""
+    if kind == "policy":
+        return P.load_policy(path)
+    if kind == "checkpoint":
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.AdamW(model.parameters())
+        return common.load_checkpoint(path.parent, model, optimizer, 0, TinyConfig())
+    return corpus.load_corpus(path, TinyConfig())
+
+
+@pytest.mark.parametrize("how", ["open", "os.system"])
+def test_the_payload_is_live(tmp_path, how):
+    """The crafted files are a real threat: plain unpickling creates the marker."""
+    marker = tmp_path / "marker"
+    pickle.loads(pickle.dumps(payloads(marker)[how]))
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("how", ["open", "os.system"])
+@pytest.mark.parametrize("kind", ["policy", "checkpoint", "corpus"])
+def test_a_crafted_file_is_refused_and_runs_nothing(tmp_path, kind, how):
+    path, marker = crafted(kind, tmp_path, how)
+    with pytest.raises(common.FileRefused, match="would run code") as refused:
+        load(kind, path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    assert not marker.exists()
+
+
+def test_a_missing_or_broken_file_is_refused_in_one_line(tmp_path):
+    torch.save({"x": torch.ones(100)}, tmp_path / "good.pt")
+    (tmp_path / "truncated.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:200])
+    (tmp_path / "text.pt").write_text("not a torch file")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    for name in ("truncated.pt", "text.pt", "empty.pt", "missing.pt"):
+        with pytest.raises(common.FileRefused) as refused:
+            common.load_file(tmp_path / name, "policy")
+        assert str(refused.value).startswith(f"{tmp_path / name}: ")
+        assert "\n" not in str(refused.value)
+
+
+# ---------------------------------------------------------------- the round trips stay exact
+def test_policy_round_trip(tmp_path):
+    policy = P.MetaPolicy(agents=3, hidden=16, heads=2, separate=True, features="paper")
+    P.save_policy(policy, tmp_path / "p.pt", summary={"accuracy": 0.5, "curve": [0.1, None]})
+    loaded = P.load_policy(tmp_path / "p.pt")
+    assert loaded.config == policy.config
+    a, b = policy.state_dict(), loaded.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert common.load_file(tmp_path / "p.pt", "policy")["summary"]["curve"] == [0.1, None]
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def test_checkpoint_round_trip_continues_every_rng_exactly(tmp_path):
+    seed_everything(1)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    np.random.randn()  # both leave a cached Gaussian in their state: it must come back too
+    random.gauss(0, 1)
+    common.save_checkpoint(tmp_path, model, optimizer, {"step": 3}, TinyConfig(), rank=0)
+
+    def draws():
+        return (torch.rand(5), np.random.rand(5), np.random.randn(), random.random(),
+                random.gauss(0, 1))  # fmt: skip
+
+    expected = draws()
+    seed_everything(9)  # the checkpoint, not this, must decide what comes next
+    again = torch.nn.Linear(3, 2)
+    again_optimizer = torch.optim.AdamW(again.parameters(), lr=0.1)
+    assert common.load_checkpoint(tmp_path, again, again_optimizer, 0, TinyConfig()) == {"step": 3}
+    got = draws()
+    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    assert got[2:] == expected[2:]
+    a, b = model.state_dict(), again.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = optimizer.state_dict(), again_optimizer.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert all(
+        torch.equal(a["state"][p][k], b["state"][p][k]) for p in a["state"] for k in a["state"][p]
+    )
+
+
+def test_corpus_round_trip(tmp_path):
+    rows = [
+        {"key": ("arith/7", 1, a), "own": [0.5] * len(S.OWN_FEATURES),
+         "peers": [[0.25] * len(S.PEER_FEATURES)] * 2, "agent": a, "action": 2, "label": 0,
+         "rewards": [1.0, 0.0, -0.5, 0.25] if a else None, "old_logits": [0.1, 0.2, 0.3, 0.4]}
+        for a in range(3)
+    ]  # fmt: skip
+    corpus.save_corpus(rows, tmp_path / "corpus.pt", 0, TinyConfig())
+    loaded = corpus.load_corpus(tmp_path / "corpus.pt", TinyConfig())
+    assert loaded == rows and all(type(r["key"]) is tuple for r in loaded)
+
+
+# ---------------------------------------------------------------- the scripts refuse in one line
+SCRIPT_RUNS = {
+    "eval.py": ("policy", lambda path, out: ["--protocols", f"mpdf={path}", "--n", "1"]),
+    "train_rl.py": ("policy", lambda path, out: ["--init", str(path), "--out-dir", str(out)]),
+    "sft.py": ("checkpoint", lambda path, out: ["--out-dir", str(path.parent)]),
+}
+
+
+@pytest.mark.parametrize("script", SCRIPT_RUNS)
+def test_a_script_refuses_a_crafted_file_with_status_2_and_one_line(tmp_path, script):
+    kind, args = SCRIPT_RUNS[script]
+    path, marker = crafted(kind, tmp_path, "os.system")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / script), *args(path, tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().count("\n") == 0 and str(path) in proc.stderr, proc.stderr
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- the committed policies
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "results" / "policies").glob("*.pt")), ids=lambda path: path.name
+)
+def test_every_committed_policy_loads(path):
+    policy = P.load_policy(path)
+    own, peers = torch.zeros(2, len(S.OWN_FEATURES)), torch.zeros(2, 2, len(S.PEER_FEATURES))
+    assert policy(own, peers, torch.zeros(2, dtype=torch.long)).shape == (2, 4)
