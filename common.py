@@ -37,7 +37,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from llm.engine import call_seed
+from data import DataError
+from llm.engine import ContextTooLong, call_seed
 
 
 # --------------------------------------------------------------------------------------------------
@@ -73,16 +74,67 @@ def parse_config(config_class, argv=None, description=None):
     return config_class(**vars(parser.parse_args(argv)))
 
 
+class UsageError(ValueError):
+    """A user's mistake (a flag's value, a file given on the command line): its message is the one
+    line the user sees, naming the flag, the value and what would be accepted."""
+
+
 def usage_error(message):
-    """A user's mistake (a bad flag, a missing file): one line, exit status 2, as argparse does."""
+    """One line on stderr, exit status 2 (as argparse does), no traceback: tracebacks are for
+    bugs."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def check_choice(flag, value, choices):
+@contextlib.contextmanager
+def user_errors(out_dir=None):
+    """with user_errors(cfg.out_dir): ... -- a user's mistake found at any point (a bad flag, a
+    data file, a prompt too long for the model) ends the run with its one line; Ctrl-C with one
+    saying how to resume (out_dir None: a run with no checkpoint, whose generations are cached)."""
+    try:
+        yield
+    except (UsageError, FileRefused, DataError, ContextTooLong) as error:
+        usage_error(str(error))
+    except KeyboardInterrupt:
+        where = (
+            f"from the last checkpoint in {out_dir}"
+            if out_dir
+            else "(finished generations are cached)"
+        )
+        print(f"\ninterrupted: rerun the same command to resume {where}", file=sys.stderr)
+        sys.exit(130)
+
+
+def flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def check_choice(flag_name, value, choices):
     """Refuses a value outside `choices` with one line naming the flag."""
     if value not in choices:
-        usage_error(f"unknown {flag} {value!r}: choose one of {', '.join(map(str, choices))}")
+        raise UsageError(
+            f"unknown {flag_name} {value!r}: choose one of {', '.join(map(str, choices))}"
+        )
+
+
+def check_at_least(cfg, minimum, *names):
+    """Each named setting must be >= minimum."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value < minimum:
+            raise UsageError(f"{flag(name)} {value!r}: must be at least {minimum}")
+
+
+def check_positive(cfg, *names):
+    for name in names:
+        value = getattr(cfg, name)
+        if not value > 0:
+            raise UsageError(f"{flag(name)} {value!r}: must be > 0")
+
+
+def launch_world_size():
+    """The number of processes torchrun starts (1 under plain python), known before any runs."""
+    return int(os.environ.get("WORLD_SIZE", 1))
 
 
 def write_result(result, out):
@@ -260,10 +312,15 @@ def set_rng_states(states):
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def load_checkpoint(out_dir, model, optimizer, rank, cfg):
+# settings a resumed run may change: none of them changes what the run computes
+FREE_TO_CHANGE = ("crash_at_step", "cache_dir", "save_every", "eval_every")
+
+
+def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
     """Restores the latest checkpoint in out_dir, if any, and returns its counters ({} when
     starting). A checkpoint written under other settings is refused: resuming it would silently
-    train (or, finished, return) the old run under the new name."""
+    train (or, finished, return) the old run under the new name. Only FREE_TO_CHANGE settings may
+    differ, and the `extendable` ones (a step or epoch count) may grow: the run goes on."""
     path = Path(out_dir) / "checkpoint.pt"
     if not path.exists():
         return {}
@@ -271,13 +328,17 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg):
     changed = {
         k: (v, getattr(cfg, k))
         for k, v in state.get("config", {}).items()
-        if k != "crash_at_step" and hasattr(cfg, k) and getattr(cfg, k) != v
+        if k not in FREE_TO_CHANGE and hasattr(cfg, k) and getattr(cfg, k) != v
     }
-    if changed:
+    extended = {
+        k: change for k, change in changed.items() if k in extendable and change[1] > change[0]
+    }
+    refused = {k: change for k, change in changed.items() if k not in extended}
+    if refused:
         differences = ", ".join(
-            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in refused.items()
         )
-        sys.exit(
+        raise UsageError(
             f"{path} was written with other settings ({differences}): resume with the same flags, "
             "or pass another --out-dir"
         )
@@ -286,6 +347,8 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg):
     set_rng_states(state["rng"])
     if rank == 0:
         print(f"resuming from {path} at {state['counters']}", file=sys.stderr)
+        for k, (old, new) in extended.items():
+            print(f"extending the run: {flag(k)} {old} -> {new}", file=sys.stderr)
     return state["counters"]
 
 

@@ -1,6 +1,7 @@
 """The game as training data (docs/design.md §5, §6): training questions, the corpus of visited game
 states, and the validation of a policy during training. Shared by sft.py and train_rl.py.
 
+  check_game                        - the game's flags, checked before anything is loaded
   training_pool, training_questions - the task's training split, a validation slice, a slice per
                                       iteration
   make_engine                       - the engine of one rank, from a script's config
@@ -12,6 +13,7 @@ states, and the validation of a policy during training. Shared by sft.py and tra
                                       shard
 """
 
+import json
 import random
 from pathlib import Path
 
@@ -20,11 +22,64 @@ from tqdm import tqdm
 
 import data
 import deliberate
-from common import all_gather_list, all_reduce_sum, atomic_save, barrier, load_file
+from common import (
+    UsageError,
+    all_gather_list,
+    all_reduce_sum,
+    atomic_save,
+    barrier,
+    check_at_least,
+    check_choice,
+    load_file,
+)
+from llm.backbone import DTYPES, default_model_path
 from llm.engine import Engine
 from policy import oracle_action
 from softrank import flat_groups
-from state import ACTION_KINDS, PERSIST, REFINE, concede
+from state import ACTION_KINDS, PERSIST, REFINE, VOTE_RULES, concede
+
+
+def check_game(cfg, min_agents=2, min_rounds=1):
+    """The flags of the game every script plays (task, team, sampling, model), before anything is
+    loaded: a mistake is one line (common.UsageError), not a traceback after minutes of work."""
+    check_choice("--task", cfg.task, data.TASKS)
+    if cfg.task in data.FILE_TASKS and not cfg.path:
+        raise UsageError(f"--task {cfg.task} reads a data file: pass it with --path")
+    if cfg.path and not Path(cfg.path).is_file():
+        raise UsageError(f"--path {cfg.path!r}: no such file")
+    if cfg.path and cfg.task not in data.FILE_TASKS:
+        raise UsageError(f"--path {cfg.path!r}: task {cfg.task} is generated and reads no file")
+    if not 0 <= cfg.level <= 4:
+        raise UsageError(f"--level {cfg.level}: choose 1..4 (0: the task's default)")
+    check_at_least(cfg, min_agents, "agents")
+    # rounds 0: round 0 only, the team's vote of independent answers (no decision is ever taken)
+    check_at_least(cfg, min_rounds, "rounds")
+    check_at_least(cfg, 0, "temperature", *(["val_n"] if hasattr(cfg, "val_n") else []))
+    check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
+    check_choice("--vote", cfg.vote, VOTE_RULES)
+    check_choice("--dtype", cfg.dtype, tuple(DTYPES))
+    check_model("--model", cfg.model, cfg.max_new_tokens)
+
+
+def check_model(flag_name, path, max_new_tokens):
+    """An HF checkpoint directory (empty: the default backbone) whose context holds the token
+    budget."""
+    folder = Path(path or default_model_path())
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{flag_name} {path!r}: not an HF checkpoint directory (no config.json)")
+    if not any(
+        (folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")
+    ):
+        raise UsageError(
+            f"{flag_name} {path!r}: no tokenizer files (tokenizer.json) in the directory"
+        )
+    settings = json.loads((folder / "config.json").read_text())
+    context = settings.get("max_position_embeddings") or settings.get("n_positions")
+    if context and max_new_tokens >= context:
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens}: the model's context holds {context} tokens, "
+            "prompt included"
+        )
 
 
 def training_pool(cfg):
@@ -42,7 +97,7 @@ def training_questions(cfg, iteration=0):
     pool = training_pool(cfg)
     start = cfg.val_n + iteration * cfg.questions
     if start + cfg.questions > len(pool):
-        raise ValueError(
+        raise UsageError(
             f"task {cfg.task!r} has {len(pool)} training questions: not enough for "
             f"val_n={cfg.val_n} + questions={cfg.questions} per iteration over {iteration + 1} "
             "iteration(s)"
@@ -124,15 +179,45 @@ def states_to_tensors(rows):
     return tensors
 
 
-def load_corpus(path):
-    """The corpus a run collected at `path` (a resumed run reads it back), or None."""
-    return load_file(path, "corpus") if Path(path).exists() else None
+# the settings that decide what a corpus holds (the game, the questions, the behaviour policy): a
+# corpus is reused only under the same ones
+CORPUS_SETTINGS = (
+    "task", "path", "level", "questions", "val_n", "seed", "agents", "rounds", "temperature",
+    "max_new_tokens", "trailer", "vote", "model", "dtype", "critic", "behaviour", "init",
+    "refine_cost",
+)  # fmt: skip
 
 
-def save_corpus(rows, path, rank):
-    """Rank 0 writes the corpus atomically; every rank waits for it."""
+def corpus_settings(cfg):
+    return {name: getattr(cfg, name) for name in CORPUS_SETTINGS if hasattr(cfg, name)}
+
+
+def load_corpus(path, cfg):
+    """The corpus a run collected at `path` (a resumed run reads it back), or None. A corpus
+    collected under other settings (a run killed before its first checkpoint, rerun with other
+    flags) is refused, not reused."""
+    if not Path(path).exists():
+        return None
+    stored = load_file(path, "corpus")
+    wanted = corpus_settings(cfg)
+    if not isinstance(stored, dict) or "settings" not in stored:
+        raise UsageError(f"{path}: a corpus without its settings (an older version): delete it")
+    changed = {k: (v, wanted[k]) for k, v in stored["settings"].items() if wanted.get(k, v) != v}
+    if changed:
+        differences = ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+        )
+        raise UsageError(
+            f"{path} was collected with other settings ({differences}): rerun with the same flags, "
+            "or pass another --out-dir"
+        )
+    return stored["rows"]
+
+
+def save_corpus(rows, path, rank, cfg):
+    """Rank 0 writes the corpus atomically, with the settings that made it; every rank waits."""
     if rank == 0:
-        atomic_save(rows, path)
+        atomic_save({"settings": corpus_settings(cfg), "rows": rows}, path)
     barrier()
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import data
 import deliberate
-from common import FileRefused, check_choice, machine, parse_config, usage_error
-from corpus import make_engine, training_pool
-from policy import load_policy
-from state import ACTION_KINDS, CONFIDENCE_SIGNALS, VOTE_RULES, describe_vote
+from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
+from corpus import check_game, check_model, make_engine, training_pool
+from policy import FixedPolicy, check_team, load_policy
+from state import ACTION_KINDS, CONFIDENCE_SIGNALS, describe_vote
 from stats import auroc, format_paired, paired_difference, sample_std
 
 
@@ -226,13 +226,42 @@ def protocol_list(cfg):
 
 
 def check(cfg):
-    """The whole configuration, before any model is loaded."""
-    check_choice("--vote", cfg.vote, VOTE_RULES)
+    """The whole configuration, before any model is loaded or any protocol has spent compute (a
+    mistake: common.UsageError). Every protocol of the list is checked, its files loaded."""
+    # rounds 0: round 0 only (the team's vote of independent answers; MLPO's leader decides once)
+    check_game(cfg, min_rounds=0)
+    check_at_least(cfg, 1, "n")
+    if not 0 < cfg.top_p <= 1:
+        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
+    check_choice("--split", cfg.split, ("", "train", "test", "all", "val"))
+    if cfg.seeds and not all(x.strip().isdigit() for x in cfg.seeds.split(",")):
+        raise UsageError(f"--seeds {cfg.seeds!r}: comma-separated integers, e.g. 0,1,2")
+    protocols = protocol_list(cfg)
+    if not protocols:
+        raise UsageError("--protocols is empty")
+    for protocol in protocols:
+        check_protocol(protocol, cfg)
     if cfg.reference:
-        check_choice("--reference", cfg.reference, protocol_list(cfg))
-    for protocol in protocol_list(cfg):
-        if protocol.startswith("mpdf="):
-            load_policy(protocol[len("mpdf=") :])  # a bad policy file stops us before the LLM loads
+        check_choice("--reference", cfg.reference, protocols)
+
+
+def check_protocol(protocol, cfg):
+    """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
+    a leader's model directory."""
+    fixed = ("vanilla", "cot", "sc", "debate") + tuple(f"mpdf-{n}" for n in FixedPolicy.NAMES)
+    if protocol in fixed or protocol == "leader=default":
+        return
+    if protocol.startswith("mpdf="):
+        path = protocol[len("mpdf=") :]
+        if not Path(path).is_file():
+            raise UsageError(f"--protocols {protocol}: no policy file {path!r}")
+        check_team(load_policy(path), cfg.agents, f"--protocols {protocol}")
+    elif protocol.startswith("leader="):
+        check_model(f"--protocols {protocol}:", protocol[len("leader=") :], cfg.max_new_tokens)
+    else:
+        raise UsageError(
+            f"--protocols: unknown protocol {protocol!r}; known: {', '.join(deliberate.PROTOCOLS)}"
+        )
 
 
 def main(cfg):
@@ -346,8 +375,6 @@ def over_seeds(cfg):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    try:
+    with user_errors():
         check(config)
         over_seeds(config) if config.seeds else main(config)
-    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
-        usage_error(error)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from common import load_file
+from common import UsageError, load_file
 from state import (
     CONFIDENCE_SIGNALS,
     OWN_FEATURES,
@@ -191,13 +191,24 @@ def load_policy(path):
     return policy.eval()
 
 
+def check_team(policy, agents, source):
+    """A policy shared by all agents is permutation-equivariant over peers and plays a team of any
+    size; one with a copy per agent (--separate) plays only the team it was trained for."""
+    trained = policy.config["agents"]
+    if policy.config["separate"] and trained != agents:
+        raise UsageError(
+            f"{source}: a policy with one copy per agent for {trained} agents cannot play "
+            f"{agents} agents: pass --agents {trained}, or train a shared policy"
+        )
+
+
 def make_policy(spec):
     """'persist' | 'random' | 'refine' | 'oracle' | a path to a policy checkpoint."""
     if spec in FixedPolicy.NAMES:
         return FixedPolicy(spec)
     if not Path(spec).is_file():
-        raise FileNotFoundError(
-            f"policy {spec!r} is neither a fixed policy "
-            "(persist, random, refine, oracle) nor a checkpoint file"
+        raise UsageError(
+            f"policy {spec!r} is neither a fixed policy ({', '.join(FixedPolicy.NAMES)}) nor a "
+            "policy file"
         )
     return load_policy(spec)

@@ -22,22 +22,26 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (
-    FileRefused,
     MetricsLog,
+    UsageError,
     batch_schedule,
+    check_at_least,
     check_choice,
+    check_positive,
     crash_if_asked,
     distributed,
     global_mean,
+    launch_world_size,
     load_checkpoint,
     parse_config,
     save_checkpoint,
     shard_rows,
-    usage_error,
+    user_errors,
     wrap_ddp,
 )
 from corpus import (
     action_distribution,
+    check_game,
     collect_states,
     load_corpus,
     make_engine,
@@ -45,8 +49,8 @@ from corpus import (
     states_to_tensors,
     training_questions,
 )
-from policy import FEATURE_SETS, MetaPolicy, make_policy, save_policy
-from state import VOTE_RULES, n_actions
+from policy import FEATURE_SETS, FixedPolicy, MetaPolicy, check_team, make_policy, save_policy
+from state import n_actions
 
 
 @dataclass
@@ -112,10 +116,18 @@ class Config:
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
-def check(cfg):
-    """The whole configuration, before any model is loaded."""
-    check_choice("--vote", cfg.vote, VOTE_RULES)
+def check(cfg, world):
+    """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
+    check_game(cfg)
     check_choice("--features", cfg.features, FEATURE_SETS)
+    check_at_least(cfg, 1, "questions", "epochs", "save_every", "hidden", "heads")
+    check_at_least(cfg, world, "batch_size")  # every rank takes rows of every global batch
+    check_at_least(cfg, 0, "weight_decay")
+    check_positive(cfg, "lr")
+    if cfg.hidden % cfg.heads:
+        raise UsageError(f"--hidden {cfg.hidden}: must be a multiple of --heads {cfg.heads}")
+    if cfg.behaviour not in FixedPolicy.NAMES:
+        check_team(make_policy(cfg.behaviour), cfg.agents, f"--behaviour {cfg.behaviour}")
 
 
 def train(cfg, rank, world, device):
@@ -126,20 +138,21 @@ def train(cfg, rank, world, device):
         critic=cfg.critic, features=cfg.features,
     )  # fmt: skip
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, policy, optimizer, rank, cfg) or {"step": 0}
+    counters = load_checkpoint(out, policy, optimizer, rank, cfg, extendable=("epochs",))
+    counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
 
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
     engine = make_engine(cfg, rank)
-    rows = load_corpus(out / "corpus.pt")
+    rows = load_corpus(out / "corpus.pt", cfg)
     if rows is None:
         behaviour = make_policy(cfg.behaviour)
         rows = collect_states(
             engine, questions, behaviour, cfg, counterfactual=False, rank=rank, world=world,
             critic=cfg.critic,
         )  # fmt: skip
-        save_corpus(rows, out / "corpus.pt", rank)
+        save_corpus(rows, out / "corpus.pt", rank, cfg)
     tensors = states_to_tensors(rows)
     k = n_actions(cfg.agents)
     label_mix = action_distribution(tensors["label"], k)
@@ -190,9 +203,7 @@ def train(cfg, rank, world, device):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    check(config)
-    try:
+    with user_errors(config.out_dir):
+        check(config, launch_world_size())
         with distributed(config.out_dir) as (rank, world, device):
             train(config, rank, world, device)
-    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
-        usage_error(error)

@@ -23,7 +23,6 @@ only (llm_step with advantage 1).
 import copy
 import dataclasses
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -37,25 +36,28 @@ import deliberate
 import softrank
 import team_rollouts
 from common import (
-    FileRefused,
     MetricsLog,
+    UsageError,
     accumulating,
     all_gather_list,
     all_reduce_sum,
     batch_schedule,
+    check_at_least,
     check_choice,
+    check_positive,
     crash_if_asked,
     distributed,
+    launch_world_size,
     load_checkpoint,
     parse_config,
     save_checkpoint,
-    usage_error,
+    user_errors,
     wrap_ddp,
 )
-from corpus import make_engine, training_pool, training_questions
+from corpus import check_game, check_model, make_engine, training_pool, training_questions
 from llm.engine import Engine, call_seed
-from llm.logprobs import completion_batch, completion_logprobs
-from state import VOTE_RULES, parse_solution
+from llm.logprobs import completion_batch, completion_logprobs, without_dropout
+from state import parse_solution
 
 TARGETS = ("agents", "leader", "sft")
 ADVANTAGES = {
@@ -320,7 +322,8 @@ def train_agents_or_leader(cfg, rank, world, device):
     params = [p for m in models for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
-    counters = load_checkpoint(out, holder, optimizer, rank, cfg) or {"step": 0}
+    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("steps",))
+    counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
@@ -350,7 +353,7 @@ def train_agents_or_leader(cfg, rank, world, device):
         rollout_s = time.time() - began
         advantages = group_advantages(rewards, cfg)
         for m in models:
-            m.train()
+            without_dropout(m.train())  # the loss scores the tokens as the sampler drew them
         update = llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg, pad,
                           device, world, cfg.rollout_temperature)  # fmt: skip
 
@@ -411,15 +414,16 @@ def train_sft(cfg, rank, world, device):
         print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
               file=sys.stderr)  # fmt: skip
     if len(kept) < cfg.batch_size:
-        usage_error(
+        raise UsageError(
             f"only {len(kept)} right solutions for a --batch-size of {cfg.batch_size}: "
             "raise --questions or --samples, or lower --batch-size"
         )
-    model = engine.model.float().to(device).train()
+    model = without_dropout(engine.model.float().to(device).train())
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    counters = load_checkpoint(out, model, optimizer, rank, cfg) or {"step": 0}
+    counters = load_checkpoint(out, model, optimizer, rank, cfg, extendable=("epochs",))
+    counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
     ddp = wrap_ddp(model, device, find_unused=False)
@@ -443,16 +447,28 @@ def train_sft(cfg, rank, world, device):
 
 
 def check(cfg, world):
-    """The whole configuration, before any model is loaded."""
+    """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_choice("--target", cfg.target, TARGETS)
+    # MAGRPO with one agent is GRPO; a leader needs at least one peer
+    check_game(cfg, min_agents=1, min_rounds=0)
     check_choice("--algo", cfg.algo, tuple(ADVANTAGES))
     check_choice("--dtype", cfg.dtype, ("float32", "bfloat16"))
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
-    check_choice("--vote", cfg.vote, VOTE_RULES)
     if cfg.loss_agg:
         check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
+    check_at_least(cfg, 1, "steps", "questions", "questions_per_step", "micro_batch", "save_every")
+    check_at_least(cfg, 1, "samples", "epochs", "batch_size")
+    # a group of one has no baseline: every advantage would be 0
+    check_at_least(cfg, 2, "group")
+    check_at_least(cfg, 0, "beta", "eval_every", "format_reward", "weight_decay")
+    # greedy rollouts of a group are identical: every group flat
+    check_positive(cfg, "lr", "rollout_temperature", "tau")
+    if not 0 <= cfg.filter_easy <= 1:
+        raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
+    if cfg.peers_model:
+        check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
     if cfg.target != "sft" and cfg.questions_per_step % world:
-        usage_error(
+        raise UsageError(
             f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} "
             "processes (every rank owns whole questions)"
         )
@@ -460,12 +476,10 @@ def check(cfg, world):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    check(config, int(os.environ.get("WORLD_SIZE", 1)))
-    try:
+    with user_errors(config.out_dir):
+        check(config, launch_world_size())
         with distributed(config.out_dir) as (rank, world, device):
             if config.target == "sft":
                 train_sft(config, rank, world, device)
             else:
                 train_agents_or_leader(config, rank, world, device)
-    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
-        usage_error(error)

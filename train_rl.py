@@ -42,22 +42,26 @@ from tqdm import tqdm
 
 import softrank
 from common import (
-    FileRefused,
     MetricsLog,
+    UsageError,
     batch_schedule,
+    check_at_least,
     check_choice,
+    check_positive,
     crash_if_asked,
     distributed,
     global_mean,
+    launch_world_size,
     load_checkpoint,
     parse_config,
     save_checkpoint,
     shard_rows,
-    usage_error,
+    user_errors,
     wrap_ddp,
 )
 from corpus import (
     action_distribution,
+    check_game,
     collect_states,
     corpus_statistics,
     evaluate_policy,
@@ -67,8 +71,8 @@ from corpus import (
     states_to_tensors,
     training_questions,
 )
-from policy import load_policy, save_policy
-from state import VOTE_RULES, n_actions
+from policy import check_team, load_policy, save_policy
+from state import n_actions
 
 ALGOS = ("softrank", "grpo", "ppo", "reinforce")
 OBJECTIVES = ("expected", "unweighted", "eq4")
@@ -230,6 +234,8 @@ def frozen_copy(policy):
 
 def validate(engine, questions, policy, cfg, rank, world, device, log, step):
     """The team's greedy accuracy under `policy` on the validation questions, logged at `step`."""
+    if not questions:  # --val-n 0
+        return {"val_accuracy": None, "validation": "none (--val-n 0)"}
     result = evaluate_policy(engine, questions, frozen_copy(policy), cfg, rank, world, device)
     log.write(step=step, **result)
     if rank == 0:
@@ -241,20 +247,29 @@ def validate(engine, questions, policy, cfg, rank, world, device, log, step):
     return result
 
 
-def check(cfg):
-    """The whole configuration, before any model is loaded."""
+def check(cfg, world):
+    """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
+    check_game(cfg)
     check_choice("--algo", cfg.algo, ALGOS)
     check_choice("--objective", cfg.objective, OBJECTIVES)
     check_choice("--reward-transform", cfg.reward_transform, ("none", "exp"))
-    check_choice("--vote", cfg.vote, VOTE_RULES)
+    check_at_least(cfg, 1, "iterations", "epochs", "questions", "save_every")
+    check_at_least(cfg, world, "batch_size")  # every rank takes rows of every global batch
+    check_at_least(cfg, 0, "beta", "lam", "eval_every", "refine_cost", "weight_decay")
+    # a negative scale would reverse the rewards' order
+    check_positive(cfg, "lr", "tau", "clip", "reward_scale")
     if not Path(cfg.init).is_file():
-        usage_error(f"--init {cfg.init!r} is not a policy checkpoint: run sft.py first")
+        raise UsageError(f"--init {cfg.init!r} is not a policy file: run sft.py first")
+    check_team(load_policy(cfg.init), cfg.agents, f"--init {cfg.init}")
 
 
 def train(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.init).train()
+    policy.config["agents"] = (
+        cfg.agents
+    )  # a shared policy plays any team size (check_team): record this one
     reference = load_policy(cfg.init)  # pi_ref = pi_sft, fixed
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank, cfg)
@@ -277,7 +292,7 @@ def train(cfg, rank, world, device):
         # current policy (collected once, then read back)
         questions, _ = training_questions(cfg, iteration)
         behaviour = frozen_copy(policy)
-        rows = load_corpus(out / f"corpus-{iteration}.pt")
+        rows = load_corpus(out / f"corpus-{iteration}.pt", cfg)
         if rows is None:
             rows = collect_states(
                 engine, questions, behaviour, cfg, counterfactual=True, rank=rank, world=world,
@@ -287,7 +302,7 @@ def train(cfg, rank, world, device):
             for row, logits in zip(rows, old_logits):
                 # what the behaviour actions were sampled from (PPO's ratio)
                 row["old_logits"] = logits
-            save_corpus(rows, out / f"corpus-{iteration}.pt", rank)
+            save_corpus(rows, out / f"corpus-{iteration}.pt", rank, cfg)
         tensors = states_to_tensors(rows)
         tensors["old_logits"] = torch.tensor([r["old_logits"] for r in rows])
         tensors["ref_logits"] = policy_logits(reference, tensors)
@@ -355,9 +370,7 @@ def train(cfg, rank, world, device):
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    check(config)
-    try:
+    with user_errors(config.out_dir):
+        check(config, launch_world_size())
         with distributed(config.out_dir) as (rank, world, device):
             train(config, rank, world, device)
-    except FileRefused as error:  # a policy, checkpoint or corpus that is broken or would run code
-        usage_error(error)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import check_choice, machine, parse_config, write_result  # noqa: E402
+from common import check_choice, machine, parse_config, user_errors, write_result  # noqa: E402
 from llm import backbone  # noqa: E402
 from llm.engine import Engine, call_seed  # noqa: E402
 from state import parse_solution  # noqa: E402
@@ -419,5 +419,6 @@ BENCHMARKS = {
 
 if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
-    check_choice("--bench", config.bench, BENCHMARKS)
-    BENCHMARKS[config.bench](config)
+    with user_errors():
+        check_choice("--bench", config.bench, BENCHMARKS)
+        BENCHMARKS[config.bench](config)

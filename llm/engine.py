@@ -65,6 +65,21 @@ class Sample(NamedTuple):
     logprobs: list  # one per generated token, the EOS included
 
 
+class ContextTooLong(ValueError):
+    """A prompt and its token budget do not fit in the model's context (a user's setting)."""
+
+
+def check_sampling(max_new_tokens, temperature, top_p):
+    """Refuses settings that would sample silently wrong: a negative temperature inverts the
+    distribution, top_p <= 0 keeps no token (the argmax of zeros: the last vocabulary id)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
 def pick_next_tokens(logits, generators, temperature, top_p):
     """Next token per row: argmax when temperature == 0, else a draw from softmax(logits / T), cut
     to the top-p nucleus when top_p < 1.
@@ -190,6 +205,7 @@ class Engine(Prefill):
         cache."""
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        check_sampling(max_new_tokens, temperature, top_p)
         params = {
             "max_new_tokens": max_new_tokens,
             "temperature": float(temperature),
@@ -326,8 +342,15 @@ class Engine(Prefill):
         team's prompts and their shared prefix together: 9% faster than one at a time), the next
         prompts are prefilled into them, right-aligned at `end`. Columns no live row uses leave the
         window; when the window reaches the end of the buffer it slides back to the left."""
+        check_sampling(max_new_tokens, temperature, top_p)
         queue = deque(sorted(range(len(batch_ids)), key=lambda i: batch_ids[i]))
         longest, slots = max(map(len, batch_ids)), min(self.batch_size, len(batch_ids))
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if context and longest + max_new_tokens > context:
+            raise ContextTooLong(
+                f"a prompt of {longest} tokens + --max-new-tokens {max_new_tokens} exceeds the "
+                f"model's context of {context} tokens: lower --max-new-tokens"
+            )
         capacity, refill = longest + 2 * max_new_tokens, max(1, slots // 8)
         mask = torch.zeros((slots, capacity), dtype=torch.long, device=self.device)
         positions = torch.zeros((slots, 1), dtype=torch.long, device=self.device)

@@ -13,6 +13,7 @@ import data
 import deliberate as D
 import policy as P
 import state as S
+from common import UsageError
 from llm.engine import Engine, call_seed
 from state import PERSIST, REFINE
 
@@ -230,7 +231,7 @@ def test_policy_feature_sets_read_only_their_features(tmp_path):
 
 
 def test_make_policy_errors():
-    with pytest.raises(FileNotFoundError, match="neither a fixed policy"):
+    with pytest.raises(UsageError, match="neither a fixed policy"):
         P.make_policy("no/such/policy.pt")
 
 

@@ -71,7 +71,7 @@ def load(kind, path):
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.AdamW(model.parameters())
         return common.load_checkpoint(path.parent, model, optimizer, 0, TinyConfig())
-    return corpus.load_corpus(path)
+    return corpus.load_corpus(path, TinyConfig())
 
 
 @pytest.mark.parametrize("how", ["open", "os.system"])
@@ -160,8 +160,8 @@ def test_corpus_round_trip(tmp_path):
          "rewards": [1.0, 0.0, -0.5, 0.25] if a else None, "old_logits": [0.1, 0.2, 0.3, 0.4]}
         for a in range(3)
     ]  # fmt: skip
-    corpus.save_corpus(rows, tmp_path / "corpus.pt", rank=0)
-    loaded = corpus.load_corpus(tmp_path / "corpus.pt")
+    corpus.save_corpus(rows, tmp_path / "corpus.pt", 0, TinyConfig())
+    loaded = corpus.load_corpus(tmp_path / "corpus.pt", TinyConfig())
     assert loaded == rows and all(type(r["key"]) is tuple for r in loaded)
 
 

@@ -186,6 +186,23 @@ def max_difference(a, b):
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+def ddp_difference(a, b):
+    """One process against two: (the largest weight difference, that of the attention's key bias).
+    The key bias adds the same amount to every score of a query, which the softmax cancels: its
+    gradient is 0 in exact arithmetic, rounding noise in practice, and Adam divides that noise by
+    its own scale, so the bias drifts by up to ~lr per step, differently in each run (measured:
+    2e-5, the other weights 7e-7)."""
+    key = {}
+    for k in a:
+        if k.endswith("attend.in_proj_bias"):
+            hidden = a[k].numel() // 3
+            key[k] = (a[k] - b[k])[hidden : 2 * hidden].abs().max().item()
+            a, b = dict(a), dict(b)
+            a[k], b[k] = a[k].clone(), b[k].clone()
+            a[k][hidden : 2 * hidden] = b[k][hidden : 2 * hidden] = 0
+    return max_difference(a, b), max(key.values())
+
+
 @pytest.fixture(scope="module")
 def sft_runs(tmp_path_factory):
     """sft.py with the scripted arith engine, once with python and once with a 2-process
@@ -214,14 +231,15 @@ def sft_runs(tmp_path_factory):
 
 def test_sft_single_and_torchrun_agree(sft_runs):
     single, multi = sft_runs["single"], sft_runs["torchrun"]
-    corpus = [common.load_file(d / "corpus.pt", "corpus") for d in (single, multi)]
+    corpus = [common.load_file(d / "corpus.pt", "corpus")["rows"] for d in (single, multi)]
     assert [r["key"] for r in corpus[0]] == [r["key"] for r in corpus[1]] and len(corpus[0]) > 20
     assert [r["label"] for r in corpus[0]] == [r["label"] for r in corpus[1]]
     # right and wrong answers: persist, refine and concede labels
     assert len({r["label"] for r in corpus[0]}) >= 3
     # same global batches, gradients summed in another
     # order: equal up to float rounding (through Adam)
-    assert max_difference(weights(single / "policy.pt"), weights(multi / "policy.pt")) < 1e-4
+    rest, key_bias = ddp_difference(weights(single / "policy.pt"), weights(multi / "policy.pt"))
+    assert rest < 1e-5 and key_bias < 1e-3
     lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
     summary = json.loads((single / "summary.json").read_text())
@@ -242,13 +260,14 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
              "--algo", algo, "--epochs", "3", "--batch-size", "16", "--lam", "0.05",
              "--out-dir", str(outs[name])], tmp_path, torchrun, scripted=True)  # fmt: skip
     a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
-    assert max_difference(a, b) < 1e-4
+    rest, key_bias = ddp_difference(a, b)
+    assert rest < 1e-5 and key_bias < 1e-3
     # training moved the policy
     assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4
     summary = json.loads((outs["single"] / "summary.json").read_text())
     assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
     assert summary["corpus"]["frac_zero_std"] < 0.9 and summary["corpus"]["frac_multi_valued"] > 0
-    corpus = common.load_file(outs["single"] / "corpus-0.pt", "corpus")
+    corpus = common.load_file(outs["single"] / "corpus-0.pt", "corpus")["rows"]
     assert all(len(r["rewards"]) == 4 and len(r["old_logits"]) == 4 for r in corpus)
     assert any(abs(r["pg"]) > 0 for r in metrics(outs["single"]) if "pg" in r)
 
@@ -294,7 +313,11 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     assert summary["corpus"]["frac_zero_std"] < 0.9
     steps = len(
         common.batch_schedule(
-            len(common.load_file(tmp_path / "whole" / "corpus-0.pt", "corpus")), 8, 3, 0, "rl-0"
+            len(common.load_file(tmp_path / "whole" / "corpus-0.pt", "corpus")["rows"]),
+            8,
+            3,
+            0,
+            "rl-0",
         )
     )
     crash = steps + 3  # inside the second iteration, after a checkpoint of the first

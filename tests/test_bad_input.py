@@ -1,0 +1,213 @@
+"""Bad input never runs silently wrong: each script refuses a bad value before it loads a model,
+with one line naming the flag (common.UsageError -> exit status 2); the engine refuses sampling
+settings that would sample from the wrong distribution; nothing stale is reused."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import policy as P
+from common import UsageError, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(Path(name).stem + "_checked", ROOT / name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # inspect (parse_config's help) finds the source through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def refusal(name, argv, world=1):
+    """The one line a script's check() refuses `argv` with (it loads no model)."""
+    module = script(name)
+    cfg = parse_config(module.Config, argv)
+    with pytest.raises(UsageError) as refused:
+        module.check(cfg, world) if name != "eval.py" else module.check(cfg)
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+GAME = [  # (flag and bad value, what the line must say): every game script shares these
+    (["--temperature", "-1"], "--temperature -1.0: must be at least 0"),
+    (["--agents", "0"], "--agents 0: must be at least"),
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be at least 1"),
+    (["--max-new-tokens", "100000"], "--max-new-tokens 100000: the model's context holds"),
+    (["--engine-batch-size", "0"], "--engine-batch-size 0: must be at least 1"),
+    (["--task", "nope"], "unknown --task 'nope'"),
+    (["--task", "gsm8k"], "--task gsm8k reads a data file: pass it with --path"),
+    (["--vote", "loudest"], "unknown --vote 'loudest'"),
+]
+
+
+@pytest.mark.parametrize("name", ["sft.py", "train_rl.py", "eval.py", "train_llm.py"])
+@pytest.mark.parametrize("argv,says", GAME)
+def test_every_script_refuses_a_bad_game_flag(name, argv, says, tmp_path):
+    out = ["--out-dir" if name != "eval.py" else "--out", str(tmp_path / "out")]
+    assert says in refusal(name, argv + ["--model", ""] + out + init_for(name, tmp_path))
+
+
+def init_for(name, tmp_path):
+    """train_rl.py needs a policy to start from before it gets to the game's flags."""
+    if name != "train_rl.py":
+        return []
+    path = tmp_path / "pi.pt"
+    P.save_policy(P.MetaPolicy(agents=3), path)
+    return ["--init", str(path)]
+
+
+@pytest.mark.parametrize(
+    "name,argv,says",
+    [
+        ("eval.py", ["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
+        ("eval.py", ["--n", "0"], "--n 0: must be at least 1"),
+        ("eval.py", ["--agents", "1"], "--agents 1: must be at least 2"),
+        ("eval.py", ["--rounds", "-1"], "--rounds -1: must be at least 0"),
+        ("eval.py", ["--protocols", "vanilla,debate,foo"], "unknown protocol 'foo'"),
+        ("eval.py", ["--protocols", "mpdf=nowhere.pt"], "no policy file 'nowhere.pt'"),
+        ("eval.py", ["--protocols", "leader=/"], "not an HF checkpoint directory"),
+        ("eval.py", ["--model", "/"], "--model '/': not an HF checkpoint directory"),
+        ("eval.py", ["--seeds", "0,x"], "--seeds '0,x'"),
+        ("eval.py", ["--protocols", "vanilla", "--reference", "sc"], "unknown --reference 'sc'"),
+        ("sft.py", ["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+        ("sft.py", ["--rounds", "0"], "--rounds 0: must be at least 1"),
+        ("sft.py", ["--hidden", "10", "--heads", "4"], "--hidden 10: must be a multiple"),
+        ("sft.py", ["--behaviour", "nobody"], "policy 'nobody' is neither a fixed policy"),
+        ("train_rl.py", ["--init", "nowhere.pt"], "--init 'nowhere.pt' is not a policy file"),
+        ("train_llm.py", ["--group", "1"], "--group 1: must be at least 2"),
+        ("train_llm.py", ["--rollout-temperature", "0"], "--rollout-temperature 0.0: must be > 0"),
+        ("train_llm.py", ["--target", "policy"], "unknown --target 'policy'"),
+    ],
+)
+def test_script_specific_refusals(name, argv, says):
+    assert says in refusal(name, argv)
+
+
+def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):
+    assert "--batch-size 1: must be at least 2" in refusal("sft.py", ["--batch-size", "1"], world=2)
+    pi = init_for("train_rl.py", tmp_path)
+    assert "--batch-size 1: must be at least 2" in refusal(
+        "train_rl.py", pi + ["--batch-size", "1"], 2
+    )
+    said = refusal("train_llm.py", ["--questions-per-step", "3"], world=2)
+    assert "--questions-per-step 3 must be a multiple of the 2 processes" in said
+
+
+def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):
+    path = tmp_path / "separate.pt"
+    P.save_policy(P.MetaPolicy(agents=3, separate=True), path)
+    for agents in ("4", "5"):
+        said = refusal("eval.py", ["--agents", agents, "--protocols", f"mpdf={path}"])
+        assert f"for 3 agents cannot play {agents} agents" in said
+        said = refusal("train_rl.py", ["--agents", agents, "--init", str(path)])
+        assert f"for 3 agents cannot play {agents} agents" in said
+    shared = tmp_path / "shared.pt"
+    P.save_policy(P.MetaPolicy(agents=3), shared)
+    module = script("eval.py")  # a shared policy plays any team size: no refusal
+    module.check(parse_config(module.Config, ["--agents", "5", "--protocols", f"mpdf={shared}"]))
+
+
+def test_a_refusal_is_one_line_and_exit_status_2(tmp_path):
+    for argv in (["eval.py", "--temperature", "-1"], ["eval.py", "--top-p", "0"],
+                 ["train_rl.py", "--init", str(tmp_path / "nowhere.pt")]):  # fmt: skip
+        proc = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith("error: --")
+
+
+def test_the_engine_refuses_sampling_settings_that_sample_wrong(tiny_model):
+    from llm.engine import Engine
+
+    model, tokenizer = tiny_model
+    engine = Engine(model=model, tokenizer=tokenizer)
+    prompt = [engine.chat("Hi")]
+    refused = [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"),
+               ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": 0}, "max_new_tokens")]  # fmt: skip
+    for kwargs, says in refused:
+        with pytest.raises(ValueError, match=says):
+            engine.generate(prompt, [0], **{"max_new_tokens": 4, **kwargs})
+    # max_new_tokens is honoured exactly, and temperature 0 is greedy: the same tokens for any seed
+    out = [engine.generate(prompt, [s], max_new_tokens=3, temperature=0.0)[0] for s in (0, 1)]
+    assert out[0].completion_tokens <= 3 and out[0].text == out[1].text
+
+
+def test_llm_training_scores_tokens_without_dropout():
+    """A GPT-2-family model has dropout: in train mode its log-probs are noisy unless it is off."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from llm.logprobs import token_logprobs, without_dropout
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=64,
+                        resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5)  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    ids = torch.randint(0, 50, (2, 12))
+    ones = torch.ones_like(ids)
+    with torch.no_grad():
+        reference = token_logprobs(model.eval(), ids, ones)
+        noisy = token_logprobs(model.train(), ids, ones)
+        clean = token_logprobs(without_dropout(model.train()), ids, ones)
+    assert (noisy - reference).abs().max() > 1e-3 and model.training
+    torch.testing.assert_close(clean, reference)
+
+
+# ---------------------------------------------------------------- nothing stale is reused
+SMALL = [
+    "--questions",
+    "8",
+    "--val-n",
+    "4",
+    "--agents",
+    "3",
+    "--rounds",
+    "2",
+    "--max-new-tokens",
+    "8",
+]
+
+
+def test_a_corpus_is_reused_only_under_its_own_settings(tmp_path):
+    """A run killed before its first checkpoint leaves its corpus: rerun with another setting that
+    shapes the corpus, it is refused (not trained on); rerun as it was, it is reused."""
+    from test_train import run
+
+    out = ["--out-dir", str(tmp_path / "sft"), "--epochs", "2", "--batch-size", "8"]
+    args = [str(ROOT / "sft.py"), *SMALL, *out, "--save-every", "100"]
+    killed = run(args + ["--crash-at-step", "1"], tmp_path, check=False, scripted=True)
+    assert killed.returncode == -9 and (tmp_path / "sft" / "corpus.pt").exists()
+    assert not (tmp_path / "sft" / "checkpoint.pt").exists()
+    other = run(args + ["--temperature", "0.9"], tmp_path, check=False, scripted=True)
+    assert other.returncode == 2 and len(other.stderr.strip().splitlines()) == 1
+    assert "corpus.pt was collected with other settings (temperature: 0.5 there, 0.9 now)" in (
+        other.stderr
+    )
+    same = run(args, tmp_path, scripted=True)
+    assert "states from 8 questions" in same.stderr
+    # more epochs extend a finished run from its checkpoint; other settings are refused
+    longer = run(args + ["--epochs", "3"], tmp_path, scripted=True)
+    assert "extending the run: --epochs 2 -> 3" in longer.stderr
+    changed = run(args + ["--epochs", "3", "--lr", "0.1"], tmp_path, check=False, scripted=True)
+    assert changed.returncode == 2 and "lr: 0.003 there, 0.1 now" in changed.stderr
+
+
+def test_train_rl_without_validation_questions(tmp_path):
+    from test_train import run
+
+    sft = ["--out-dir", str(tmp_path / "sft"), "--epochs", "1", "--batch-size", "8"]
+    run([str(ROOT / "sft.py"), *SMALL, *sft], tmp_path, scripted=True)
+    rl = [str(ROOT / "train_rl.py"), *SMALL[:2], "--val-n", "0", *SMALL[4:], "--epochs", "1",
+          "--batch-size", "8", "--init", str(tmp_path / "sft" / "policy.pt"),
+          "--out-dir", str(tmp_path / "rl")]  # fmt: skip
+    run(rl, tmp_path, scripted=True)
+    summary = (tmp_path / "rl" / "summary.json").read_text()
+    assert (
+        '"validation": "none (--val-n 0)"' in summary and (tmp_path / "rl" / "policy.pt").exists()
+    )
