@@ -15,48 +15,35 @@ line, JSON; --out writes it too.
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 import corpus  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
 import state  # noqa: E402
-import train_llm  # noqa: E402
-from common import distributed  # noqa: E402
 from llm import backbone  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
 
 
 def ours(steps, dtype, root):
-    cfg = train_llm.Config(
-        target="agents",
-        agents=1,
-        protocol="parallel",
-        algo="magrpo",
-        loss_agg="const",
-        beta=0.0,
-        questions_per_step=PROMPTS,
-        group=GROUP,
-        max_new_tokens=NEW_TOKENS,
-        rollout_temperature=1.0,
-        lr=LR,
-        micro_batch=PROMPTS * GROUP,
-        steps=steps,
-        save_every=10**6,
-        dtype=dtype,
-        val_n=0,
-        out_dir=str(Path(root) / f"ours-{dtype}"),
-    )
-    with distributed(cfg.out_dir) as (rank, world, device):
-        train_llm.train_agents_or_leader(cfg, rank, world, device)
-    lines = [
-        json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()
-    ]
+    """train_llm.py as users run it (a subprocess: no script imports another); its metrics.jsonl."""
+    out = Path(root) / f"ours-{dtype}"
+    flags = {"target": "agents", "agents": 1, "protocol": "parallel", "algo": "magrpo",
+             "loss-agg": "const", "beta": 0.0, "questions-per-step": PROMPTS, "group": GROUP,
+             "max-new-tokens": NEW_TOKENS, "rollout-temperature": 1.0, "lr": LR,
+             "micro-batch": PROMPTS * GROUP, "steps": steps, "save-every": 10**6, "dtype": dtype,
+             "val-n": 0, "out-dir": out}  # fmt: skip
+    command = [sys.executable, str(ROOT / "train_llm.py")]
+    subprocess.run(command + [f"--{k}={v}" for k, v in flags.items()], check=True)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [r["step_s"] for r in lines], [r["rollout_s"] for r in lines]
 
 
@@ -65,8 +52,9 @@ def trl(steps, dtype, root):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    # our run's questions, in order
-    examples = corpus.training_pool(train_llm.Config())[: PROMPTS * steps]
+    # our run's questions, in order (train_llm.py's default task and seed)
+    pool_of = SimpleNamespace(task="arith", path="", level=0, seed=0)
+    examples = corpus.training_pool(pool_of)[: PROMPTS * steps]
     dataset = Dataset.from_list(
         [
             {
