@@ -221,5 +221,6 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
         normalizer = len(own) if kind == "sum" else int(mask.sum())  # its own sequences only
         m.zero_grad()
         (per_sequence / normalizer).backward()
+        # float32, summed in micro-batches of 3 against all at once: rounding differs (1e-9 seen)
         for ours, expected in zip(optimizer.grads[e], (p.grad for p in m.parameters())):
-            torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-9)
+            torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-7)
