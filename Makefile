@@ -20,7 +20,7 @@ setup: $(STAMP)
 
 # Converts the GGUF backbone to an HF checkpoint once (cached under ~/.cache/mpdf, or $$MPDF_CACHE).
 model: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -c "import backbone; print('default model:', backbone.default_model_path())"
+	HF_HUB_OFFLINE=1 $(PY) -c "from llm import backbone; print('default model:', backbone.default_model_path())"
 
 # The whole pipeline on small budgets (under 10 minutes on 2 CPU cores, cold cache): stage 1 and stage 2 on 32
 # training questions, then the project's committed full-size SoftRankPO policy (results/policies, trained on
