@@ -470,6 +470,15 @@ PIECES = {
             game=["--agents", str(agents), "--rounds", str(rounds)],
         ).items()
     },
+    # issue 43: mutation testing, one module of the method at a time (mutmut, a development tool
+    # outside requirements.txt: pip install mutmut==3.3.1); survivors, score, tool and machine
+    **{
+        f"mutation-{module}": {
+            "command": [PY, "experiments/mutation.py", module],
+            "outputs": [f"results/mutation/{module}.json"],
+        }
+        for module in ("softrank", "state", "policy", "deliberate", "corpus", "answers")
+    },
     # one file per protocol, so each is committed as soon
     # as it is done (report.py pairs them by question)
     **{

@@ -1,0 +1,234 @@
+"""Mutation testing, one module of the method at a time (issue 43).
+
+mutmut makes many small edits of a module's code (a mutant each: `<` for `<=`, `i` for `i + 1`, a
+dropped argument), and runs the tests that reach the edited function against each one. A mutant the
+tests still pass has *survived*: the code could mean something else and nothing would notice. Each
+survivor gets a test that kills it, or is marked equivalent here (EQUIVALENT, with the reason: the
+edit cannot change any result). A development tool, run outside `make test` and outside
+requirements.txt:
+
+    pip install mutmut==3.3.1
+    python experiments/mutation.py policy      # -> results/mutation/policy.json
+    python experiments/mutation.py --list      # the modules and the tests that cover each
+
+Each run works in a fresh scratch copy of the repository, runs/mutation/<module>/ (`mutmut browse`
+there shows every mutant), with one test process at a time (--max-children) next to other work.
+mutmut 3 mutates the code inside functions and methods, never a decorated one (its trampolines
+cannot wrap them) nor module-level constants: the JSON lists the functions left out.
+"""
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from common import machine  # noqa: E402
+
+VERSION = "3.3.1"
+# module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
+# load a model or run the scripts as subprocesses (minutes per mutant on two cores)
+MODULES = {
+    "softrank": ("softrank.py", ["tests/test_softrank.py"], []),
+    "state": ("state.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
+    "policy": (
+        "policy.py",
+        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_safe_loading.py"],
+        ["tiny_model", "a_script_refuses"],
+    ),
+    "deliberate": (
+        "deliberate.py",
+        ["tests/test_meaning.py", "tests/test_game.py"],
+        ["tiny_model"],
+    ),
+    "corpus": (
+        "corpus.py",
+        ["tests/test_meaning.py", "tests/test_train.py", "tests/test_safe_loading.py"],
+        ["torchrun", "sigkill", "validation_during", "scripts_reject", "a_script_refuses"],
+    ),
+    "answers": ("data/answers.py", ["tests/test_data.py", "tests/test_meaning.py"], []),
+}
+# `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
+# longer has (its public name is `nodeid`)
+SHIM = """import sys
+from _pytest.nodes import Node
+if not hasattr(Node, "_nodeid"):
+    Node._nodeid = property(lambda self: self.nodeid)
+from mutmut.__main__ import cli
+cli(sys.argv[1:])
+"""
+# mutants reviewed as equivalent: module -> {mutant name: why no test can tell it from the code}
+AXIS = "the tensor is (batch, K) or (batch, features) wherever it is built: axis 1 is axis -1"
+NEED_WEIGHTS = "need_weights only decides whether attention weights come back; forward drops them"
+EQUIVALENT = {
+    "policy": {
+        "policy.x_sample_actions__mutmut_3": AXIS,
+        "policy.x_sample_actions__mutmut_8": AXIS,
+        "policy.x_sample_actions__mutmut_11": AXIS,
+        "policy.xǁPolicyNetǁforward__mutmut_23": AXIS,
+        "policy.xǁPolicyNetǁforward__mutmut_40": AXIS,
+        "policy.xǁPolicyNetǁforward__mutmut_9": NEED_WEIGHTS,
+        "policy.xǁPolicyNetǁforward__mutmut_13": NEED_WEIGHTS,
+        "policy.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
+        "policy.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
+        "policy.xǁMetaPolicyǁ__init____mutmut_31": "register_buffer takes persistent=None as False",
+        "policy.xǁMetaPolicyǁ__init____mutmut_44": "register_buffer takes persistent=None as False",
+    }
+}
+
+
+def scratch_copy(module, path, tests, deselect):
+    """runs/mutation/<module>/: the repository's files (tracked and new, not ignored) and a
+    setup.cfg that tells mutmut what to mutate and which tests to run."""
+    work = ROOT / "runs" / "mutation" / module
+    if work.exists():
+        shutil.rmtree(work)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, work / name)
+    # mutmut copies these next to the mutated module: every top-level file and folder, the folders
+    # that hold the module entry by entry (never the module itself: it would overwrite the mutants)
+    siblings, folder = [], work
+    for part in Path(path).parts:
+        siblings += [str(p.relative_to(work)) for p in sorted(folder.iterdir()) if p.name != part]
+        folder = folder / part
+    addopts = "-p no:cacheprovider" + (f' -k "not ({" or ".join(deselect)})"' if deselect else "")
+    lines = ["[mutmut]", f"paths_to_mutate = {path}", "tests_dir ="]
+    lines += [f"    {t}" for t in tests] + ["also_copy ="] + [f"    {s}" for s in siblings]
+    lines += ["", "[tool:pytest]", f"addopts = {addopts}", ""]
+    (work / "setup.cfg").write_text("\n".join(lines))
+    return work
+
+
+def decorated_functions(path):
+    """The functions and methods mutmut 3 leaves alone: those with a decorator."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            found += [
+                f"{node.name}.{f.name}"
+                for f in node.body
+                if isinstance(f, ast.FunctionDef) and f.decorator_list
+            ]
+    found += [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.decorator_list]
+    return found
+
+
+def read_results(work, path):
+    """{mutant: (status, diff)} from mutmut's record of the run, in the scratch copy."""
+    import mutmut
+    import mutmut.__main__ as cli
+
+    os.chdir(work)
+    mutmut.config = cli.load_config()
+    codes = json.loads((work / "mutants" / f"{path}.meta").read_text())["exit_code_by_key"]
+    results = {}
+    for name, code in sorted(codes.items()):
+        status = cli.status_by_exit_code.get(code, f"exit {code}")
+        diff = ""
+        if status != "killed":
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints the mutant's name first
+                diff = cli.get_diff_for_mutant(name, path=Path(path))
+        results[name] = (status, diff)
+    os.chdir(ROOT)
+    return results
+
+
+def run(module, max_children, out):
+    try:
+        import mutmut
+    except ImportError:
+        sys.exit(f"mutation testing needs mutmut: pip install mutmut=={VERSION}")
+    if mutmut.__version__ != VERSION:
+        print(f"note: mutmut {mutmut.__version__}, this script was written for {VERSION}")
+    path, tests, deselect = MODULES[module]
+    work = scratch_copy(module, path, tests, deselect)
+    began = time.time()
+    log = work.parent / f"{module}.log"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    with open(log, "w") as f:
+        proc = subprocess.run(
+            [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children)],
+            cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"mutmut failed (exit {proc.returncode}): see {log}")
+    results = read_results(work, path)
+    equivalent = EQUIVALENT.get(module, {})
+    statuses = Counter(status for status, _ in results.values())
+    survivors = [
+        {"mutant": n, "diff": d}
+        for n, (s, d) in results.items()
+        if s != "killed" and s != "timeout" and n not in equivalent
+    ]
+    reviewed = [
+        {"mutant": n, "reason": equivalent[n], "status": results[n][0], "diff": results[n][1]}
+        for n in equivalent
+        if n in results
+    ]
+    detected = statuses["killed"] + statuses["timeout"]
+    considered = len(results) - len(reviewed)
+    summary = {
+        "module": module,
+        "path": path,
+        "tool": f"mutmut {mutmut.__version__}",
+        "machine": machine(),
+        "tests": tests,
+        "tests_left_out": deselect,
+        "mutants": len(results),
+        "killed": statuses["killed"],
+        "survived": len(survivors),
+        "timeouts": statuses["timeout"],
+        "equivalent_by_review": len(reviewed),
+        "statuses": dict(statuses),
+        "score": round(detected / considered, 4) if considered else None,
+        "score_definition": "(killed + timeouts) / (mutants - equivalent by review); a mutant no "
+        "test reaches ('no tests') counts as survived",
+        "not_mutated": {"decorated": decorated_functions(ROOT / path), "module_level": "constants"},
+        "survivors": survivors,
+        "equivalent": reviewed,
+        "wall_s": round(time.time() - began, 1),
+        "finished": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    out = Path(out or ROOT / "results" / "mutation" / f"{module}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    print(
+        f"{module}: {len(results)} mutants, {statuses['killed']} killed, {len(survivors)} "
+        f"survived, {statuses['timeout']} timeouts, {len(reviewed)} equivalent; score "
+        f"{summary['score']} -> {out}"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("module", nargs="?", choices=MODULES)
+    parser.add_argument("--list", action="store_true", help="the modules and their tests")
+    parser.add_argument("--max-children", type=int, default=1, help="test processes at once")
+    parser.add_argument("--out", default="", help="default: results/mutation/<module>.json")
+    args = parser.parse_args()
+    if args.list or not args.module:
+        for name, (path, tests, deselect) in MODULES.items():
+            left_out = f" (not: {', '.join(deselect)})" if deselect else ""
+            print(f"{name:11s} {path:16s} {' '.join(tests)}{left_out}")
+        return
+    run(args.module, args.max_children, args.out)
+
+
+if __name__ == "__main__":
+    main()
