@@ -22,23 +22,23 @@ setup: $(STAMP)
 model: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -c "from llm import backbone; print('default model:', backbone.default_model_path())"
 
-# The whole pipeline on small budgets (under 10 minutes on 2 CPU cores, cold cache): stage 1 and stage 2 on 32
+# The whole pipeline on small budgets (under 10 minutes on 2 CPU cores, cold cache): stage 1 and stage 2 on 16
 # training questions, then the project's committed full-size SoftRankPO policy (results/policies, trained on
 # 256 questions; results/README.md) beside the demo's own policies and the fixed protocols on the same held-out
 # questions, paired against the committed policy. Generations are cached under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
 COMMITTED := results/policies/arith-seed0-softrank.pt
 demo: model
-	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 32 --val-n 8 --out-dir runs/demo/sft
-	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 32 --val-n 8 --epochs 50 --batch-size 64 \
+	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 16 --val-n 8 --out-dir runs/demo/sft
+	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 16 --val-n 8 --epochs 50 --batch-size 64 \
 		--init runs/demo/sft/policy.pt --out-dir runs/demo/rl
-	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 48 --seed 0 \
+	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 32 --seed 0 \
 		--protocols vanilla,mpdf-persist,sc,mpdf=$(COMMITTED),mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \
 		--reference mpdf=$(COMMITTED) --out runs/demo/results.json
 	@echo
 	@echo "vanilla is one greedy answer, mpdf-persist the team's vote after round 0, sc self-consistency at debate's budget."
 	@echo "mpdf=$(COMMITTED) is the project's result: SoftRankPO trained on 256 questions (over 3 seeds"
-	@echo "and 300 test questions: README.md, Results). The runs/demo policies are trained in a minute on 32"
+	@echo "and 300 test questions: README.md, Results). The runs/demo policies are trained in minutes on 16"
 	@echo "questions: they show that the pipeline runs end to end, not what the method can do."
 
 test: model
