@@ -312,6 +312,19 @@ def set_rng_states(states):
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def refuse_other_settings(path, made, changed):
+    """A file of a run (a checkpoint, a corpus) made under other settings is refused: one line
+    naming each {setting: (there, now)} difference."""
+    if changed:
+        differences = ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+        )
+        raise UsageError(
+            f"{path} was {made} with other settings ({differences}): rerun with the same flags, "
+            "or pass another --out-dir"
+        )
+
+
 # settings a resumed run may change: none of them changes what the run computes
 FREE_TO_CHANGE = ("crash_at_step", "cache_dir", "save_every", "eval_every")
 
@@ -334,14 +347,7 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
         k: change for k, change in changed.items() if k in extendable and change[1] > change[0]
     }
     refused = {k: change for k, change in changed.items() if k not in extended}
-    if refused:
-        differences = ", ".join(
-            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in refused.items()
-        )
-        raise UsageError(
-            f"{path} was written with other settings ({differences}): resume with the same flags, "
-            "or pass another --out-dir"
-        )
+    refuse_other_settings(path, "written", refused)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_states(state["rng"])

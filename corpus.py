@@ -31,6 +31,7 @@ from common import (
     check_at_least,
     check_choice,
     load_file,
+    refuse_other_settings,
 )
 from llm.backbone import DTYPES, default_model_path
 from llm.engine import Engine
@@ -203,14 +204,7 @@ def load_corpus(path, cfg):
     if not isinstance(stored, dict) or "settings" not in stored:
         raise UsageError(f"{path}: a corpus without its settings (an older version): delete it")
     changed = {k: (v, wanted[k]) for k, v in stored["settings"].items() if wanted.get(k, v) != v}
-    if changed:
-        differences = ", ".join(
-            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
-        )
-        raise UsageError(
-            f"{path} was collected with other settings ({differences}): rerun with the same flags, "
-            "or pass another --out-dir"
-        )
+    refuse_other_settings(path, "collected", changed)
     return stored["rows"]
 
 
