@@ -413,6 +413,6 @@ def test_policy_defaults_copies_files_and_messages(tmp_path):
         P.MetaPolicy(features="nope")
     with pytest.raises(ValueError, match="unknown fixed policy 'nope'"):
         P.FixedPolicy("nope")
-    fixed = r"fixed policy \(persist, random, refine, oracle\) nor a checkpoint file$"
-    with pytest.raises(FileNotFoundError, match=fixed):
+    fixed = r"fixed policy \(persist, random, refine, oracle\) nor a policy file$"
+    with pytest.raises(common.UsageError, match=fixed):
         P.make_policy("no/such/policy.pt")
