@@ -36,6 +36,20 @@ class Sequence:
     completion_ids: list  # the sampled ids, the EOS included
 
 
+def sample(engine, prompts, seeds, cfg):
+    """The rollouts' completions with their token ids, at the temperature the loss scores them with
+    (no top-p: the log-probs are of the whole tempered distribution)."""
+    budget, temperature = cfg.max_new_tokens, cfg.rollout_temperature
+    return engine.generate(
+        prompts,
+        seeds,
+        max_new_tokens=budget,
+        temperature=temperature,
+        top_p=1.0,
+        return_tokens=True,
+    )
+
+
 def joint_rollouts(engines, examples, cfg, step):
     """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's
     Sequences and a (len(examples), G) tensor of rewards, the team vote's correctness (+
@@ -59,14 +73,7 @@ def joint_rollouts(engines, examples, cfg, step):
             seeds = [
                 call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls
             ]
-            completions = engine.generate(
-                prompts,
-                seeds,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.rollout_temperature,
-                top_p=1.0,
-                return_tokens=True,
-            )
+            completions = sample(engine, prompts, seeds, cfg)
             for (q, g, i), prompt, c in zip(calls, prompts, completions):
                 sequences.append(Sequence(q, g, i, engine.encode(prompt), c.token_ids))
                 solutions[(q, g, i)] = parse_solution(
@@ -99,14 +106,7 @@ def leader_rollouts(engine, items, cfg, step):
         for q, _ in calls
     ]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
-    completions = engine.generate(
-        prompts,
-        seeds,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.rollout_temperature,
-        top_p=1.0,
-        return_tokens=True,
-    )
+    completions = sample(engine, prompts, seeds, cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)
     for (q, g), prompt, c in zip(calls, prompts, completions):
         example = items[q][0]

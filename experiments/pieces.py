@@ -165,6 +165,11 @@ def after(name, args, model="", leader=""):
     }
 
 
+def merged(dicts):
+    """One dict of the pieces of several seeds or settings."""
+    return {name: piece for d in dicts for name, piece in d.items()}
+
+
 def table_policy(task, algo, seed):
     return f"results/policies/{task}-seed{seed}-{algo}.pt"
 
@@ -420,29 +425,18 @@ PIECES = {
         )
         for seed in (0, 1, 2)
     },
-    # issue 18's tables a-d, after the study has set the
-    # scripts' defaults. Policies: one per task, seed, algorithm
-    **{
-        k: v
-        for seed in TABLE_SEEDS
-        for k, v in policy_pieces("arith", seed, TABLE_RL_ALGOS).items()
-    },
-    **{
-        k: v for seed in TABLE_SEEDS for k, v in policy_pieces("mawps", seed, ("softrank",)).items()
-    },
+    # issue 18's tables a-d with the defaults the study set. Policies: one per task, seed, algorithm
+    **merged(policy_pieces("arith", seed, TABLE_RL_ALGOS) for seed in TABLE_SEEDS),
+    **merged(policy_pieces("mawps", seed, ("softrank",)) for seed in TABLE_SEEDS),
     # a: 300 arith test questions x 3 seeds
-    **{
-        k: v
+    **merged(
+        table_pieces(f"arith300-seed{seed}", "arith", seed, TABLE_PROTOCOLS) for seed in TABLE_SEEDS
+    ),
+    # b: 300 mawps questions x 3 seeds, the arith policies and the mawps ones ({mawps-softrank})
+    **merged(
+        table_pieces(f"mawps300-seed{seed}", "mawps", seed, TRANSFER_PROTOCOLS)
         for seed in TABLE_SEEDS
-        for k, v in table_pieces(f"arith300-seed{seed}", "arith", seed, TABLE_PROTOCOLS).items()
-    },
-    # b: 300 mawps questions x 3 seeds, with the arith
-    # policies and the mawps ones ({mawps-softrank})
-    **{
-        k: v
-        for seed in TABLE_SEEDS
-        for k, v in table_pieces(f"mawps300-seed{seed}", "mawps", seed, TRANSFER_PROTOCOLS).items()
-    },
+    ),
     # c: SoftRankPO and GRPO under scaled / transformed
     # rewards, seed 0, validation accuracy every 20 steps
     **{
@@ -459,17 +453,16 @@ PIECES = {
         for variant, flags in REWARD_VARIANTS.items()
     },
     # d: team size and rounds, 300 arith test questions of seed 0
-    **{
-        k: v
-        for agents, rounds in SCALING
-        for k, v in table_pieces(
-            f"scaling-a{agents}-r{rounds}",
+    **merged(
+        table_pieces(
+            f"scaling-a{a}-r{r}",
             "arith",
             0,
-            scaling_protocols(agents),
-            game=["--agents", str(agents), "--rounds", str(rounds)],
-        ).items()
-    },
+            scaling_protocols(a),
+            game=["--agents", str(a), "--rounds", str(r)],
+        )
+        for a, r in SCALING
+    ),  # fmt: skip
     # issue 43: mutation testing, one module of the method at a time (mutmut, a development tool
     # outside requirements.txt: pip install mutmut==3.3.1); survivors, score, tool and machine
     **{
