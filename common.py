@@ -213,6 +213,19 @@ def all_gather_list(items):
     return [x for part in gathered for x in part]
 
 
+def average_gradients(parameters, world):
+    """What DDP does at the end of a backward, by hand: each gradient averaged over the ranks (a
+    parameter without a gradient counts as zeros). For weights DDP cannot wrap: LoRA adapters of
+    one model, each trained by its own micro-batches."""
+    if world == 1 or not dist.is_initialized():
+        return
+    for p in parameters:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad /= world
+
+
 def wrap_ddp(module, device, find_unused):
     if world_size() == 1:
         return module

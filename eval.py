@@ -70,6 +70,10 @@ class Config:
     """the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)"""
     model: str = ""
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
+    engine (empty: --model for every agent)"""
     dtype: str = "float32"
     """the backbone's dtype"""
     engine_batch_size: int = 128
@@ -289,7 +293,8 @@ def main(cfg):
         add_paired(summaries, cfg.reference)
     print(
         f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, "
-        f"{cfg.rounds} rounds, seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\n"
+        f"{cfg.rounds} rounds, seed {cfg.seed}, "
+        f"model {cfg.models or cfg.model or 'default'} ({cfg.dtype})\n"
         f"vote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)

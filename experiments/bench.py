@@ -242,7 +242,7 @@ def bench_round(cfg):
     start_stats = dict(engine.stats)
     for t in (0, 1):
         for side in ("hf", "engine"):
-            prompts = [engine.chat(prompt) for _, prompt, _ in requests[side]]
+            prompts = [engine.chat(prompt) for _, prompt, _, _ in requests[side]]
             start = time.time()
             if side == "hf":
                 with torch.inference_mode():
@@ -259,7 +259,7 @@ def bench_round(cfg):
                     c.token_ids
                     for c in engine.generate(
                         prompts,
-                        [seed for _, _, seed in requests[side]],
+                        [seed for _, _, seed, _ in requests[side]],
                         max_new_tokens=game.max_new_tokens,
                         temperature=0.0,
                         top_p=game.top_p,
@@ -272,7 +272,7 @@ def bench_round(cfg):
                 teams = deliberate.per_question(
                     [
                         parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
-                        for (ex, _, _), r in zip(calls, rows)
+                        for (ex, *_), r in zip(calls, rows)
                     ],
                     game.agents,
                 )
@@ -281,6 +281,7 @@ def bench_round(cfg):
                         ex,
                         deliberate.refine_prompt(ex, team, i),
                         call_seed(cfg.seed, ex.id, i, 1, "refine"),
+                        i,
                     )
                     for ex, team in zip(examples, teams)
                     for i in range(game.agents)
