@@ -25,9 +25,10 @@ FORMAT = "mpdf-lora-1"
 
 class Selection:
     """The adapter of each row for the model's next forward passes, shared by its LoRA layers: None
-    (the base), an int (every row), or a (rows,) long tensor (-1: the base for that row)."""
+    (the base), an int (every row), or a (rows,) long tensor (-1: the base for that row), with its
+    mask: (rows, 1, adapters x rank), 1 on the columns of the row's own adapter."""
 
-    rows = None
+    rows, mask = None, None
 
 
 class LoRALinear(torch.nn.Module):
@@ -51,11 +52,10 @@ class LoRALinear(torch.nn.Module):
             return y
         if isinstance(rows, int):
             return y + self.scale * F.linear(F.linear(x, self.lora_A[rows]), self.lora_B[rows])
-        index = rows.clamp(min=0)
-        a = torch.stack(list(self.lora_A))[index]  # (rows, r, in)
-        b = torch.stack(list(self.lora_B))[index]  # (rows, out, r)
-        delta = torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2))
-        return y + self.scale * delta * (rows >= 0).to(delta.dtype)[:, None, None]
+        # every adapter on every row, then each row keeps its own adapter's r columns: two plain
+        # matmuls of n x r columns (faster on CPU than gathering each row's A and B for a bmm)
+        low = F.linear(x, torch.cat(list(self.lora_A))) * self.selection.mask.to(x.dtype)
+        return y + self.scale * F.linear(low, torch.cat(list(self.lora_B), dim=1))
 
 
 def lora_layers(model):
@@ -142,11 +142,17 @@ def selecting(model, rows):
         return
     if torch.is_tensor(rows) and len(rows) and bool((rows == rows[0]).all()):
         rows = int(rows[0])
-    before, lora["selection"].rows = lora["selection"].rows, rows
+    selection, mask = lora["selection"], None
+    if torch.is_tensor(rows):  # a row of -1 (the base) keeps no column
+        columns = torch.arange(len(lora["names"]), device=rows.device)
+        columns = columns.repeat_interleave(lora["rank"])
+        mask = (rows[:, None] == columns[None]).float()[:, None, :]
+    before = selection.rows, selection.mask
+    selection.rows, selection.mask = rows, mask
     try:
         yield
     finally:
-        lora["selection"].rows = before
+        selection.rows, selection.mask = before
 
 
 def adapter_runs(adapters, split=True):
