@@ -64,22 +64,28 @@ def check_game(cfg, min_agents=2, min_rounds=1):
     check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
     check_choice("--vote", cfg.vote, VOTE_RULES)
     check_choice("--dtype", cfg.dtype, tuple(DTYPES))
+    if getattr(cfg, "models", "") and cfg.model:
+        raise UsageError("--model and --models: pass one (--models names every agent's model)")
     check_model("--model", cfg.model, cfg.max_new_tokens)
     if getattr(cfg, "models", ""):
-        if cfg.model:
-            raise UsageError("--model and --models: pass one (--models names every agent's model)")
-        for base, adapter in team_entries(cfg.models, cfg.agents):
-            check_model("--models", base, cfg.max_new_tokens)
-            if adapter and not Path(adapter).is_file():
-                raise UsageError(f"--models: no adapter file {adapter!r}")
+        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
 
 
-def team_entries(models, agents):
+def check_models(flag_name, models, agents, max_new_tokens):
+    """A --models list (team_entries): one entry per agent, each base a model directory, each
+    adapter an existing file (whether it fits its base is checked when it loads)."""
+    for base, adapter in team_entries(models, agents, flag_name):
+        check_model(flag_name, base, max_new_tokens)
+        if adapter and not Path(adapter).is_file():
+            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
+
+
+def team_entries(models, agents, flag_name="--models"):
     """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
     directory or `default` (the embedded backbone), + an adapter file (train_llm.py) or not."""
     entries = [entry.strip() for entry in models.split(",")]
     if len(entries) != agents:
-        raise UsageError(f"--models: {len(entries)} entries for {agents} agents (one per agent)")
+        raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
     team = []
     for entry in entries:
         base, _, adapter = entry.partition("+")

@@ -12,13 +12,11 @@ vote and state; policy.py the policies; llm/engine.py generates text):
 """
 
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 
 import torch
 
 import data
-from llm.backbone import default_model_path
-from llm.engine import Engine, call_seed
+from llm.engine import Engine, call_seed  # noqa: F401 (Engine: the scripts reach it from here)
 from llm.team import as_team
 from policy import FixedPolicy, make_policy
 from prompts import (  # noqa: F401 (re-exported: every prompt name stays importable from here)
@@ -447,9 +445,10 @@ PROTOCOLS = (
 )  # fmt: skip
 
 
-def run_protocol(engine, examples, protocol, cfg):
+def run_protocol(engine, examples, protocol, cfg, leader=None):
     """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
-    game)."""
+    game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
+    directory or default, + an adapter file or not)."""
     if protocol in ("vanilla", "cot", "sc"):
         prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
         # self-consistency gets as many samples as debate makes generations, sample k from agent
@@ -484,16 +483,6 @@ def run_protocol(engine, examples, protocol, cfg):
         return play(engine, examples, make_policy(protocol[len("mpdf-") :]), cfg)
     if protocol.startswith("mpdf="):
         return play(engine, examples, make_policy(protocol[len("mpdf=") :]), cfg)
-    if protocol.startswith("leader="):
-        path = protocol[len("leader=") :]
-        # the untrained backbone as leader
-        path = str(default_model_path()) if path == "default" else path
-        if not Path(path, "config.json").is_file():
-            raise ValueError(
-                f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target "
-                "leader)"
-            )
-        return lead(
-            engine, Engine(model_path=path, **as_team(engine).first.settings), examples, cfg
-        )
+    if protocol.startswith("leader=") and leader is not None:
+        return lead(engine, leader, examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

@@ -212,7 +212,9 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperatur
     kl = torch.zeros(())
     if cfg.beta:
         with torch.no_grad(), lora.selecting(model, None):
-            ref_logp, _ = completion_logprobs(reference or model, batch, temperature)
+            ref_logp, _ = completion_logprobs(
+                model if reference is None else reference, batch, temperature
+            )
         kl = softrank.aggregate(softrank.kl_k3(logp, ref_logp), mask, agg, normalizer)
         loss = loss + cfg.beta * kl
     return loss, kl.item()

@@ -10,7 +10,8 @@
 
 B starts at zero, so an untrained adapter adds exactly 0.0: the base model's logits bit for bit.
 Agents that share a base share one model and one engine; a batch mixing agents gathers each row's
-A and B (two batched low-rank matmuls per layer), so a team of adapters decodes in one forward.
+A and B (two batched low-rank matmuls per layer), so a team of adapters decodes in one forward
+(docs/design.md §8, §10).
 """
 
 import copy

@@ -1,7 +1,7 @@
 """A team of LLM agents that may differ: agent i's calls go to its model's engine, with its own LoRA
 adapter (llm/lora.py). Agents that share a base model share one engine, and their calls of a round
 run in one batch, each row with its agent's adapter; agents on different models run one engine
-call per model.
+call per model (docs/design.md §10).
 
   Member    - an agent's engine and adapter (None: the engine's model as it is)
   Team      - generate() routes each prompt to its agent's member
