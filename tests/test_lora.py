@@ -2,6 +2,7 @@
 tiny random models."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -272,3 +273,23 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
         expected = torch.autograd.grad(loss, lora.adapter_parameters(model, e))
         for ours, want in zip(optimizer.grads[e], expected):
             torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-7)
+
+
+def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_model_dir, tmp_path):
+    """eval.py's leader=BASE+ADAPTER: the leader's answers are those of the model with the adapter
+    folded in (greedy), not the base's."""
+    import eval as E
+
+    model = adapted(tiny_model, adapters=1)
+    torch.save(lora.adapter_state(model, 0, "tiny"), tmp_path / "lead.pt")
+    lora.merged_copy(model, 0).save_pretrained(tmp_path / "merged")
+    tiny_model[1].save_pretrained(tmp_path / "merged")
+    specs = [f"{tiny_model_dir}+{tmp_path / 'lead.pt'}", str(tmp_path / "merged"), tiny_model_dir]
+    cfg = E.Config(task="arith", n=3, agents=2, rounds=0, max_new_tokens=8, cache_dir="",
+                   model=tiny_model_dir, protocols=",".join(f"leader={s}" for s in specs),
+                   out=str(tmp_path / "out.json"))  # fmt: skip
+    E.check(cfg)
+    E.main(cfg)
+    details = json.loads((tmp_path / "out.json").read_text())["details"]
+    texts = [[r["texts"] for r in details[f"leader={s}"]] for s in specs]
+    assert texts[0] == texts[1] and texts[0] != texts[2]
