@@ -220,6 +220,8 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperatur
     return loss, kl.item()
 
 
+# non-reentrant (torch's recommended variant): needs no input that requires a gradient (a frozen base)
+GRADIENT_CHECKPOINTING = {"use_reentrant": False}
 # a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
 FILLER = team_rollouts.Sequence(0, 0, 0, [0], [0])
 
@@ -314,14 +316,14 @@ def train_agents_or_leader(cfg, rank, world, device):
     models, team = team_rollouts.trained_team(cfg, device, rank)
     params = [p for m in models for p in m.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
-    # one state dict for the checkpoint: the trained weights only (a LoRA run's are KBs)
-    holder = torch.nn.ParameterList(params)
+    # one state dict for the checkpoint: the adapters only (MBs), or the whole models
+    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
     counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("steps",))
     counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
-            m.gradient_checkpointing_enable()
+            m.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
     learners = learners_of(models, cfg, device)
     pad = team.first.tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
@@ -416,7 +418,7 @@ def train_sft(cfg, rank, world, device):
         )
     model = without_dropout(engine.model.float().to(device).train())
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=learning_rate(cfg), weight_decay=cfg.weight_decay
     )

@@ -293,3 +293,21 @@ def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_mod
     details = json.loads((tmp_path / "out.json").read_text())["details"]
     texts = [[r["texts"] for r in details[f"leader={s}"]] for s in specs]
     assert texts[0] == texts[1] and texts[0] != texts[2]
+
+
+def test_gradient_checkpointing_gives_adapters_the_same_gradient(tiny_model):
+    """--gradient-checkpointing recomputes activations; with the base frozen (no input needs a
+    gradient) the adapters must still get their gradient, the same one."""
+    import train_llm
+
+    grads = []
+    for checkpointing in (False, True):
+        model = adapted(tiny_model, adapters=1).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable(train_llm.GRADIENT_CHECKPOINTING)
+        with lora.selecting(model, 0):
+            model(input_ids=IDS).logits.logsumexp(-1).sum().backward()
+        grads.append([p.grad for p in lora.adapter_parameters(model, 0)])
+    assert all(g is not None for g in grads[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
