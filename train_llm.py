@@ -220,7 +220,8 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperatur
     return loss, kl.item()
 
 
-# non-reentrant (torch's recommended variant): needs no input that requires a gradient (a frozen base)
+# non-reentrant (torch's recommended variant): needs no input that requires a gradient
+# (the base is frozen under LoRA)
 GRADIENT_CHECKPOINTING = {"use_reentrant": False}
 # a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
 FILLER = team_rollouts.Sequence(0, 0, 0, [0], [0])
