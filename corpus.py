@@ -154,7 +154,7 @@ def make_engine(cfg, rank):
                 except lora.AdapterMismatch as e:
                     raise FileRefused(f"{adapter}: {e}") from None
             members.append(Member(engines[base], adapters.get((base, adapter))))
-        return Team(members, names=[m.strip() for m in cfg.models.split(",")])
+        return Team(members)
     return Engine(
         model_path=cfg.model or None,
         dtype=cfg.dtype,

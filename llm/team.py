@@ -21,9 +21,8 @@ class Team:
     team). The first member's engine also serves what is not an agent's call (the critic pass,
     lengths of prompts)."""
 
-    def __init__(self, members, names=None):
+    def __init__(self, members):
         self.members = list(members)
-        self.names = names or ["default"] * len(self.members)
         self.first = self.members[0].engine
 
     def member(self, agent):
