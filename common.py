@@ -26,6 +26,7 @@ import os
 import pickle
 import random
 import re
+import resource
 import signal
 import sys
 import textwrap
@@ -211,6 +212,14 @@ def all_gather_list(items):
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, list(items))
     return [x for part in gathered for x in part]
+
+
+def peak_memory_mb(device):
+    """The process's peak memory so far: CUDA memory allocated by torch on a GPU, else the peak
+    resident set size (Linux reports it in KB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def average_gradients(parameters, world):

@@ -56,6 +56,7 @@ from common import (
     launch_world_size,
     load_checkpoint,
     parse_config,
+    peak_memory_mb,
     save_checkpoint,
     user_errors,
     wrap_ddp,
@@ -276,16 +277,13 @@ def llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world
                     )  # fmt: skip
                 loss.backward()
             loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-    for learner in learners:
-        if learner.adapter is not None:
-            average_gradients(learner.parameters, world)
-    norms = [torch.nn.utils.clip_grad_norm_(learner.parameters, 1.0) for learner in learners]
-    norms = torch.stack(norms)
+    for learner in (ln for ln in learners if ln.adapter is not None):  # DDP did the others
+        average_gradients(learner.parameters, world)
+    norms = torch.stack([torch.nn.utils.clip_grad_norm_(ln.parameters, 1.0) for ln in learners])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     # loss and kl: the learners' mean (each learner's over its own sequences)
-    n = len(learners)
-    return {"loss": loss_total / n, "kl": kl_total / n, "trained": trained,
+    return {"loss": loss_total / len(learners), "kl": kl_total / len(learners), "trained": trained,
             "tokens": sum(counts[1::2]), "grad_norm": float(norms.norm())}  # fmt: skip
 
 
@@ -371,6 +369,7 @@ def train_agents_or_leader(cfg, rank, world, device):
             "trained_sequences": sums[6],
             "rollout_s": rollout_s,
             "step_s": time.time() - began,
+            "peak_memory_mb": peak_memory_mb(device),
         }
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)

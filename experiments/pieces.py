@@ -409,6 +409,28 @@ PIECES = {
         )
         for run, _, _ in LORA_RUNS
     },
+    # issue 40: the peak memory of a full fine-tuning step (the LoRA runs record their own)
+    "llm-memory-full": llm_run(
+        "memory-full-L1", [*MAGRPO_PRESET, "--steps", "2", "--eval-every", "0"]
+    ),
+    # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
+    # team's vote after it), adapters, then the vote before and after the REFINE on the test questions
+    **{
+        f"llm-magrpo-debate-L1-seed{seed}": llm_run(
+            f"magrpo-debate-L1-seed{seed}",
+            [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)],
+            adapter=True,
+        )
+        for seed in (0, 1, 2)
+    },
+    **{
+        f"after-magrpo-debate-L1-seed{seed}-debate": after(
+            f"magrpo-debate-L1-seed{seed}-debate",
+            ["--rounds", "1", "--protocols", "debate"],
+            adapter=f"results/agents/magrpo-debate-L1-seed{seed}.pt",
+        )
+        for seed in (0, 1, 2)
+    },
     "after-magrpo-sum-L1-seed0-parallel": after(
         "magrpo-sum-L1-seed0-parallel",
         ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
