@@ -414,7 +414,7 @@ PIECES = {
         "memory-full-L1", [*MAGRPO_PRESET, "--steps", "2", "--eval-every", "0"]
     ),
     # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
-    # team's vote after it), adapters, then the vote before and after the REFINE on the test questions
+    # team's vote after it), adapters; then the vote before and after the REFINE, test questions
     **{
         f"llm-magrpo-debate-L1-seed{seed}": llm_run(
             f"magrpo-debate-L1-seed{seed}",
