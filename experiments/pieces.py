@@ -409,10 +409,12 @@ PIECES = {
         )
         for run, _, _ in LORA_RUNS
     },
-    # issue 40: the peak memory of a full fine-tuning step (the LoRA runs record their own)
-    "llm-memory-full": llm_run(
-        "memory-full-L1", [*MAGRPO_PRESET, "--steps", "2", "--eval-every", "0"]
-    ),
+    # issue 40: seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
+    # (run the two one after the other on a quiet machine: they are timings)
+    **{
+        f"llm-cost-{kind}": llm_run(f"cost-{kind}-L1", [*args, "--steps", "3", "--eval-every", "0"])
+        for kind, args in (("full", MAGRPO_PRESET), ("lora", MAGRPO_LORA))
+    },
     # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
     # team's vote after it), adapters; then the vote before and after the REFINE, test questions
     **{
