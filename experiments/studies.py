@@ -387,6 +387,20 @@ def lora_table():
             f"| {name} | {mine['accuracy']:.3f} | {cells[0]} | {cells[1]} | "
             f"{mine['tokens_per_question']:.0f} | {size} |"
         )
+    costs = {}
+    for kind in ("full", "lora"):
+        path = tables.RESULTS / "llm" / f"cost-{kind}-L1.metrics.jsonl"
+        if path.exists():
+            train = read_metrics(path)[1][1:]  # the first step warms up
+            costs[kind] = [sum(r[k] for r in train) / len(train) for k in ("step_s", "rollout_s")]
+            costs[kind].append(max(r["peak_memory_mb"] for r in train))
+    if costs:
+        lines.append("\n| MAGRPO preset, steps 2-3 | s/step | rollouts s/step | update s/step | "
+                     "peak memory MB |\n|---|---|---|---|---|")  # fmt: skip
+        for kind, (step, rollout, memory) in costs.items():
+            label = {"full": "full fine-tuning", "lora": "LoRA rank 4"}[kind]
+            lines.append(f"| {label} | {step:.0f} | {rollout:.0f} | {step - rollout:.0f} | "
+                         f"{memory:.0f} |")  # fmt: skip
     team = load("bench/team.json")
     if team:
         lines.append(
@@ -397,6 +411,6 @@ def lora_table():
             f"{team['ratio_adapters']:.2f}), one engine per merged model "
             f"{team['tok_s']['merged']:.0f} (ratio {team['ratio_merged']:.2f})."
         )
-    if len(lines) == 2 and not team:
+    if len(lines) == 2 and not team and not costs:
         return missing("after/magrpo-lora-lr1e-4-L1-seed0-parallel.json", "bench/team.json")
     return "\n".join(lines)
