@@ -8,9 +8,8 @@ training prompts x 4 completions per step, 64 new tokens at temperature 1 (no to
 correctness, advantage = reward - group mean (no std scaling), the Dr.GRPO loss (token sum / (32 x
 64)), beta 0, one AdamW step per batch of 32 completions (one micro-batch of 32 on both sides);
 fp32, then bf16 (autocast, fp32 master weights, on both sides); every weight trained (TRL without
-peft, ours --lora-rank 0). The first step of each run is
-warm-up and is not timed; the figure is the median of the others. Prints a table and, as its last
-line, JSON; --out writes it too.
+peft, ours --lora-rank 0). The first step of each run is warm-up and is not timed; the figure is
+the median of the others. Prints a table and, as its last line, JSON; --out writes it too.
 """
 
 import argparse
