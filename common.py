@@ -26,6 +26,7 @@ import os
 import pickle
 import random
 import re
+import resource
 import signal
 import sys
 import textwrap
@@ -211,6 +212,27 @@ def all_gather_list(items):
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, list(items))
     return [x for part in gathered for x in part]
+
+
+def peak_memory_mb(device):
+    """The process's peak memory so far: CUDA memory allocated by torch on a GPU, else the peak
+    resident set size (Linux reports it in KB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def average_gradients(parameters, world):
+    """What DDP does at the end of a backward, by hand: each gradient averaged over the ranks (a
+    parameter without a gradient counts as zeros). For weights DDP cannot wrap: LoRA adapters of
+    one model, each trained by its own micro-batches."""
+    if world == 1 or not dist.is_initialized():
+        return
+    for p in parameters:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad /= world
 
 
 def wrap_ddp(module, device, find_unused):

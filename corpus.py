@@ -4,7 +4,8 @@ states, and the validation of a policy during training. Shared by sft.py and tra
   check_game                        - the game's flags, checked before anything is loaded
   training_pool, training_questions - the task's training split, a validation slice, a slice per
                                       iteration
-  make_engine                       - the engine of one rank, from a script's config
+  make_engine                       - the engine of one rank (or a team's engines: --models),
+                                      from a script's config
   collect_states                    - play, and keep every (agent, round) state with its oracle
                                       label and, for stage 2, its counterfactual reward vector
   states_to_tensors, load_corpus, save_corpus, action_distribution, corpus_statistics - the corpus
@@ -15,6 +16,7 @@ states, and the validation of a policy during training. Shared by sft.py and tra
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -23,6 +25,7 @@ from tqdm import tqdm
 import data
 import deliberate
 from common import (
+    FileRefused,
     UsageError,
     all_gather_list,
     all_reduce_sum,
@@ -33,8 +36,10 @@ from common import (
     load_file,
     refuse_other_settings,
 )
+from llm import lora
 from llm.backbone import DTYPES, default_model_path
 from llm.engine import Engine
+from llm.team import Member, Team
 from policy import oracle_action
 from softrank import flat_groups
 from state import ACTION_KINDS, PERSIST, REFINE, VOTE_RULES, concede
@@ -59,7 +64,33 @@ def check_game(cfg, min_agents=2, min_rounds=1):
     check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
     check_choice("--vote", cfg.vote, VOTE_RULES)
     check_choice("--dtype", cfg.dtype, tuple(DTYPES))
+    if getattr(cfg, "models", "") and cfg.model:
+        raise UsageError("--model and --models: pass one (--models names every agent's model)")
     check_model("--model", cfg.model, cfg.max_new_tokens)
+    if getattr(cfg, "models", ""):
+        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
+
+
+def check_models(flag_name, models, agents, max_new_tokens):
+    """A --models list (team_entries): one entry per agent, each base a model directory, each
+    adapter an existing file (whether it fits its base is checked when it loads)."""
+    for base, adapter in team_entries(models, agents, flag_name):
+        check_model(flag_name, base, max_new_tokens)
+        if adapter and not Path(adapter).is_file():
+            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
+
+
+def team_entries(models, agents, flag_name="--models"):
+    """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
+    directory or `default` (the embedded backbone), + an adapter file (train_llm.py) or not."""
+    entries = [entry.strip() for entry in models.split(",")]
+    if len(entries) != agents:
+        raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
+    team = []
+    for entry in entries:
+        base, _, adapter = entry.partition("+")
+        team.append(("" if base == "default" else base, adapter))
+    return team
 
 
 def check_model(flag_name, path, max_new_tokens):
@@ -107,7 +138,23 @@ def training_questions(cfg, iteration=0):
 
 
 def make_engine(cfg, rank):
-    """The generation engine of one rank: its own cache file, a progress bar on rank 0."""
+    """The generation engine of one rank: its own cache file, a progress bar on rank 0. With
+    --models, a llm.team.Team: one engine per distinct base model, each agent's adapter loaded into
+    its base's engine (the file read as data: common.load_file)."""
+    if getattr(cfg, "models", ""):
+        engines, adapters, members = {}, {}, []
+        for base, adapter in team_entries(cfg.models, cfg.agents):
+            if base not in engines:
+                engines[base] = make_engine(replace(cfg, model=base, models=""), rank)
+            if adapter and (base, adapter) not in adapters:
+                try:
+                    adapters[base, adapter] = lora.load_adapter(
+                        engines[base].model, load_file(adapter, "adapter")
+                    )
+                except lora.AdapterMismatch as e:
+                    raise FileRefused(f"{adapter}: {e}") from None
+            members.append(Member(engines[base], adapters.get((base, adapter))))
+        return Team(members)
     return Engine(
         model_path=cfg.model or None,
         dtype=cfg.dtype,
@@ -184,7 +231,7 @@ def states_to_tensors(rows):
 # corpus is reused only under the same ones
 CORPUS_SETTINGS = (
     "task", "path", "level", "questions", "val_n", "seed", "agents", "rounds", "temperature",
-    "max_new_tokens", "trailer", "vote", "model", "dtype", "critic", "behaviour", "init",
+    "max_new_tokens", "trailer", "vote", "model", "models", "dtype", "critic", "behaviour", "init",
     "refine_cost",
 )  # fmt: skip
 

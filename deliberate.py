@@ -12,13 +12,12 @@ vote and state; policy.py the policies; llm/engine.py generates text):
 """
 
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 
 import torch
 
 import data
-from llm.backbone import default_model_path
-from llm.engine import Engine, call_seed
+from llm.engine import Engine, call_seed  # noqa: F401 (Engine: the scripts reach it from here)
+from llm.team import as_team
 from policy import FixedPolicy, make_policy
 from prompts import (  # noqa: F401 (re-exported: every prompt name stays importable from here)
     ANSWER_HINT,
@@ -78,13 +77,14 @@ def game_config(cfg, **overrides):
 
 
 def run_llm(engine, requests, cfg, temperature=None):
-    """requests: (example, prompt, seed) -> [(Solution, prompt + completion tokens)], in one engine
-    call."""
+    """requests: (example, prompt, seed, agent) -> [(Solution, prompt + completion tokens)], in one
+    call per engine: `engine` is an Engine, or a llm.team.Team whose agents differ."""
     if not requests:
         return []
-    completions = engine.generate(
-        [engine.chat(prompt) for _, prompt, _ in requests],
-        [seed for _, _, seed in requests],
+    completions = as_team(engine).generate(
+        [prompt for _, prompt, _, _ in requests],
+        [seed for _, _, seed, _ in requests],
+        [agent for _, _, _, agent in requests],
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature if temperature is None else temperature,
         top_p=cfg.top_p,
@@ -94,7 +94,7 @@ def run_llm(engine, requests, cfg, temperature=None):
             parse_solution(c.text, ex.task, c.completion_tokens, c.token_logprobs, cfg.vote),
             c.prompt_tokens + c.completion_tokens,
         )
-        for (ex, _, _), c in zip(requests, completions)
+        for (ex, _, _, _), c in zip(requests, completions)
     ]
 
 
@@ -103,9 +103,11 @@ def run_critic(engine, items):
     log-probability of its whole token sequence after the critic prompt (one teacher-forced pass, no
     sampling), then a softmax over the two. (`Incorrect` is `In` + `correct` on the default
     tokenizer: comparing first tokens scored `Correct` against `In`, the start of any reply "In
-    ...", and ranked right solutions below wrong ones.) Returns the prompt tokens of each pass."""
+    ...", and ranked right solutions below wrong ones.) Returns the prompt tokens of each pass. A
+    team's critic is its first agent's base model."""
     if not items:
         return []
+    engine = as_team(engine).first
     prompts = [engine.chat(critic_prompt(ex, s)) for ex, s in items]
     scores = engine.continuation_logprobs(prompts, list(VERDICTS))
     p_correct = torch.softmax(scores, -1)[:, 0].tolist()
@@ -115,9 +117,10 @@ def run_critic(engine, items):
 
 
 def solve_calls(examples, cfg):
-    """Round 0 of the game, (example, prompt, seed) per call: every agent solves every example."""
+    """Round 0 of the game, (example, prompt, seed, agent) per call: every agent solves every
+    example."""
     return [
-        (ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"))
+        (ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
         for ex in examples
         for i in range(cfg.agents)
     ]
@@ -222,17 +225,18 @@ class Game:
 
 
 def ask(engine, requests, cfg, critic):
-    """requests: (game, prompt, seed) -> [(Solution, tokens)], in one engine call. Each call's
-    tokens, and those of its critic pass (part of the state, and of the cost), go to its game."""
-    outputs = run_llm(engine, [(g.example, prompt, seed) for g, prompt, seed in requests], cfg)
+    """requests: (game, prompt, seed, agent) -> [(Solution, tokens)], in one engine call. Each
+    call's tokens, and those of its critic pass (part of the state, and of the cost), go to its
+    game."""
+    outputs = run_llm(engine, [(g.example, *call) for g, *call in requests], cfg)
     solutions = [s for s, _ in outputs]
     critic_tokens = (
-        run_critic(engine, [(g.example, s) for (g, _, _), s in zip(requests, solutions)])
+        run_critic(engine, [(g.example, s) for (g, *_), s in zip(requests, solutions)])
         if critic
         else [0] * len(requests)
     )
     answered = []
-    for (game, _, _), (solution, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
+    for (game, *_), (solution, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
         game.tokens += n_tokens + n_critic
         game.calls += 1 + critic
         answered.append((solution, n_tokens + n_critic))
@@ -289,9 +293,9 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
     ]
     # round 0: every agent solves the question on its own
     requests = [
-        (g, prompt, seed)
+        (g, *call)
         for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
-        for _, prompt, seed in calls
+        for _, *call in calls
     ]
     for g, answered in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
         team = g.solutions = [s for s, _ in answered]
@@ -324,6 +328,7 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
                 active[k],
                 refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
                 call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
+                i,
             )
             for k, i in refine
         ]
@@ -408,6 +413,7 @@ def lead(engine, leader, examples, cfg):
                     examples[q],
                     refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
                     call_seed(cfg.seed, examples[q].id, i, t, "revise"),
+                    i,
                 )
                 for q, i in calls
             ]
@@ -417,7 +423,7 @@ def lead(engine, leader, examples, cfg):
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
         requests = [
-            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"))
+            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
             for q, ex in enumerate(examples)
         ]
         led = run_llm(leader, requests, cfg, temperature=0.0)
@@ -439,16 +445,17 @@ PROTOCOLS = (
 )  # fmt: skip
 
 
-def run_protocol(engine, examples, protocol, cfg):
+def run_protocol(engine, examples, protocol, cfg, leader=None):
     """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
-    game)."""
+    game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
+    directory or default, + an adapter file or not)."""
     if protocol in ("vanilla", "cot", "sc"):
         prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
-        # self-consistency gets as many samples as debate
-        # makes generations; single answers are greedy
+        # self-consistency gets as many samples as debate makes generations, sample k from agent
+        # k mod agents (a team's models take turns); single answers are greedy, agent 0's
         samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
         requests = [
-            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol))
+            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
             for ex in examples
             for k in range(samples)
         ]
@@ -476,14 +483,6 @@ def run_protocol(engine, examples, protocol, cfg):
         return play(engine, examples, make_policy(protocol[len("mpdf-") :]), cfg)
     if protocol.startswith("mpdf="):
         return play(engine, examples, make_policy(protocol[len("mpdf=") :]), cfg)
-    if protocol.startswith("leader="):
-        path = protocol[len("leader=") :]
-        # the untrained backbone as leader
-        path = str(default_model_path()) if path == "default" else path
-        if not Path(path, "config.json").is_file():
-            raise ValueError(
-                f"{protocol!r}: {path!r} is not an HF checkpoint directory (train_rl.py --target "
-                "leader)"
-            )
-        return lead(engine, Engine(model_path=path, **engine.settings), examples, cfg)
+    if protocol.startswith("leader=") and leader is not None:
+        return lead(engine, leader, examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

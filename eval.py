@@ -22,7 +22,7 @@ from pathlib import Path
 import data
 import deliberate
 from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
-from corpus import check_game, check_model, make_engine, training_pool
+from corpus import check_game, check_models, make_engine, training_pool
 from policy import FixedPolicy, check_team, load_policy
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, describe_vote
 from stats import auroc, format_paired, paired_difference, sample_std
@@ -70,6 +70,10 @@ class Config:
     """the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)"""
     model: str = ""
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
+    engine (empty: --model for every agent)"""
     dtype: str = "float32"
     """the backbone's dtype"""
     engine_batch_size: int = 128
@@ -257,7 +261,7 @@ def check_protocol(protocol, cfg):
             raise UsageError(f"--protocols {protocol}: no policy file {path!r}")
         check_team(load_policy(path), cfg.agents, f"--protocols {protocol}")
     elif protocol.startswith("leader="):
-        check_model(f"--protocols {protocol}:", protocol[len("leader=") :], cfg.max_new_tokens)
+        check_models(f"--protocols {protocol}:", protocol[len("leader=") :], 1, cfg.max_new_tokens)
     else:
         raise UsageError(
             f"--protocols: unknown protocol {protocol!r}; known: {', '.join(deliberate.PROTOCOLS)}"
@@ -276,7 +280,12 @@ def main(cfg):
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
-        results = deliberate.run_protocol(engine, examples, protocol, game)
+        # leader=SPEC: a model directory or default, + an adapter file or not
+        leader = None
+        if protocol.startswith("leader="):
+            spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :], agents=1)
+            leader = make_engine(spec, rank=0)
+        results = deliberate.run_protocol(engine, examples, protocol, game, leader)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results
         print(
@@ -289,7 +298,8 @@ def main(cfg):
         add_paired(summaries, cfg.reference)
     print(
         f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, "
-        f"{cfg.rounds} rounds, seed {cfg.seed}, model {cfg.model or 'default'} ({cfg.dtype})\n"
+        f"{cfg.rounds} rounds, seed {cfg.seed}, "
+        f"model {cfg.models or cfg.model or 'default'} ({cfg.dtype})\n"
         f"vote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)

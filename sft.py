@@ -102,6 +102,10 @@ class Config:
     """AdamW weight decay"""
     model: str = ""
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
+    engine (empty: --model for every agent)"""
     dtype: str = "float32"
     """the backbone's dtype"""
     engine_batch_size: int = 128

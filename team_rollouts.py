@@ -8,8 +8,12 @@ leader_rollouts   - MLPO: G samples of the leader reading its peers' solutions, 
 peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO's pool, its
                     validation)
 peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
+trained_team      - the weights train_llm.py trains (whole models or LoRA adapters) and the team
+                    of engines that samples the rollouts from them; validate (greedy accuracy
+                    on held-out questions), save_trained (adapter files or HF directories)
 """
 
+import copy
 import dataclasses
 import json
 import sys
@@ -19,9 +23,11 @@ import torch
 
 import data
 import deliberate
-from common import all_gather_list
+from common import all_gather_list, all_reduce_sum
 from corpus import make_engine, training_pool
-from llm.engine import call_seed
+from llm import lora
+from llm.engine import Engine, call_seed
+from llm.team import Member, Team
 from state import majority_vote, parse_solution
 
 
@@ -36,13 +42,15 @@ class Sequence:
     completion_ids: list  # the sampled ids, the EOS included
 
 
-def sample(engine, prompts, seeds, cfg):
-    """The rollouts' completions with their token ids, at the temperature the loss scores them with
-    (no top-p: the log-probs are of the whole tempered distribution)."""
+def sample(team, prompts, seeds, agents, cfg):
+    """The rollouts' completions of user prompts by `agents`, with their token ids, at the
+    temperature the loss scores them with (no top-p: the log-probs are of the whole tempered
+    distribution)."""
     budget, temperature = cfg.max_new_tokens, cfg.rollout_temperature
-    return engine.generate(
+    return team.generate(
         prompts,
         seeds,
+        agents,
         max_new_tokens=budget,
         temperature=temperature,
         top_p=1.0,
@@ -50,7 +58,13 @@ def sample(engine, prompts, seeds, cfg):
     )
 
 
-def joint_rollouts(engines, examples, cfg, step):
+def prompt_ids(team, prompt, agent):
+    """The token ids of a user prompt as `agent` reads it (its model's chat format)."""
+    engine = team.member(agent).engine
+    return engine.encode(engine.chat(prompt))
+
+
+def joint_rollouts(team, examples, cfg, step):
     """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's
     Sequences and a (len(examples), G) tensor of rewards, the team vote's correctness (+
     format_reward x the fraction of final answers that parse)."""
@@ -59,26 +73,17 @@ def joint_rollouts(engines, examples, cfg, step):
 
     def run_round(t, prompt_of):
         """Every agent of every rollout answers prompt_of(q, g, i), built from the teams before the
-        round (simultaneous moves), through its own model's engine."""
+        round (simultaneous moves), with its own weights (team: one call per engine)."""
         solutions = {}
-        # one engine per agent with separate weights, else one for all
-        for e, engine in enumerate(engines):
-            calls = [
-                (q, g, i)
-                for (q, g) in teams
-                for i in range(cfg.agents)
-                if len(engines) == 1 or i == e
-            ]
-            prompts = [engine.chat(prompt_of(q, g, i)) for q, g, i in calls]
-            seeds = [
-                call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls
-            ]
-            completions = sample(engine, prompts, seeds, cfg)
-            for (q, g, i), prompt, c in zip(calls, prompts, completions):
-                sequences.append(Sequence(q, g, i, engine.encode(prompt), c.token_ids))
-                solutions[(q, g, i)] = parse_solution(
-                    c.text, examples[q].task, c.completion_tokens, c.token_logprobs, cfg.vote
-                )
+        calls = [(q, g, i) for (q, g) in teams for i in range(cfg.agents)]
+        prompts = [prompt_of(q, g, i) for q, g, i in calls]
+        seeds = [call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls]
+        completions = sample(team, prompts, seeds, [i for _, _, i in calls], cfg)
+        for (q, g, i), prompt, c in zip(calls, prompts, completions):
+            sequences.append(Sequence(q, g, i, prompt_ids(team, prompt, i), c.token_ids))
+            solutions[(q, g, i)] = parse_solution(
+                c.text, examples[q].task, c.completion_tokens, c.token_logprobs, cfg.vote
+            )
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution
 
@@ -96,21 +101,18 @@ def joint_rollouts(engines, examples, cfg, step):
     return sequences, rewards
 
 
-def leader_rollouts(engine, items, cfg, step):
-    """G samples of the leader per (example, peer solutions) item, as joint_rollouts returns them
-    (agent 0): the leader's Sequences and a (len(items), G) tensor of rewards, its correctness (+
-    format_reward if it parses)."""
+def leader_rollouts(team, items, cfg, step):
+    """G samples of the leader (the team's agent 0) per (example, peer solutions) item, as
+    joint_rollouts returns them: the leader's Sequences and a (len(items), G) tensor of rewards,
+    its correctness (+ format_reward if it parses)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
-    prompts = [
-        engine.chat(deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer))
-        for q, _ in calls
-    ]
+    prompts = [deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer) for q, _ in calls]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
-    completions = sample(engine, prompts, seeds, cfg)
+    completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)
     for (q, g), prompt, c in zip(calls, prompts, completions):
         example = items[q][0]
-        sequences.append(Sequence(q, g, 0, engine.encode(prompt), c.token_ids))
+        sequences.append(Sequence(q, g, 0, prompt_ids(team, prompt, 0), c.token_ids))
         answer = parse_solution(c.text, example.task).answer
         rewards[q, g] = float(
             data.is_correct(answer, example.answer, example.task)
@@ -160,3 +162,76 @@ def peer_pool(cfg, rank, world):
             "right: lower --filter-easy or add --questions"
         )
     return pool, stats
+
+
+def trained_team(cfg, device, rank):
+    """(the trained models, the team whose rollouts they sample). Full fine-tuning (--lora-rank 0):
+    one model for every agent, or one per agent (--separate-agents). Otherwise one frozen base with
+    one LoRA adapter, or one per agent, that the engine runs in one batch. No generation cache:
+    the weights change every step. With --dtype bfloat16 the rollouts come from a bf16 copy
+    refreshed every step (autocast on fp32 weights would cast every weight at every decoded
+    token)."""
+    n_trained = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
+    engines = [
+        Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
+               batch_size=cfg.engine_batch_size, rank=rank)
+        for _ in range(1 if cfg.lora_rank else n_trained)
+    ]  # fmt: skip
+    models = [e.model for e in engines]
+    if cfg.lora_rank:
+        lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, adapters=n_trained, seed=cfg.seed)
+    if cfg.dtype == "bfloat16":
+        engines = [
+            Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
+                   device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
+            for m, e in zip(models, engines)
+        ]  # fmt: skip
+    members = [
+        Member(engines[0], e) if cfg.lora_rank else Member(engines[e]) for e in range(n_trained)
+    ]
+    return models, Team(members)
+
+
+def refresh_rollout_weights(models, team):
+    """The rollout engines sample from the current weights (a bf16 copy gets them copied)."""
+    for m, engine in zip(models, team.engines()):
+        m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
+        if engine.model is not m:
+            with torch.no_grad():
+                for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
+                    rollout_weight.copy_(weight)
+
+
+def validate(models, team, validation, cfg, rank, world, device, log, step):
+    """Greedy accuracy on the held-out questions: the team's vote (agents) or the leader's answer
+    over its peers (leader), every rank on its shard, one rollout per question at temperature 0."""
+    refresh_rollout_weights(models, team)
+    greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
+    shard = validation[rank::world]
+    right = torch.zeros(0)
+    if shard and cfg.target == "leader":
+        right = leader_rollouts(team, shard, greedy, step)[1]
+    elif shard:
+        right = joint_rollouts(team, shard, greedy, step)[1]
+    sums = all_reduce_sum([float(right.sum()), right.numel()], device)
+    log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
+    if rank == 0:
+        print(f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
+              file=sys.stderr)  # fmt: skip
+
+
+def save_trained(models, tokenizer, out, cfg):
+    """The trained weights: LoRA adapter files that --models reads (adapter.pt, or agent0.pt,
+    agent1.pt, ...), or whole models as HF directories --model reads (model/, or agent0/, ...).
+    Returns what was written."""
+    if cfg.lora_rank and cfg.target != "sft":
+        n = lora.n_adapters(models[0])
+        paths = [out / ("adapter.pt" if n == 1 else f"agent{k}.pt") for k in range(n)]
+        for k, path in enumerate(paths):
+            torch.save(lora.adapter_state(models[0], k, cfg.model or "default"), path)
+        return [str(p) for p in paths]
+    paths = [out / ("model" if len(models) == 1 else f"agent{e}") for e in range(len(models))]
+    for model, path in zip(models, paths):
+        model.eval().save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return [str(p) for p in paths]

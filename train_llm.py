@@ -18,15 +18,20 @@ optimizer step per batch of rollouts, no ratio, no clip. A step reads: rollouts 
 -> group_advantages -> llm_step. --target sft: sample solutions to training questions, keep the
 right (with --trailer, well-formatted) ones and fine-tune on them, the loss on completion tokens
 only (llm_step with advantage 1).
+
+Agents and leader train LoRA adapters by default (llm/lora.py; the base frozen): one for every
+agent, or one per agent (--separate-agents), saved as small files (adapter.pt or agent<i>.pt) that
+eval.py --models default+<file>,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
+directory per model).
 """
 
 import copy
-import dataclasses
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -41,6 +46,7 @@ from common import (
     accumulating,
     all_gather_list,
     all_reduce_sum,
+    average_gradients,
     batch_schedule,
     check_at_least,
     check_choice,
@@ -50,12 +56,14 @@ from common import (
     launch_world_size,
     load_checkpoint,
     parse_config,
+    peak_memory_mb,
     save_checkpoint,
     user_errors,
     wrap_ddp,
 )
 from corpus import check_game, check_model, make_engine, training_pool, training_questions
-from llm.engine import Engine, call_seed
+from llm import lora
+from llm.engine import call_seed
 from llm.logprobs import completion_batch, completion_logprobs, without_dropout
 from state import parse_solution
 
@@ -93,9 +101,14 @@ class Config:
     format_reward: float = 0.0
     """+ this times the fraction of the team's final answers that parse"""
     separate_agents: bool = False
-    """one LLM copy per agent (default: the agents share one set of weights)"""
-    lr: float = 1e-5
-    """AdamW learning rate of the LLM weights"""
+    """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
+    lora_rank: int = 4
+    """agents, leader: rank of the LoRA adapters trained on the frozen base (0: full fine-tuning
+    of every weight)"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    lr: float = 0.0
+    """AdamW learning rate (0: 1e-4 for adapters, 1e-5 for full weights)"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
     micro_batch: int = 8
@@ -172,40 +185,63 @@ def group_advantages(rewards, cfg):
     return ADVANTAGES[cfg.algo](rewards)
 
 
-def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperature):
+def learning_rate(cfg):
+    return cfg.lr or (1e-4 if cfg.lora_rank and cfg.target != "sft" else 1e-5)
+
+
+class Learner(NamedTuple):
+    """One set of trained weights in llm_step: the module the loss runs (DDP-wrapped for whole
+    weights), the parameters it trains (clipped together), its LoRA adapter (None: whole weights)
+    and the frozen model of the KL term (None with an adapter: the base, adapter off)."""
+
+    module: torch.nn.Module
+    parameters: list
+    adapter: int | None = None
+    reference: torch.nn.Module | None = None
+
+
+def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperature, adapter=None):
     """Token-level policy gradient on one micro-batch (+ beta x the KL(pi || initial model)
     penalty), both aggregated alike (softrank.aggregate: under seq the KL too is each sequence's
     mean) over the step's global normalizer: prompt, peers' text and padding carry no gradient
-    (loss mask)."""
-    logp, mask = completion_logprobs(model, batch, temperature)
+    (loss mask). `adapter`: the LoRA adapter the model runs with; the initial model is then the
+    base itself."""
+    with lora.selecting(model, adapter):
+        logp, mask = completion_logprobs(model, batch, temperature)
     agg = loss_aggregation(cfg)
     loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, agg, normalizer)
     kl = torch.zeros(())
     if cfg.beta:
-        with torch.no_grad():
-            ref_logp, _ = completion_logprobs(reference, batch, temperature)
+        with torch.no_grad(), lora.selecting(model, None):
+            ref_logp, _ = completion_logprobs(
+                model if reference is None else reference, batch, temperature
+            )
         kl = softrank.aggregate(softrank.kl_k3(logp, ref_logp), mask, agg, normalizer)
         loss = loss + cfg.beta * kl
     return loss, kl.item()
 
 
+# non-reentrant (torch's recommended variant): needs no input that requires a gradient
+# (the base is frozen under LoRA)
+GRADIENT_CHECKPOINTING = {"use_reentrant": False}
 # a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
 FILLER = team_rollouts.Sequence(0, 0, 0, [0], [0])
 
 
-def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg, pad, device, world,
-             temperature):  # fmt: skip
+def llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world, temperature):
     """One optimizer step over this rank's sequences, in micro-batches.
 
-    Each model's normalizer covers the whole step (every micro-batch of every rank) of that model's
-    own sequences, computed once; DDP averages gradients over ranks, hence the division by world.
-    With --separate-agents each agent's gradient is thus that of its own objective, its loss over
-    its own sequences (CoMLRL's per-agent MAGRPO), not 1 / agents of it; each model's gradient is
-    clipped on its own. A sequence of advantage 0 (a flat group) adds exactly 0 to the loss and its
-    gradient, so it is skipped (without a KL term); a rank left with nothing still runs one backward
-    at weight 0, for DDP's all-reduce. Returns the step's statistics."""
-    per_model = [[s for s in sequences if s.agent == e] for e in range(len(models))]
-    if len(models) == 1:  # shared weights (or the leader's, or sft's): every sequence
+    Each learner's normalizer covers the whole step (every micro-batch of every rank) of that
+    learner's own sequences, computed once; gradients are averaged over ranks (DDP, or
+    average_gradients for adapters, whose micro-batches each run one adapter of a shared model),
+    hence the division by world. With --separate-agents each agent's gradient is thus that of its
+    own objective, its loss over its own sequences (CoMLRL's per-agent MAGRPO), not 1 / agents of
+    it; each learner's gradient is clipped on its own. A sequence of advantage 0 (a flat group)
+    adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank left
+    with nothing still runs one backward at weight 0, for the all-reduce. Returns the step's
+    statistics."""
+    per_model = [[s for s in sequences if s.agent == e] for e in range(len(learners))]
+    if len(learners) == 1:  # shared weights (or the leader's, or sft's): every sequence
         per_model = [sequences]
     counts = all_reduce_sum(
         [c for mine in per_model for c in (len(mine), sum(len(s.completion_ids) for s in mine))],
@@ -214,10 +250,10 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
     kind = loss_aggregation(cfg)
     normalizers = [
         softrank.step_normalizer(kind, counts[2 * e], counts[2 * e + 1], cfg.max_new_tokens) / world
-        for e in range(len(models))
+        for e in range(len(learners))
     ]
     loss_total, kl_total, trained = 0.0, 0.0, 0
-    for e, (model, ddp, mine) in enumerate(zip(models, wrapped, per_model)):
+    for e, (learner, mine) in enumerate(zip(learners, per_model)):
         if not cfg.beta:
             mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
         weight = 1.0
@@ -230,77 +266,39 @@ def llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg,
             batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in chunk], pad, device)
             rows = [s.question for s in chunk], [s.sample for s in chunk]
             chunk_advantages = advantages[rows].to(device) if weight else torch.zeros(len(chunk))
-            with accumulating(ddp, last=k == chunks[-1]):
+            with accumulating(learner.module, last=k == chunks[-1]):
                 # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward
                 # only: backward runs in the forward's dtypes anyway
                 bf16 = cfg.dtype == "bfloat16"
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     loss, kl = agents_loss(
-                        ddp, references[e], batch, chunk_advantages, cfg, normalizers[e],
-                        temperature,
+                        learner.module, learner.reference, batch, chunk_advantages, cfg,
+                        normalizers[e], temperature, learner.adapter,
                     )  # fmt: skip
                 loss.backward()
             loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-    norms = torch.stack([torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0) for m in models])
+    for learner in (ln for ln in learners if ln.adapter is not None):  # DDP did the others
+        average_gradients(learner.parameters, world)
+    norms = torch.stack([torch.nn.utils.clip_grad_norm_(ln.parameters, 1.0) for ln in learners])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    # loss and kl: the models' mean (each model's over its own sequences)
-    return {"loss": loss_total / len(models), "kl": kl_total / len(models), "trained": trained,
+    # loss and kl: the learners' mean (each learner's over its own sequences)
+    return {"loss": loss_total / len(learners), "kl": kl_total / len(learners), "trained": trained,
             "tokens": sum(counts[1::2]), "grad_norm": float(norms.norm())}  # fmt: skip
 
 
-def llm_engines(cfg, device, rank, n_models):
-    """(trained models, rollout engines). No generation cache: the weights change every step. With
-    --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast on fp32
-    weights would cast every weight at every decoded token)."""
-    engines = [
-        Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
-               batch_size=cfg.engine_batch_size, rank=rank)
-        for _ in range(n_models)
+def learners_of(models, cfg, device):
+    """One Learner per trained set of weights: each LoRA adapter of the one model, or each whole
+    model (DDP-wrapped; with --beta, a frozen copy as the KL's reference)."""
+    if cfg.lora_rank:
+        model = models[0]
+        return [Learner(model, lora.adapter_parameters(model, k), k)
+                for k in range(lora.n_adapters(model))]  # fmt: skip
+    return [
+        Learner(wrap_ddp(m, device, find_unused=False), list(m.parameters()), None,
+                copy.deepcopy(m).eval().requires_grad_(False) if cfg.beta else None)
+        for m in models
     ]  # fmt: skip
-    models = [e.model for e in engines]
-    if cfg.dtype == "bfloat16":
-        engines = [
-            Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
-                   device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
-            for m, e in zip(models, engines)
-        ]  # fmt: skip
-    return models, engines
-
-
-def refresh_rollout_weights(models, engines):
-    for m, engine in zip(models, engines):
-        m.eval()  # generation: the KV cache (gradient checkpointing turns it off in train mode)
-        if engine.model is not m:
-            with torch.no_grad():
-                for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
-                    rollout_weight.copy_(weight)
-
-
-def validate(models, engines, validation, cfg, rank, world, device, log, step):
-    """Greedy accuracy on the held-out questions: the team's vote (agents) or the leader's answer
-    over its peers (leader), every rank on its shard, one rollout per question at temperature 0."""
-    refresh_rollout_weights(models, engines)
-    greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
-    shard = validation[rank::world]
-    right = torch.zeros(0)
-    if shard and cfg.target == "leader":
-        right = team_rollouts.leader_rollouts(engines[0], shard, greedy, step)[1]
-    elif shard:
-        right = team_rollouts.joint_rollouts(engines, shard, greedy, step)[1]
-    sums = all_reduce_sum([float(right.sum()), right.numel()], device)
-    log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
-    if rank == 0:
-        print(f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
-              file=sys.stderr)  # fmt: skip
-
-
-def save_models(models, engines, out, n_models):
-    """The trained weights as HF directories --model accepts: model/, or agent0/, agent1/, ..."""
-    for e, model in enumerate(models):
-        target = out / ("model" if n_models == 1 else f"agent{e}")
-        model.eval().save_pretrained(target)
-        engines[e].tokenizer.save_pretrained(target)
 
 
 def train_agents_or_leader(cfg, rank, world, device):
@@ -308,35 +306,32 @@ def train_agents_or_leader(cfg, rank, world, device):
     differ."""
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    n_models = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
     if cfg.target == "leader":
         pool, pool_stats = team_rollouts.peer_pool(cfg, rank, world)
         if rank == 0:
             (out / "pool.json").write_text(json.dumps(pool_stats))
     else:
         pool = training_pool(cfg)[cfg.val_n :]
-    models, engines = llm_engines(cfg, device, rank, n_models)
-    references = [None] * n_models
-    if cfg.beta:
-        references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models]
-    params = [p for m in models for p in m.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    holder = torch.nn.ModuleList(models)  # one state dict for the checkpoint
+    models, team = team_rollouts.trained_team(cfg, device, rank)
+    params = [p for m in models for p in m.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
+    # one state dict for the checkpoint: the adapters only (MBs), or the whole models
+    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
     counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("steps",))
     counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
-            m.gradient_checkpointing_enable()
-    wrapped = [wrap_ddp(m, device, find_unused=False) for m in models]
-    pad = engines[0].tokenizer.pad_token_id
+            m.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
+    learners = learners_of(models, cfg, device)
+    pad = team.first.tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
     # the leader is validated over its peers' solutions
     if cfg.target == "leader" and cfg.eval_every:
         validation = team_rollouts.peer_solutions(validation, cfg, rank, world)
 
     if cfg.eval_every and counters["step"] == 0:
-        validate(models, engines, validation, cfg, rank, world, device, log, 0)
+        team_rollouts.validate(models, team, validation, cfg, rank, world, device, log, 0)
     bar = tqdm(
         range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0
     )
@@ -345,17 +340,17 @@ def train_agents_or_leader(cfg, rank, world, device):
         start = step * cfg.questions_per_step
         questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
         questions = questions[rank::world]
-        refresh_rollout_weights(models, engines)
+        team_rollouts.refresh_rollout_weights(models, team)
         if cfg.target == "leader":
-            sequences, rewards = team_rollouts.leader_rollouts(engines[0], questions, cfg, step)
+            sequences, rewards = team_rollouts.leader_rollouts(team, questions, cfg, step)
         else:
-            sequences, rewards = team_rollouts.joint_rollouts(engines, questions, cfg, step)
+            sequences, rewards = team_rollouts.joint_rollouts(team, questions, cfg, step)
         rollout_s = time.time() - began
         advantages = group_advantages(rewards, cfg)
         for m in models:
             without_dropout(m.train())  # the loss scores the tokens as the sampler drew them
-        update = llm_step(models, wrapped, references, optimizer, sequences, advantages, cfg, pad,
-                          device, world, cfg.rollout_temperature)  # fmt: skip
+        update = llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world,
+                          cfg.rollout_temperature)  # fmt: skip
 
         flat = softrank.flat_groups(rewards).float()
         sums = all_reduce_sum(
@@ -374,17 +369,20 @@ def train_agents_or_leader(cfg, rank, world, device):
             "trained_sequences": sums[6],
             "rollout_s": rollout_s,
             "step_s": time.time() - began,
+            "peak_memory_mb": peak_memory_mb(device),
         }
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
-            validate(models, engines, validation, cfg, rank, world, device, log, step + 1)
+            team_rollouts.validate(
+                models, team, validation, cfg, rank, world, device, log, step + 1
+            )
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
-        save_models(models, engines, out, n_models)
-        print(json.dumps({"steps": cfg.steps, "model": str(out / "model")}))
+        saved = team_rollouts.save_trained(models, team.first.tokenizer, out, cfg)
+        print(json.dumps({"steps": cfg.steps, "saved": saved}))
 
 
 def train_sft(cfg, rank, world, device):
@@ -420,8 +418,10 @@ def train_sft(cfg, rank, world, device):
         )
     model = without_dropout(engine.model.float().to(device).train())
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        model.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=learning_rate(cfg), weight_decay=cfg.weight_decay
+    )
     counters = load_checkpoint(out, model, optimizer, rank, cfg, extendable=("epochs",))
     counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
@@ -433,8 +433,9 @@ def train_sft(cfg, rank, world, device):
         rows = batches[step][rank::world].tolist()
         sequences = [team_rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
-        update = llm_step([model], [ddp], [None], optimizer, sequences, advantages, cfg, pad,
-                          device, world, temperature=1.0)  # fmt: skip
+        learner = Learner(ddp, list(model.parameters()))
+        update = llm_step([learner], optimizer, sequences, advantages, cfg, pad, device, world,
+                          temperature=1.0)  # fmt: skip
         loss = all_reduce_sum([update["loss"]], device)[0] / world
         bar.set_postfix(loss=f"{loss:.4f}")
         log.write(step=step + 1, loss=loss)
@@ -442,8 +443,8 @@ def train_sft(cfg, rank, world, device):
             save_checkpoint(out, model, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
-        save_models([model], [engine], out, 1)
-        print(json.dumps({"kept": len(kept), "steps": len(batches), "model": str(out / "model")}))
+        saved = team_rollouts.save_trained([model], engine.tokenizer, out, cfg)
+        print(json.dumps({"kept": len(kept), "steps": len(batches), "saved": saved}))
 
 
 def check(cfg, world):
@@ -462,7 +463,8 @@ def check(cfg, world):
     check_at_least(cfg, 2, "group")
     check_at_least(cfg, 0, "beta", "eval_every", "format_reward", "weight_decay")
     # greedy rollouts of a group are identical: every group flat
-    check_positive(cfg, "lr", "rollout_temperature", "tau")
+    check_positive(cfg, "rollout_temperature", "tau", "lora_alpha")
+    check_at_least(cfg, 0, "lr", "lora_rank")
     if not 0 <= cfg.filter_easy <= 1:
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
     if cfg.peers_model:

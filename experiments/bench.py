@@ -11,8 +11,11 @@ shared and noisy.
                    per round
   bench_slots    - the engine against itself: tokens/s at --engine-batch-size slots and at half as
                    many
+  bench_team     - round 0 of a team of LoRA adapters on one engine (each row its agent's adapter)
+                   vs the plain homogeneous team and vs one engine per merged model
 """
 
+import copy
 import sys
 import time
 import warnings
@@ -23,10 +26,11 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
 from common import check_choice, machine, parse_config, user_errors, write_result  # noqa: E402
-from llm import backbone  # noqa: E402
+from llm import backbone, lora  # noqa: E402
 from llm.engine import Engine, call_seed  # noqa: E402
 from state import parse_solution  # noqa: E402
 
@@ -34,9 +38,11 @@ from state import parse_solution  # noqa: E402
 @dataclass
 class Config:
     bench: str = "generate"
-    """generate | round | debate | slots (this file's docstring)"""
+    """generate | round | debate | slots | team (this file's docstring)"""
     n: int = 0
-    """questions (0: 64 generate, 200 round, 32 debate, 256 slots)"""
+    """questions (0: 64 generate, 200 round, 32 debate, 256 slots, 64 team)"""
+    adapters: str = ""
+    """team: the agents' adapter files, comma-separated (empty: random rank-4 adapters)"""
     model: str = ""
     """HF checkpoint directory; empty: the embedded default backbone"""
     dtype: str = "float32"
@@ -242,7 +248,7 @@ def bench_round(cfg):
     start_stats = dict(engine.stats)
     for t in (0, 1):
         for side in ("hf", "engine"):
-            prompts = [engine.chat(prompt) for _, prompt, _ in requests[side]]
+            prompts = [engine.chat(prompt) for _, prompt, _, _ in requests[side]]
             start = time.time()
             if side == "hf":
                 with torch.inference_mode():
@@ -259,7 +265,7 @@ def bench_round(cfg):
                     c.token_ids
                     for c in engine.generate(
                         prompts,
-                        [seed for _, _, seed in requests[side]],
+                        [seed for _, _, seed, _ in requests[side]],
                         max_new_tokens=game.max_new_tokens,
                         temperature=0.0,
                         top_p=game.top_p,
@@ -272,7 +278,7 @@ def bench_round(cfg):
                 teams = deliberate.per_question(
                     [
                         parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
-                        for (ex, _, _), r in zip(calls, rows)
+                        for (ex, *_), r in zip(calls, rows)
                     ],
                     game.agents,
                 )
@@ -281,6 +287,7 @@ def bench_round(cfg):
                         ex,
                         deliberate.refine_prompt(ex, team, i),
                         call_seed(cfg.seed, ex.id, i, 1, "refine"),
+                        i,
                     )
                     for ex, team in zip(examples, teams)
                     for i in range(game.agents)
@@ -410,11 +417,68 @@ def bench_slots(cfg, repeats=2):
     return write_result({**result, "machine": machine()}, cfg.out)
 
 
+def bench_team(cfg, repeats=2):
+    """Round 0 of n questions for a team of LoRA adapters (--adapters, else random rank-4 ones)
+    through one engine, each row with its agent's adapter, against the plain homogeneous team (no
+    LoRA layers) and against one engine per merged model (its agent's calls alone). Greedy fp32;
+    each side's fastest of `repeats` turns in tokens/s (the texts differ between sides)."""
+    n = cfg.n or 64
+    plain = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.engine_batch_size)
+    model = copy.deepcopy(plain.model)
+    if cfg.adapters:
+        for path in cfg.adapters.split(","):
+            lora.load_adapter(model, common.load_file(path, "adapter"))
+    else:  # B random instead of 0: a non-zero update, whatever its values
+        lora.add_lora(model, 4, 32.0, adapters=cfg.agents, seed=cfg.seed)
+        torch.nn.utils.vector_to_parameters(
+            torch.randn(sum(p.numel() for p in model.parameters() if p.requires_grad)) * 1e-3,
+            [p for p in model.parameters() if p.requires_grad],
+        )
+    adapted = Engine(model=model, tokenizer=plain.tokenizer, batch_size=cfg.engine_batch_size)
+    merged = [Engine(model=lora.merged_copy(model, k), tokenizer=plain.tokenizer,
+                     batch_size=cfg.engine_batch_size) for k in range(cfg.agents)]  # fmt: skip
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    calls = deliberate.solve_calls(
+        examples, deliberate.GameConfig(agents=cfg.agents, seed=cfg.seed)
+    )
+    prompts, seeds, agents = zip(*((plain.chat(p), seed, i) for _, p, seed, i in calls))
+    budget = {"max_new_tokens": cfg.max_new_tokens, "temperature": 0.0}
+
+    def one_per_merged_model():  # solve_calls is question-major: agent i's calls are i::agents
+        return [c for i in range(cfg.agents)
+                for c in merged[i].generate(prompts[i :: cfg.agents], seeds[i :: cfg.agents],
+                                            **budget)]  # fmt: skip
+
+    sides = {
+        "homogeneous": lambda: plain.generate(prompts, seeds, **budget),
+        "adapters": lambda: adapted.generate(prompts, seeds, adapters=agents, **budget),
+        "merged": one_per_merged_model,
+    }
+    turns = {side: [] for side in sides}
+    for _ in range(repeats):
+        for side, run in sides.items():
+            start = time.time()
+            tokens = sum(c.completion_tokens for c in run())
+            turns[side].append(tokens / (time.time() - start))
+            print(f"{side}: {turns[side][-1]:.1f} tok/s", file=sys.stderr, flush=True)
+    tok_s = {side: max(t) for side, t in turns.items()}
+    result = {
+        "questions": n, "agents": cfg.agents, "calls": len(calls),
+        "max_new_tokens": cfg.max_new_tokens, "adapters": cfg.adapters or "random rank 4",
+        "adapter_bytes": [Path(p).stat().st_size for p in cfg.adapters.split(",") if p],
+        "tok_s": tok_s, "all_tok_s": {k: [round(x, 1) for x in t] for k, t in turns.items()},
+        "ratio_adapters": tok_s["adapters"] / tok_s["homogeneous"],
+        "ratio_merged": tok_s["merged"] / tok_s["homogeneous"],
+    }  # fmt: skip
+    return write_result({**result, "machine": machine()}, cfg.out)
+
+
 BENCHMARKS = {
     "generate": bench_generate,
     "round": bench_round,
     "debate": bench_debate,
     "slots": bench_slots,
+    "team": bench_team,
 }
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ The same setup on both sides, in one process, one after the other: the default b
 training prompts x 4 completions per step, 64 new tokens at temperature 1 (no top-p/top-k), reward =
 correctness, advantage = reward - group mean (no std scaling), the Dr.GRPO loss (token sum / (32 x
 64)), beta 0, one AdamW step per batch of 32 completions (one micro-batch of 32 on both sides);
-fp32, then bf16 (autocast, fp32 master weights, on both sides). The first step of each run is
-warm-up and is not timed; the figure is the median of the others. Prints a table and, as its last
-line, JSON; --out writes it too.
+fp32, then bf16 (autocast, fp32 master weights, on both sides); every weight trained (TRL without
+peft, ours --lora-rank 0). The first step of each run is warm-up and is not timed; the figure is
+the median of the others. Prints a table and, as its last line, JSON; --out writes it too.
 """
 
 import argparse
@@ -40,7 +40,7 @@ def ours(steps, dtype, root):
              "loss-agg": "const", "beta": 0.0, "questions-per-step": PROMPTS, "group": GROUP,
              "max-new-tokens": NEW_TOKENS, "rollout-temperature": 1.0, "lr": LR,
              "micro-batch": PROMPTS * GROUP, "steps": steps, "save-every": 10**6, "dtype": dtype,
-             "val-n": 0, "out-dir": out}  # fmt: skip
+             "val-n": 0, "lora-rank": 0, "out-dir": out}  # fmt: skip
     command = [sys.executable, str(ROOT / "train_llm.py")]
     subprocess.run(command + [f"--{k}={v}" for k, v in flags.items()], check=True)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

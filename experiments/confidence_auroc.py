@@ -78,7 +78,7 @@ def main(cfg):
     )
     calls = deliberate.solve_calls(examples, game)
     solutions = [s for s, _ in deliberate.run_llm(engine, calls, game)]
-    items = [(ex, s) for (ex, _, _), s in zip(calls, solutions)]
+    items = [(ex, s) for (ex, *_), s in zip(calls, solutions)]
     labels = [data.is_correct(s.answer, ex.answer, ex.task) for ex, s in items]
     scores = {"critic_first_token": first_token_critic(engine, items)}
     critic_tokens = deliberate.run_critic(engine, items)

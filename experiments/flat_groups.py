@@ -69,7 +69,12 @@ def main(cfg):
         ]
         kept = [(ex, team) for ex, team, right in zip(examples, peers, peer_right) if right < 0.75]
         calls = [
-            (ex, deliberate.leader_prompt(ex, team), call_seed(cfg.seed, "flat-leader", ex.id, g))
+            (
+                ex,
+                deliberate.leader_prompt(ex, team),
+                call_seed(cfg.seed, "flat-leader", ex.id, g),
+                0,
+            )
             for ex, team in kept
             for g in range(G)
         ]
@@ -77,7 +82,7 @@ def main(cfg):
         examples = [ex for ex, _ in kept]
     else:
         calls = [
-            (ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i))
+            (ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i), i)
             for ex in examples
             for g in range(G)
             for i in range(cfg.agents)
@@ -97,7 +102,7 @@ def main(cfg):
         "config": dataclasses.asdict(cfg),
         "questions": len(examples),
         "agent_accuracy": sum(
-            data.is_correct(s.answer, ex.answer, ex.task) for (ex, _, _), s in zip(calls, solutions)
+            data.is_correct(s.answer, ex.answer, ex.task) for (ex, *_), s in zip(calls, solutions)
         )
         / len(solutions),
         "vote_accuracy": sum(map(sum, rewards)) / sum(map(len, rewards)),

@@ -58,8 +58,16 @@ STUDY_FEATURES = ("paper", "confidence")
 MAGRPO_PRESET = (
     "--target agents --algo magrpo --protocol parallel --agents 3 --task arith --level 1 --group "
     "8 --questions-per-step 4 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6"
+    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
+# issue 40: the same with rank-4 LoRA adapters (the base frozen); the learning rate from seed 0's
+# validation curves (1e-4 first: about 10x the full-weight rate, "LoRA Without Regret"), the
+# chosen one (LORA_LR) for seeds 1 and 2
+LORA_LRS, LORA_LR = ("1e-4", "2e-4", "5e-5"), "1e-4"
+MAGRPO_LORA = [*MAGRPO_PRESET, "--lora-rank", "4"]
+LORA_RUNS = [(f"magrpo-lora-lr{lr}-L1-seed0", 0, lr) for lr in LORA_LRS] + [
+    (f"magrpo-lora-lr{LORA_LR}-L1-seed{seed}", seed, LORA_LR) for seed in (1, 2)
+]
 # issue 19's MLPO preset: one leader over 3 frozen peers (the untrained backbone at the agents'
 # T = 0.5) on easy arith, the peers' solutions to 256 candidate questions generated once, questions
 # all 3 peers get right dropped; G = 8 leader samples at T = 0.7 (two thirds of the groups are flat
@@ -68,7 +76,7 @@ MAGRPO_PRESET = (
 MLPO_PRESET = (
     "--target leader --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6"
+    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
 # issue 19 after training: 300 arith test questions (the same for every run), 3 agents, the
 # training's 96-token budget; debate = round 0 + one REFINE round; MLPO's leader decides once over
@@ -139,29 +147,32 @@ def trained(name, script, args):
     }
 
 
-def llm_run(name, args):
+def llm_run(name, args, adapter=False):
     """An LLM-weights run (train_llm.py --target agents | leader): its metrics (training reward,
-    held-out accuracy every --eval-every steps, wall time, tokens) go to results/llm/; the weights
-    stay out of git."""
+    held-out accuracy every --eval-every steps, wall time, tokens) go to results/llm/; whole
+    weights stay out of git, a shared LoRA `adapter` (a few MB) goes to results/agents/."""
     out = RUNS / name
+    kept = {out / "adapter.pt": f"results/agents/{name}.pt"} if adapter else {}
     return {
         "command": [PY, "train_llm.py", *args, "--out-dir", str(out)],
-        "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl"},
+        "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl", **kept},
     }
 
 
-def after(name, args, model="", leader=""):
+def after(name, args, model="", leader="", adapter=""):
     """An evaluation of LLM weights after training (issue 19): eval.py's summary JSON in
     results/after/. `model` (the agents) and `leader` (MLPO's): a trained run's weights,
-    runs/results/<run>/model, out of git, so the piece needs them there."""
+    runs/results/<run>/model, out of git, so the piece needs them there; `adapter`: a committed
+    adapter file every agent runs on the default base."""
     protocols = ["--protocols", f"leader={leader}"] if leader else []
     models = ["--model", model] if model else []
+    models += ["--models", ",".join([f"default+{adapter}"] * 3)] if adapter else []
     out = f"results/after/{name}.json"
     flags = [*models, *AFTER_GAME, *args, *protocols, "--no-details"]
     return {
         "command": [PY, "eval.py", *flags, "--out", out],
         "outputs": [out],
-        "needs": [p for p in (model, leader) if p],
+        "needs": [p for p in (model, leader, adapter) if p],
     }
 
 
@@ -284,6 +295,8 @@ PIECES = {
     # one LLM-Debate (3 agents, 3 rounds, 32 questions) through the engine vs one generate call per
     # agent per round; T = 0.7, the setting of the README's earlier measurement
     "bench-debate": bench("debate", ["--temperature", "0.7"]),
+    # issue 40: round 0 of 64 questions for 3 agents, each its own adapter, in one engine
+    "bench-team": bench("team", ["--max-new-tokens", "96"]),
     "profile": profile("profile", []),
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
     "profile-onednn": profile("profile-onednn", ["--before", "6989e4b"]),
@@ -383,6 +396,48 @@ PIECES = {
     },
     # issue 41: the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
     "llm-magrpo-sum-L1-seed0": llm_run("magrpo-sum-L1-seed0", MAGRPO_PRESET + ["--seed", "0"]),
+    # issue 40: adapters against full fine-tuning (the sum run above), the learning rate on seed 0
+    **{
+        f"llm-{run}": llm_run(run, [*MAGRPO_LORA, "--seed", str(seed), "--lr", lr], adapter=True)
+        for run, seed, lr in LORA_RUNS
+    },
+    **{
+        f"after-{run}-parallel": after(
+            f"{run}-parallel",
+            ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
+            adapter=f"results/agents/{run}.pt",
+        )
+        for run, _, _ in LORA_RUNS
+    },
+    # issue 40: seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
+    # (run the two one after the other on a quiet machine: they are timings)
+    **{
+        f"llm-cost-{kind}": llm_run(f"cost-{kind}-L1", [*args, "--steps", "3", "--eval-every", "0"])
+        for kind, args in (("full", MAGRPO_PRESET), ("lora", MAGRPO_LORA))
+    },
+    # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
+    # team's vote after it), adapters; then the vote before and after the REFINE, test questions
+    **{
+        f"llm-magrpo-debate-L1-seed{seed}": llm_run(
+            f"magrpo-debate-L1-seed{seed}",
+            [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)],
+            adapter=True,
+        )
+        for seed in (0, 1, 2)
+    },
+    **{
+        f"after-magrpo-debate-L1-seed{seed}-debate": after(
+            f"magrpo-debate-L1-seed{seed}-debate",
+            ["--rounds", "1", "--protocols", "debate"],
+            adapter=f"results/agents/magrpo-debate-L1-seed{seed}.pt",
+        )
+        for seed in (0, 1, 2)
+    },
+    "after-magrpo-sum-L1-seed0-parallel": after(
+        "magrpo-sum-L1-seed0-parallel",
+        ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
+        model=f"{RUNS}/magrpo-sum-L1-seed0/model",
+    ),
     # issue 19: MLPO learning curves, one piece per seed
     **{
         f"llm-mlpo-L1-seed{seed}": llm_run(

@@ -23,6 +23,7 @@ from studies import (  # noqa: E402
     after_table,
     bench_table,
     llm_curves,
+    lora_table,
     profile_table,
     study_table,
     temperature_table,
@@ -226,6 +227,9 @@ TABLES = {
     "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
     "llm-mlpo": lambda: llm_curves("mlpo-L1", "MLPO run"),
     "llm-after": after_table,
+    "llm-magrpo-sum": lambda: llm_curves("magrpo-sum-L1", "MAGRPO run, --loss-agg sum"),
+    "llm-lora-curves": lambda: llm_curves("magrpo-lora-lr", "MAGRPO run, LoRA rank 4"),
+    "llm-lora": lora_table,
     "corpus-arith-demo": lambda: corpus_table(
         ["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank", "arith-demo-softrank-long"]
     ),

@@ -216,7 +216,7 @@ def study_table():
 def llm_curves(prefix, title):
     """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before
     and after, their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
-    paths = sorted((tables.RESULTS / "llm").glob(f"{prefix}-seed*.metrics.jsonl"))
+    paths = sorted((tables.RESULTS / "llm").glob(f"{prefix}*-seed*.metrics.jsonl"))
     if not paths:
         return missing(f"llm/{prefix}-seed0.metrics.jsonl")
     runs = {path.name.split(".")[0]: read_metrics(path) for path in paths}
@@ -354,3 +354,63 @@ def after_table(seeds=(0, 1, 2)):
         "96 new tokens, seed-0 test questions for every run); leaders and single answers "
         "greedy."
     )
+
+
+def lora_table():
+    """Issue 40: MAGRPO with LoRA adapters against full fine-tuning (the sum run) on the same 300
+    test questions, paired (results/after/), the bytes of each committed adapter (results/agents/),
+    and round 0 of a team of 3 adapters in one engine (results/bench/team.json)."""
+    parallel = load("after/untrained-parallel.json")
+    full = load("after/magrpo-sum-L1-seed0-parallel.json")
+    lines = [
+        "| run (300 arith test questions, the parallel vote of 3 agents) | vote | − untrained "
+        "[95% CI] | − full fine-tuning, seed 0 [95% CI] | tokens/q | adapter bytes |",
+        "|---|---|---|---|---|---|",
+    ]
+    runs = [("full fine-tuning (sum), seed 0", full, "")]
+    for path in sorted((tables.RESULTS / "after").glob("magrpo-lora-lr*-parallel.json")):
+        name = path.name.removesuffix("-parallel.json")
+        adapter = tables.RESULTS / "agents" / f"{name}.pt"
+        size = f"{adapter.stat().st_size:,}" if adapter.exists() else ""
+        runs.append((name, load(f"after/{path.name}"), size))
+    for name, run, size in runs:
+        mine = summary_of(run, "mpdf-persist")
+        if mine is None:
+            continue
+        untrained = summary_of(parallel, "mpdf-persist")
+        versus_full = summary_of(full, "mpdf-persist")
+        cells = [
+            format_paired(paired_difference(mine, other)) if other and other is not mine else ""
+            for other in (untrained, versus_full)
+        ]
+        lines.append(
+            f"| {name} | {mine['accuracy']:.3f} | {cells[0]} | {cells[1]} | "
+            f"{mine['tokens_per_question']:.0f} | {size} |"
+        )
+    costs = {}
+    for kind in ("full", "lora"):
+        path = tables.RESULTS / "llm" / f"cost-{kind}-L1.metrics.jsonl"
+        if path.exists():
+            train = read_metrics(path)[1][1:]  # the first step warms up
+            costs[kind] = [sum(r[k] for r in train) / len(train) for k in ("step_s", "rollout_s")]
+            costs[kind].append(max(r["peak_memory_mb"] for r in train))
+    if costs:
+        lines.append("\n| MAGRPO preset, steps 2-3 | s/step | rollouts s/step | update s/step | "
+                     "peak memory MB |\n|---|---|---|---|---|")  # fmt: skip
+        for kind, (step, rollout, memory) in costs.items():
+            label = {"full": "full fine-tuning", "lora": "LoRA rank 4"}[kind]
+            lines.append(f"| {label} | {step:.0f} | {rollout:.0f} | {step - rollout:.0f} | "
+                         f"{memory:.0f} |")  # fmt: skip
+    team = load("bench/team.json")
+    if team:
+        lines.append(
+            f"\nRound 0 of {team['questions']} questions × {team['agents']} agents, each its own "
+            f"adapter ({team['adapters']}), greedy, {team['max_new_tokens']} new tokens, on "
+            f"{team['machine']}: one engine with per-row adapters {team['tok_s']['adapters']:.0f} "
+            f"tokens/s, the plain homogeneous team {team['tok_s']['homogeneous']:.0f} (ratio "
+            f"{team['ratio_adapters']:.2f}), one engine per merged model "
+            f"{team['tok_s']['merged']:.0f} (ratio {team['ratio_merged']:.2f})."
+        )
+    if len(lines) == 2 and not team and not costs:
+        return missing("after/magrpo-lora-lr1e-4-L1-seed0-parallel.json", "bench/team.json")
+    return "\n".join(lines)

@@ -14,6 +14,7 @@ Beside it (their names are importable from here too):
                         call_seed and weights_fingerprint
   kvcache.py          - what the engine puts under the model: its KV cache layer and, on CPU,
                         oneDNN linears
+  lora.py             - low-rank adapters: rows of one batch may each run with their own adapter
 """
 
 import time
@@ -27,6 +28,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from llm import lora
 from llm.backbone import default_model_path, load_model
 from llm.cache import (  # noqa: F401 (call_seed: re-exported for the importers of llm.engine)
     GenerationCache,
@@ -199,12 +201,15 @@ class Engine(Prefill):
         top_p=1.0,
         stop=(),
         return_tokens=False,
+        adapters=None,
     ):
         """One Completion per prompt; `seeds[i]` makes prompt i's sample reproducible.
         return_tokens: also return the sampled token ids (for training on them); bypasses the
-        cache."""
+        cache. adapters: the LoRA adapter of each prompt (None: the base model), all in one
+        batch."""
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        adapters = adapters or [None] * len(prompts)
         check_sampling(max_new_tokens, temperature, top_p)
         params = {
             "max_new_tokens": max_new_tokens,
@@ -215,8 +220,10 @@ class Engine(Prefill):
         if any(not prompt for prompt in prompts):
             raise ValueError(f"prompt {[bool(p) for p in prompts].index(False)} is empty")
         keys = [
-            GenerationCache.key(self.model_id, prompt, params, int(seed))
-            for prompt, seed in zip(prompts, seeds)
+            GenerationCache.key(
+                lora.model_id(self.model_id, self.model, a), prompt, params, int(seed)
+            )
+            for prompt, seed, a in zip(prompts, seeds, adapters)
         ]
         # entries written before the engine kept log-probs are misses
         hits, todo = self._lookup(
@@ -259,6 +266,7 @@ class Engine(Prefill):
                 **params,
                 keep_eos=return_tokens,
                 on_finish=finished,
+                adapters=[adapters[i] for i, _, _ in todo],
             )
         return results
 
@@ -331,6 +339,7 @@ class Engine(Prefill):
         stop=(),
         keep_eos=False,
         on_finish=None,
+        adapters=None,
     ):
         """The sampling loop, with continuous batching: one Sample per prompt, in order;
         on_finish(i, sample) is called as soon as prompt i is done. The ids end before the EOS
@@ -341,9 +350,13 @@ class Engine(Prefill):
         last row moving into its slot; once `refill` slots are free (a few prompts at a time keep a
         team's prompts and their shared prefix together: 9% faster than one at a time), the next
         prompts are prefilled into them, right-aligned at `end`. Columns no live row uses leave the
-        window; when the window reaches the end of the buffer it slides back to the left."""
+        window; when the window reaches the end of the buffer it slides back to the left. Rows
+        with `adapters` (LoRA, one per prompt, None: the base) queue by adapter and prefill in runs
+        of one adapter (a prefix is shared only under the same adapter); each decode step runs
+        every row with its own adapter."""
         check_sampling(max_new_tokens, temperature, top_p)
-        queue = deque(sorted(range(len(batch_ids)), key=lambda i: batch_ids[i]))
+        adapter_of = [-1 if a is None else a for a in adapters or [None] * len(batch_ids)]
+        queue = deque(sorted(range(len(batch_ids)), key=lambda i: (adapter_of[i], batch_ids[i])))
         longest, slots = max(map(len, batch_ids)), min(self.batch_size, len(batch_ids))
         context = getattr(self.model.config, "max_position_embeddings", None)
         if context and longest + max_new_tokens > context:
@@ -354,6 +367,7 @@ class Engine(Prefill):
         capacity, refill = longest + 2 * max_new_tokens, max(1, slots // 8)
         mask = torch.zeros((slots, capacity), dtype=torch.long, device=self.device)
         positions = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
+        slot_adapters = torch.full((slots,), -1, dtype=torch.long, device=self.device)
         cache = Cache(layers=[PreallocatedLayer(slots, capacity) for _ in range(self.n_layers)])
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         # rows: the prompt in each slot
@@ -378,9 +392,12 @@ class Engine(Prefill):
                     cache = DynamicCache(config=self.model.config)
                     end = max(len(batch_ids[i]) for i in new)
                 began = time.perf_counter()
-                new_logits = self.prefill(
-                    [batch_ids[i] for i in new], cache=cache, mask=mask, row=len(rows), end=end
-                )[:, -1]
+                slot_adapters[len(rows) : len(rows) + len(new)] = torch.tensor(
+                    [adapter_of[i] for i in new]
+                )
+                new_logits = self.prefill_slots(
+                    [batch_ids[i] for i in new], slot_adapters, cache, mask, len(rows), end
+                )
                 self.stats["prefill_s"] += time.perf_counter() - began
                 positions[len(rows) : len(rows) + len(new), 0] = torch.tensor(
                     [len(batch_ids[i]) for i in new]
@@ -428,6 +445,7 @@ class Engine(Prefill):
                 )
                 cache.batch_select_indices(order)
                 mask[: len(order)], positions[: len(order)] = mask[order], positions[order]
+                slot_adapters[: len(order)] = slot_adapters[order]
                 next_tokens, rows = next_tokens[order], [rows[s] for s in order.tolist()]
             if not rows:
                 continue
@@ -446,12 +464,13 @@ class Engine(Prefill):
                     layer.slide(to)
                 start, end = to, to + end - start
             mask[: len(rows), end] = 1
-            logits = self._forward(
-                next_tokens[:, None],
-                mask[: len(rows), start : end + 1],
-                cache,
-                positions[: len(rows)],
-            )[:, -1]
+            with lora.selecting(self.model, slot_adapters[: len(rows)]):
+                logits = self._forward(
+                    next_tokens[:, None],
+                    mask[: len(rows), start : end + 1],
+                    cache,
+                    positions[: len(rows)],
+                )[:, -1]
             positions[: len(rows)] += 1
             end += 1
         bar.close()

@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
+from llm import lora
 from llm.kvcache import PreallocatedLayer
 
 
@@ -41,6 +42,19 @@ class Prefill:
                 use_cache=True,
                 logits_to_keep=logits_to_keep,
             ).logits
+
+    def prefill_slots(self, batch_ids, slot_adapters, cache, mask, row, end):
+        """Prefill new rows into slots row, row + 1, ... of the engine's slot cache; returns their
+        next-token logits. Each run of rows with one adapter (slot_adapters) prefills on its own:
+        a prefix is shared only under the same adapter."""
+        adapters = slot_adapters[row : row + len(batch_ids)].tolist()
+        logits = []
+        for first, last in lora.adapter_runs(adapters, split=self.continuous):
+            with lora.selecting(self.model, slot_adapters[row + first : row + last]):
+                run = self.prefill(batch_ids[first:last], cache=cache, mask=mask, row=row + first,
+                                   end=end)  # fmt: skip
+            logits.append(run[:, -1])
+        return torch.cat(logits)
 
     def prefill(self, batch_ids, keep=1, cache=None, mask=None, row=0, end=None):
         """Run the prompts; return the logits at each one's last `keep` positions, (rows, keep,

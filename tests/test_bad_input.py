@@ -84,6 +84,12 @@ def init_for(name, tmp_path):
         ("train_llm.py", ["--group", "1"], "--group 1: must be at least 2"),
         ("train_llm.py", ["--rollout-temperature", "0"], "--rollout-temperature 0.0: must be > 0"),
         ("train_llm.py", ["--target", "policy"], "unknown --target 'policy'"),
+        ("train_llm.py", ["--lora-rank", "-1"], "--lora-rank -1: must be at least 0"),
+        ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
+        ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
+        ("eval.py", ["--models", "default+no.pt,default,default"], "no adapter file 'no.pt'"),
+        ("sft.py", ["--models", "default,default,default", "--model", "/x"], "pass one"),
+        ("train_rl.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
     ],
 )
 def test_script_specific_refusals(name, argv, says):

@@ -207,7 +207,8 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
     cfg = train_llm.Config(target="agents", agents=2, separate_agents=True, loss_agg=kind,
                            micro_batch=3, beta=0.0)  # fmt: skip
     optimizer = CaptureGradients(models)
-    update = train_llm.llm_step(models, models, [None, None], optimizer, sequences, advantages, cfg,
+    learners = [train_llm.Learner(m, list(m.parameters())) for m in models]
+    update = train_llm.llm_step(learners, optimizer, sequences, advantages, cfg,
                                 tokenizer.pad_token_id, torch.device("cpu"), 1, 1.0)  # fmt: skip
     assert update["grad_norm"] < 1.0
 

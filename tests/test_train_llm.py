@@ -17,7 +17,7 @@ import softrank
 import state as S
 import team_rollouts
 import train_llm
-from llm import backbone
+from llm import backbone, lora
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
 
@@ -224,10 +224,10 @@ def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "agents"
+    # adapters (the default), one per agent; the bf16 path (rollouts from a bf16 copy, autocast
+    # loss) in one of the two runs
     lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2",
-                             "--rounds", "1", "--beta", "0.1",
-                             # the bf16 path (rollouts from a bf16 copy,
-                             # autocast loss) in one of the two runs
+                             "--rounds", "1", "--beta", "0.1", "--separate-agents",
                              "--dtype", "float32" if torchrun else "bfloat16")  # fmt: skip
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
@@ -235,15 +235,21 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
         r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0
         for r in lines
     )
-    engine = Engine(model_path=str(out / "model"))
-    assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
+    # small adapter files that a team of the base model plays
+    assert sorted(p.name for p in out.glob("*.pt")) == ["agent0.pt", "agent1.pt", "checkpoint.pt"]
+    engine = Engine(model_path=tiny_model_dir)
+    for name in ("agent0.pt", "agent1.pt"):
+        k = lora.load_adapter(engine.model, common.load_file(out / name, "adapter"))
+        completion = engine.generate([engine.chat("Hi")], [0], max_new_tokens=4, adapters=[k])[0]
+        assert completion.completion_tokens > 0
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "leader"
+    # full fine-tuning (--lora-rank 0): an HF directory
     lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6",
-                             "--agents", "3", "--beta", "0",
+                             "--agents", "3", "--beta", "0", "--lora-rank", "0",
                              "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
     # random peers are never right: no question is filtered out
     assert json.loads((out / "pool.json").read_text()) == {
@@ -270,7 +276,7 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     def run_llm(engine, calls, game):
         seen = {}
         outputs = []
-        for ex, _, _ in calls:
+        for ex, *_ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
             outputs.append(
                 (S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)

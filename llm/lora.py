@@ -1,0 +1,237 @@
+"""Low-rank adapters (LoRA, arXiv 2106.09685) on any causal LM: several per model, chosen per row.
+
+  add_lora          - wraps the model's Linear projections in LoRALinear (the base frozen)
+  LoRALinear        - y = W x + (alpha / r) B_k A_k x, the adapter k chosen per batch row
+  selecting         - which adapter each row runs with while the model runs (None: the base)
+  adapter_runs      - the runs of rows with one adapter (the engine prefills each on its own)
+  adapter_state     - one adapter as a dict of tensors and settings (what an adapter file holds)
+  load_adapter      - such a dict as one more adapter of a model (refused for another base)
+  merged_copy       - a copy of the model with one adapter folded into its weights
+
+B starts at zero, so an untrained adapter adds exactly 0.0: the base model's logits bit for bit.
+Agents that share a base share one model and one engine; a batch mixing agents gathers each row's
+A and B (two batched low-rank matmuls per layer), so a team of adapters decodes in one forward
+(docs/design.md §8, §10).
+"""
+
+import copy
+import hashlib
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+FORMAT = "mpdf-lora-1"
+
+
+class Selection:
+    """The adapter of each row for the model's next forward passes, shared by its LoRA layers: None
+    (the base), an int (every row), or a (rows,) long tensor (-1: the base for that row), with its
+    mask: (rows, 1, adapters x rank), 1 on the columns of the row's own adapter."""
+
+    rows, mask = None, None
+
+
+class LoRALinear(torch.nn.Module):
+    def __init__(self, base, rank, alpha, selection):
+        super().__init__()
+        self.base, self.rank, self.scale, self.selection = base, rank, alpha / rank, selection
+        self.lora_A, self.lora_B = torch.nn.ParameterList(), torch.nn.ParameterList()
+
+    def add_adapter(self, generator=None):
+        """A new adapter: A as nn.Linear's default init (kaiming uniform), B zero."""
+        weight = self.base.weight
+        a = torch.empty(self.rank, weight.shape[1], dtype=weight.dtype)
+        bound = 1 / weight.shape[1] ** 0.5
+        a.uniform_(-bound, bound, generator=generator)
+        self.lora_A.append(torch.nn.Parameter(a.to(weight.device)))
+        self.lora_B.append(torch.nn.Parameter(weight.new_zeros(weight.shape[0], self.rank)))
+
+    def forward(self, x):
+        y, rows = self.base(x), self.selection.rows
+        if rows is None or (isinstance(rows, int) and rows < 0):
+            return y
+        if isinstance(rows, int):
+            return y + self.scale * F.linear(F.linear(x, self.lora_A[rows]), self.lora_B[rows])
+        # every adapter on every row, then each row keeps its own adapter's r columns: two plain
+        # matmuls of n x r columns (faster on CPU than gathering each row's A and B for a bmm)
+        low = F.linear(x, torch.cat(list(self.lora_A))) * self.selection.mask.to(x.dtype)
+        return y + self.scale * F.linear(low, torch.cat(list(self.lora_B), dim=1))
+
+
+def lora_layers(model):
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def base_fingerprint(model):
+    """A short hash of the base weights (LoRA excluded), each rounded to bfloat16 first: the same in
+    a float32 and a bfloat16 copy of one checkpoint, different for other weights."""
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" not in name:
+                name = name.replace(".base.", ".")
+                total = p.to(torch.bfloat16).double().sum().item()
+                digest.update(f"{name}{tuple(p.shape)}{total:.10e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def add_lora(model, rank, alpha, adapters=0, seed=0):
+    """Wraps every nn.Linear of the model but its LM head (the attention and MLP projections of the
+    usual families) in a LoRALinear and freezes the base; adds `adapters` fresh adapters. Returns
+    the model; model.lora holds the settings an adapter file records."""
+    if rank < 1:
+        raise ValueError(f"LoRA rank must be at least 1, got {rank}")
+    head = model.get_output_embeddings()
+    targets = [
+        name
+        for name, m in model.named_modules()
+        if type(m) is torch.nn.Linear and m is not head and ".lora_" not in name
+    ]
+    if not targets:
+        raise ValueError(f"{type(model).__name__}: no nn.Linear layers to adapt")
+    fingerprint = base_fingerprint(model)
+    model.requires_grad_(False)
+    selection = Selection()
+    for name in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, LoRALinear(getattr(parent, child), rank, alpha, selection))
+    model.lora = {
+        "rank": rank,
+        "alpha": alpha,
+        "targets": targets,
+        "base_fingerprint": fingerprint,
+        "selection": selection,
+        "names": [],  # each adapter's: its file's fingerprint, or unsaved<k> (part of cache keys)
+    }
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(adapters):
+        new_adapter(model, generator)
+    return model
+
+
+def new_adapter(model, generator=None, name=None):
+    """One more adapter on every LoRA layer; returns its index."""
+    for layer in lora_layers(model).values():
+        layer.add_adapter(generator)
+    model.lora["names"].append(name or f"unsaved{n_adapters(model) - 1}")
+    return n_adapters(model) - 1
+
+
+def model_id(base_id, model, adapter):
+    """What names the weights a row runs with in a cache key: the base's id, + the adapter's."""
+    return base_id if adapter is None else f"{base_id}+{model.lora['names'][adapter]}"
+
+
+def n_adapters(model):
+    layers = list(lora_layers(model).values())
+    return len(layers[0].lora_A) if layers else 0
+
+
+def adapter_parameters(model, k):
+    return [p for layer in lora_layers(model).values() for p in (layer.lora_A[k], layer.lora_B[k])]
+
+
+@contextmanager
+def selecting(model, rows):
+    """Runs the model with `rows` as its adapters (see Selection); a tensor whose rows all name the
+    same adapter takes the plain matmul path. A model without LoRA ignores it."""
+    lora = getattr(model, "lora", None)
+    if lora is None:
+        yield
+        return
+    if torch.is_tensor(rows) and len(rows) and bool((rows == rows[0]).all()):
+        rows = int(rows[0])
+    selection, mask = lora["selection"], None
+    if torch.is_tensor(rows):  # a row of -1 (the base) keeps no column
+        columns = torch.arange(len(lora["names"]), device=rows.device)
+        columns = columns.repeat_interleave(lora["rank"])
+        mask = (rows[:, None] == columns[None]).float()[:, None, :]
+    before = selection.rows, selection.mask
+    selection.rows, selection.mask = rows, mask
+    try:
+        yield
+    finally:
+        selection.rows, selection.mask = before
+
+
+def adapter_runs(adapters, split=True):
+    """(first, last) of each run of consecutive rows with the same adapter; one run for all when not
+    `split` (a model prefilled in one padded pass: a per-row adapter tensor)."""
+    if not split:
+        return [(0, len(adapters))]
+    cuts = [k for k in range(1, len(adapters)) if adapters[k] != adapters[k - 1]]
+    return list(zip([0, *cuts], [*cuts, len(adapters)]))
+
+
+def adapter_state(model, k, base_name):
+    """Adapter k as the dict an adapter file holds: its tensors and settings."""
+    lora = model.lora
+    tensors = {}
+    for name, layer in lora_layers(model).items():
+        tensors[f"{name}.A"] = layer.lora_A[k].detach().cpu().clone()
+        tensors[f"{name}.B"] = layer.lora_B[k].detach().cpu().clone()
+    settings = {key: lora[key] for key in ("rank", "alpha", "targets", "base_fingerprint")}
+    return {"format": FORMAT, "base": base_name, **settings, "tensors": tensors}
+
+
+def adapter_fingerprint(state):
+    digest = hashlib.sha256()
+    for name in sorted(state["tensors"]):
+        digest.update(name.encode() + state["tensors"][name].float().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+class AdapterMismatch(ValueError):
+    """An adapter that does not fit the model: another base, rank, alpha, layers or shapes."""
+
+
+def load_adapter(model, state):
+    """Adds an adapter (adapter_state's dict, e.g. loaded with common.load_file) to the model,
+    wrapping the model first if it has no LoRA yet; returns its index (its name: the file's
+    fingerprint). A dict
+    that is not an adapter, or one for another base, rank, alpha or set of layers, raises
+    AdapterMismatch saying why in one line."""
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise AdapterMismatch("not an adapter file (train_llm.py writes them)")
+    if getattr(model, "lora", None) is None:
+        add_lora(model, state["rank"], state["alpha"])
+    lora = model.lora
+    for key in ("base_fingerprint", "rank", "alpha", "targets"):
+        if state[key] != lora[key]:
+            what = "base model" if key == "base_fingerprint" else key
+            mine, theirs = lora[key], state[key]
+            if key == "targets":
+                mine, theirs = f"{len(mine)} layers", f"{len(theirs)} layers"
+            raise AdapterMismatch(
+                f"an adapter for another {what} ({theirs} there, {mine} here; the file "
+                f"was trained on {state['base']!r})"
+            )
+    layers = lora_layers(model)
+    for name, layer in layers.items():
+        for part, mine in (("A", layer.lora_A), ("B", layer.lora_B)):
+            tensor = state["tensors"].get(f"{name}.{part}")
+            shape = (lora["rank"], layer.base.in_features) if part == "A" else None
+            shape = shape or (layer.base.out_features, lora["rank"])
+            if tensor is None or tuple(tensor.shape) != shape:
+                got = "nothing" if tensor is None else tuple(tensor.shape)
+                raise AdapterMismatch(f"{name}.{part} should be {shape}, the file has {got}")
+    k = new_adapter(model, name=adapter_fingerprint(state))
+    with torch.no_grad():
+        for name, layer in layers.items():
+            layer.lora_A[k].copy_(state["tensors"][f"{name}.A"])
+            layer.lora_B[k].copy_(state["tensors"][f"{name}.B"])
+    return k
+
+
+def merged_copy(model, k):
+    """A plain copy of the model with adapter k folded in: W + (alpha / r) B_k A_k per layer."""
+    merged = copy.deepcopy(model)
+    for name, layer in lora_layers(merged).items():
+        parent_name, _, child = name.rpartition(".")
+        with torch.no_grad():
+            layer.base.weight += layer.scale * layer.lora_B[k] @ layer.lora_A[k]
+        setattr(merged.get_submodule(parent_name), child, layer.base)
+    del merged.lora
+    return merged

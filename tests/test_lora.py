@@ -1,0 +1,313 @@
+"""LoRA adapters (llm/lora.py) and the engine running rows with different adapters in one batch, on
+tiny random models."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from common import load_file
+from llm import lora
+from llm.engine import Engine
+
+
+def adapted(tiny_model, adapters, rank=4, seed=1):
+    """A copy of the tiny model with `adapters` LoRA adapters whose B is random (a zero B is the
+    base model: nothing to tell apart)."""
+    model = lora.add_lora(copy.deepcopy(tiny_model[0]), rank, alpha=8, adapters=adapters, seed=0)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in lora.lora_layers(model).values():
+            for b in layer.lora_B:
+                b.copy_(torch.randn(b.shape, generator=generator) * 0.5)
+    return model
+
+
+def logits(model, ids, adapter=None):
+    with torch.no_grad(), lora.selecting(model, adapter):
+        return model(input_ids=ids).logits
+
+
+IDS = torch.tensor([[1, 5, 9, 200, 31, 7], [4, 4, 100, 2, 17, 9], [8, 3, 3, 60, 5, 11]])
+
+
+def test_a_fresh_adapter_is_the_base_model_bit_for_bit(tiny_model):
+    model = lora.add_lora(copy.deepcopy(tiny_model[0]), rank=4, alpha=8, adapters=2)
+    base = logits(tiny_model[0], IDS)
+    for k in (0, 1):
+        assert torch.equal(logits(model, IDS, k), base)
+    # and a mixed batch: adapter 1, the base, adapter 0
+    assert torch.equal(logits(model, IDS, torch.tensor([1, -1, 0])), base)
+    # the base is frozen, the adapters train
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in name for name in trainable)
+
+
+def test_a_mixed_batch_gives_each_row_its_own_adapters_logits(tiny_model):
+    model = adapted(tiny_model, adapters=3)
+    rows = torch.tensor([2, 0, -1])
+    mixed = logits(model, IDS, rows)
+    for row, k in enumerate(rows.tolist()):
+        alone = logits(model, IDS[row : row + 1], None if k < 0 else k)[0]
+        torch.testing.assert_close(mixed[row], alone, rtol=1e-5, atol=1e-5)
+        reference = tiny_model[0] if k < 0 else lora.merged_copy(model, k)
+        torch.testing.assert_close(mixed[row], logits(reference, IDS[row : row + 1])[0],
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+    # the adapters differ from each other and from the base (the test can tell them apart)
+    assert not torch.allclose(logits(model, IDS, 0), logits(model, IDS, 1), atol=1e-2)
+    assert not torch.allclose(logits(model, IDS, 0), logits(tiny_model[0], IDS), atol=1e-2)
+
+
+def test_engine_batch_mixing_adapters_gives_each_row_its_adapters_greedy_tokens(tiny_model):
+    """12 prompts over 4 slots, rows of adapters 0, 1, 2 and the base mixed; rows stop at different
+    steps (some of their tokens declared EOS), so rows leave, move slots and new rows come in while
+    others decode: each row must keep its own adapter throughout."""
+    model = adapted(tiny_model, adapters=3)
+    engine = Engine(model=model, tokenizer=tiny_model[1], batch_size=4)
+    prompts = [engine.chat(f"What is {k} + {k + 2}?") for k in range(4)] * 3
+    adapters = [k % 3 if k % 4 else None for k in range(len(prompts))]
+    seeds = list(range(len(prompts)))
+    engine.eos_ids = set()  # the random model never stops by itself: its free-running text first
+    free = engine.generate(prompts, seeds, 16, 0, adapters=adapters, return_tokens=True)
+    engine.eos_ids = {free[1].token_ids[2], free[6].token_ids[7], free[11].token_ids[11]}
+    mixed = engine.generate(prompts, seeds, 16, 0, adapters=adapters)
+    assert len({c.completion_tokens for c in mixed}) >= 3  # rows left at different steps
+    for k, (prompt, adapter) in enumerate(zip(prompts, adapters)):
+        alone = engine.generate([prompt], [k], 16, 0, adapters=[adapter])[0]
+        assert mixed[k].text == alone.text, (k, adapter)
+    # the base rows are the plain engine's
+    plain = Engine(model=tiny_model[0], tokenizer=tiny_model[1])
+    plain.eos_ids = engine.eos_ids
+    base_rows = [k for k, a in enumerate(adapters) if a is None]
+    want = plain.generate([prompts[k] for k in base_rows], [0] * len(base_rows), 16, 0)
+    assert [mixed[k].text for k in base_rows] == [c.text for c in want]
+    # adapters change the text (else the comparison above proves nothing)
+    assert len({mixed[k].text for k in (1, 2, 3)}) > 1
+
+
+def test_adapter_cache_keys(tiny_model, tmp_path):
+    model = adapted(tiny_model, adapters=2)
+    engine = Engine(model=model, tokenizer=tiny_model[1], cache_dir=str(tmp_path))
+    prompt = [engine.chat("What is 1 + 1?")]
+    first = [engine.generate(prompt, [0], 8, 0, adapters=[a])[0] for a in (None, 0, 1)]
+    again = [engine.generate(prompt, [0], 8, 0, adapters=[a])[0] for a in (None, 0, 1)]
+    assert [c.cached for c in first] == [False] * 3 and [c.cached for c in again] == [True] * 3
+    assert [c.text for c in first] == [c.text for c in again]
+
+
+def test_adapter_file_round_trip(tiny_model, tmp_path):
+    model = adapted(tiny_model, adapters=2)
+    path = tmp_path / "a1.pt"
+    torch.save(lora.adapter_state(model, 1, "tiny"), path)
+    assert path.stat().st_size < 200_000
+    fresh = copy.deepcopy(tiny_model[0])
+    k = lora.load_adapter(fresh, load_file(path, "adapter"))
+    assert k == 0 and lora.n_adapters(fresh) == 1
+    assert torch.equal(logits(fresh, IDS, 0), logits(model, IDS, 1))
+    # the name in cache keys is the file's content, not its path or slot
+    again = lora.load_adapter(fresh, load_file(path, "adapter"))
+    assert fresh.lora["names"][again] == fresh.lora["names"][k]
+
+
+def test_an_adapter_for_another_base_or_shape_is_refused(tiny_model, tmp_path):
+    model = adapted(tiny_model, adapters=1)
+    state = lora.adapter_state(model, 0, "tiny")
+    other = copy.deepcopy(tiny_model[0])
+    with torch.no_grad():
+        other.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+    with pytest.raises(lora.AdapterMismatch, match="another base model"):
+        lora.load_adapter(other, state)
+    wider = lora.add_lora(copy.deepcopy(tiny_model[0]), rank=8, alpha=8)
+    with pytest.raises(lora.AdapterMismatch, match="another rank"):
+        lora.load_adapter(wider, state)
+    broken = copy.deepcopy(state)
+    name = next(iter(broken["tensors"]))
+    broken["tensors"][name] = broken["tensors"][name][:, :3]
+    with pytest.raises(lora.AdapterMismatch, match="should be"):
+        lora.load_adapter(copy.deepcopy(tiny_model[0]), broken)
+    with pytest.raises(lora.AdapterMismatch, match="not an adapter"):
+        lora.load_adapter(copy.deepcopy(tiny_model[0]), {"tensors": {}})
+
+
+def test_base_fingerprint_is_the_same_in_bf16(tiny_model):
+    model = tiny_model[0]
+    assert lora.base_fingerprint(model) == lora.base_fingerprint(
+        copy.deepcopy(model).to(torch.bfloat16)
+    )
+
+
+def test_gradient_reaches_only_the_selected_adapter(tiny_model):
+    model = adapted(tiny_model, adapters=2)
+    with lora.selecting(model, 1):
+        model(input_ids=IDS).logits.sum().backward()
+    grads = {k: [p.grad for p in lora.adapter_parameters(model, k)] for k in (0, 1)}
+    assert all(g is None for g in grads[0])
+    assert all(g is not None and g.abs().sum() > 0 for g in grads[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# teams: --models, each agent's calls to its model and adapter
+
+
+def team_game(cfg_models, agents=3, **extra):
+    """eval.py's config for a tiny arith game with --models (or --model)."""
+    import eval as E
+
+    return E.Config(task="arith", agents=agents, rounds=1, max_new_tokens=8, cache_dir="",
+                    **cfg_models, **extra)  # fmt: skip
+
+
+def play_debate(engine, cfg, n=3):
+    import data
+    import deliberate
+
+    examples = data.load_task("arith", split="test", n=n, seed=0)
+    return deliberate.run_protocol(engine, examples, "debate", deliberate.game_config(cfg))
+
+
+def test_a_team_of_one_base_plays_the_homogeneous_game_bit_for_bit(tiny_model_dir):
+    from corpus import make_engine
+
+    alone = play_debate(make_engine(team_game({"model": tiny_model_dir}), 0), team_game({}))
+    cfg = team_game({"models": ",".join([tiny_model_dir] * 3)})
+    team = make_engine(cfg, 0)
+    assert len(team.engines()) == 1  # agents on one base share its engine
+    assert play_debate(team, cfg) == alone
+
+
+def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_model_dir, tmp_path):
+    """Agent 0: the tiny model + adapter a0; agent 1: the tiny model as it is; agent 2: another
+    model. Each agent's round-0 text is what its own model and adapter write alone."""
+    import data
+    import deliberate
+    from corpus import make_engine
+
+    torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
+    other = copy.deepcopy(tiny_model[0])
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    other.save_pretrained(tmp_path / "other")
+    tiny_model[1].save_pretrained(tmp_path / "other")
+    models = f"{tiny_model_dir}+{tmp_path / 'a0.pt'},{tiny_model_dir},{tmp_path / 'other'}"
+    cfg = team_game({"models": models})
+    team = make_engine(cfg, 0)
+    assert len(team.engines()) == 2 and [m.adapter for m in team.members] == [0, None, None]
+    game = deliberate.game_config(cfg)
+    examples = data.load_task("arith", split="test", n=2, seed=0)
+    results = deliberate.run_protocol(team, examples, "debate", game)
+    alone = [  # (engine, adapter), each a fresh engine on its own
+        (Engine(model=team.members[0].engine.model, tokenizer=tiny_model[1]), 0),
+        (Engine(model=tiny_model[0], tokenizer=tiny_model[1]), None),
+        (Engine(model=other, tokenizer=tiny_model[1]), None),
+    ]
+    for ex, result in zip(examples, results):
+        for i, text in enumerate(result["rounds"][0]["texts"]):
+            (_, prompt, seed, _) = deliberate.solve_calls([ex], game)[i]
+            engine, adapter = alone[i]
+            want = engine.generate([engine.chat(prompt)], [seed], 8, game.temperature,
+                                   adapters=[adapter])[0]  # fmt: skip
+            assert text == want.text, (ex.id, i)
+    texts = [result["rounds"][0]["texts"] for result in results]
+    assert any(len(set(t)) == 3 for t in texts)  # the three agents write differently
+
+
+def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    state = lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny")
+    state["base_fingerprint"] = "0123456789abcdef"
+    torch.save(state, tmp_path / "elsewhere.pt")
+    models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'elsewhere.pt'}"
+    done = subprocess.run(
+        [sys.executable, str(root / "eval.py"), "--models", models, "--agents", "2", "--n", "1",
+         "--protocols", "vanilla", "--cache-dir", ""],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert str(tmp_path / "elsewhere.pt") in line and "another base model" in line
+
+
+def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
+    """--separate-agents on adapters: llm_step gives adapter e the gradient of agent e's loss over
+    its own sequences, as whole separate models get (test_llm_losses), here summed on one model."""
+    import team_rollouts
+    import train_llm
+    from llm.logprobs import completion_batch, completion_logprobs
+
+    model = adapted(tiny_model, adapters=2)
+    pad = tiny_model[1].pad_token_id
+    g = torch.Generator().manual_seed(45)
+    sequences = [
+        team_rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a],
+                               torch.randint(10, 200, (1 + 2 * a + q + k,), generator=g).tolist())
+        for q in range(2) for k in range(2) for a in range(2)
+    ]  # fmt: skip
+    advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
+    cfg = train_llm.Config(target="agents", agents=2, separate_agents=True, micro_batch=3)
+    learners = [train_llm.Learner(model, lora.adapter_parameters(model, e), e) for e in (0, 1)]
+
+    class Capture:  # the optimizer: keeps the clipped gradients
+        def step(self):
+            self.grads = [[p.grad.clone() for p in learner.parameters] for learner in learners]
+
+        def zero_grad(self, set_to_none=True):
+            model.zero_grad(set_to_none=set_to_none)
+
+    optimizer = Capture()
+    update = train_llm.llm_step(learners, optimizer, sequences, advantages, cfg, pad,
+                                torch.device("cpu"), 1, 1.0)  # fmt: skip
+    assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
+    for e in (0, 1):
+        own = [s for s in sequences if s.agent == e]
+        batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in own], pad, "cpu")
+        with lora.selecting(model, e):
+            logp, mask = completion_logprobs(model, batch)
+        A = advantages[[s.question for s in own], [s.sample for s in own]]
+        loss = (-A * torch.where(mask.bool(), logp, 0).sum(-1)).sum() / len(own)  # MAGRPO's sum
+        expected = torch.autograd.grad(loss, lora.adapter_parameters(model, e))
+        for ours, want in zip(optimizer.grads[e], expected):
+            torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-7)
+
+
+def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_model_dir, tmp_path):
+    """eval.py's leader=BASE+ADAPTER: the leader's answers are those of the model with the adapter
+    folded in (greedy), not the base's."""
+    import eval as E
+
+    model = adapted(tiny_model, adapters=1)
+    torch.save(lora.adapter_state(model, 0, "tiny"), tmp_path / "lead.pt")
+    lora.merged_copy(model, 0).save_pretrained(tmp_path / "merged")
+    tiny_model[1].save_pretrained(tmp_path / "merged")
+    specs = [f"{tiny_model_dir}+{tmp_path / 'lead.pt'}", str(tmp_path / "merged"), tiny_model_dir]
+    cfg = E.Config(task="arith", n=3, agents=2, rounds=0, max_new_tokens=8, cache_dir="",
+                   model=tiny_model_dir, protocols=",".join(f"leader={s}" for s in specs),
+                   out=str(tmp_path / "out.json"))  # fmt: skip
+    E.check(cfg)
+    E.main(cfg)
+    details = json.loads((tmp_path / "out.json").read_text())["details"]
+    texts = [[r["texts"] for r in details[f"leader={s}"]] for s in specs]
+    assert texts[0] == texts[1] and texts[0] != texts[2]
+
+
+def test_gradient_checkpointing_gives_adapters_the_same_gradient(tiny_model):
+    """--gradient-checkpointing recomputes activations; with the base frozen (no input needs a
+    gradient) the adapters must still get their gradient, the same one."""
+    import train_llm
+
+    grads = []
+    for checkpointing in (False, True):
+        model = adapted(tiny_model, adapters=1).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable(train_llm.GRADIENT_CHECKPOINTING)
+        with lora.selecting(model, 0):
+            model(input_ids=IDS).logits.logsumexp(-1).sum().backward()
+        grads.append([p.grad for p in lora.adapter_parameters(model, 0)])
+    assert all(g is not None for g in grads[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
