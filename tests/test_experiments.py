@@ -415,3 +415,34 @@ def test_report_tables_a_to_d_pool_seeds_and_pair_by_question(tmp_path, monkeypa
     # debate is expected for 3 agents only (run.scaling_protocols): a missing 2-agent debate is not
     # listed
     assert "scaling-a3-r1-debate.json" in table and "scaling-a2-r3-debate.json" not in table
+
+
+def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in studies.lora_table()
+    for folder in ("after", "agents", "llm", "bench"):
+        (tmp_path / folder).mkdir()
+
+    def write(name, correct, tokens):
+        vote = {"accuracy": sum(correct) / 4, "tokens_per_question": tokens,
+                "question_ids": [1, 2, 3, 4], "correct": correct}  # fmt: skip
+        (tmp_path / "after" / f"{name}.json").write_text(json.dumps({"mpdf-persist": vote}))
+
+    write("untrained-parallel", [True, False, False, False], 300)
+    write("magrpo-sum-L1-seed0-parallel", [True, True, False, False], 250)
+    write("magrpo-lora-lr1e-4-L1-seed0-parallel", [True, True, True, False], 240)
+    (tmp_path / "agents" / "magrpo-lora-lr1e-4-L1-seed0.pt").write_bytes(b"x" * 1234)
+    for kind, steps in (("full", (9.0, 10.0, 20.0)), ("lora", (9.0, 8.0, 12.0))):
+        rows = [{"step": k + 1, "mean_reward": 0.1, "step_s": s, "rollout_s": 4.0,
+                 "peak_memory_mb": 100.0 * (k + 1)} for k, s in enumerate(steps)]  # fmt: skip
+        path = tmp_path / "llm" / f"cost-{kind}-L1.metrics.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = studies.lora_table()
+    assert "| full fine-tuning (sum), seed 0 | 0.500 | +0.250 [" in table
+    # the adapters against the untrained team and against full fine-tuning, with the file's size
+    row = next(line for line in table.splitlines() if line.startswith("| magrpo-lora-lr1e-4"))
+    assert row.startswith("| magrpo-lora-lr1e-4-L1-seed0 | 0.750 | +0.500 [")
+    assert "| +0.250 [" in row and row.endswith("| 240 | 1,234 |")
+    # the cost of a step leaves the first (warm-up) step out
+    assert "| full fine-tuning | 15 | 4 | 11 | 300 |" in table
+    assert "| LoRA rank 4 | 10 | 4 | 6 | 300 |" in table
