@@ -395,7 +395,12 @@ PIECES = {
         for seed in (0, 1, 2)
     },
     # issue 41: the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
-    "llm-magrpo-sum-L1-seed0": llm_run("magrpo-sum-L1-seed0", MAGRPO_PRESET + ["--seed", "0"]),
+    **{
+        f"llm-magrpo-sum-L1-seed{seed}": llm_run(
+            f"magrpo-sum-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)]
+        )
+        for seed in (0, 1, 2)
+    },
     # issue 40: adapters against full fine-tuning (the sum run above), the learning rate on seed 0
     **{
         f"llm-{run}": llm_run(run, [*MAGRPO_LORA, "--seed", str(seed), "--lr", lr], adapter=True)
@@ -433,11 +438,14 @@ PIECES = {
         )
         for seed in (0, 1, 2)
     },
-    "after-magrpo-sum-L1-seed0-parallel": after(
-        "magrpo-sum-L1-seed0-parallel",
-        ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
-        model=f"{RUNS}/magrpo-sum-L1-seed0/model",
-    ),
+    **{
+        f"after-magrpo-sum-L1-seed{seed}-parallel": after(
+            f"magrpo-sum-L1-seed{seed}-parallel",
+            ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
+            model=f"{RUNS}/magrpo-sum-L1-seed{seed}/model",
+        )
+        for seed in (0, 1, 2)
+    },
     # issue 19: MLPO learning curves, one piece per seed
     **{
         f"llm-mlpo-L1-seed{seed}": llm_run(
