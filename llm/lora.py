@@ -9,9 +9,10 @@
   merged_copy       - a copy of the model with one adapter folded into its weights
 
 B starts at zero, so an untrained adapter adds exactly 0.0: the base model's logits bit for bit.
-Agents that share a base share one model and one engine; a batch mixing agents gathers each row's
-A and B (two batched low-rank matmuls per layer), so a team of adapters decodes in one forward
-(docs/design.md §8, §10).
+Agents that share a base share one model and one engine; in a batch mixing agents every layer runs
+all adapters' A on every row, keeps each row's own adapter's columns (a mask) and adds their B
+product into the base output, so a team of adapters decodes in one forward (docs/design.md §8,
+§10).
 """
 
 import copy
