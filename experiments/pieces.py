@@ -82,6 +82,11 @@ MLPO_PRESET = (
 # training's 96-token budget; debate = round 0 + one REFINE round; MLPO's leader decides once over
 # round 0 (as trained)
 AFTER_GAME = "--task arith --split test --n 300 --seed 0 --agents 3 --max-new-tokens 96".split()
+# what each evaluation after training plays: the parallel vote (with one greedy answer), debate
+AFTER_PARTS = {
+    "parallel": ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
+    "debate": ["--rounds", "1", "--protocols", "debate"],
+}
 # about 150 steps on the demo corpus: the loss levels off
 DEMO_RL = "--epochs 50 --batch-size 64".split()
 # issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
@@ -408,9 +413,7 @@ PIECES = {
     },
     **{
         f"after-{run}-parallel": after(
-            f"{run}-parallel",
-            ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
-            adapter=f"results/agents/{run}.pt",
+            f"{run}-parallel", AFTER_PARTS["parallel"], adapter=f"results/agents/{run}.pt"
         )
         for run, _, _ in LORA_RUNS
     },
@@ -433,7 +436,7 @@ PIECES = {
     **{
         f"after-magrpo-debate-L1-seed{seed}-debate": after(
             f"magrpo-debate-L1-seed{seed}-debate",
-            ["--rounds", "1", "--protocols", "debate"],
+            AFTER_PARTS["debate"],
             adapter=f"results/agents/magrpo-debate-L1-seed{seed}.pt",
         )
         for seed in (0, 1, 2)
@@ -441,7 +444,7 @@ PIECES = {
     **{
         f"after-magrpo-sum-L1-seed{seed}-parallel": after(
             f"magrpo-sum-L1-seed{seed}-parallel",
-            ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
+            AFTER_PARTS["parallel"],
             model=f"{RUNS}/magrpo-sum-L1-seed{seed}/model",
         )
         for seed in (0, 1, 2)
@@ -456,21 +459,19 @@ PIECES = {
     # issue 19 after training, paired on the same 300 test questions: the untrained team (one greedy
     # answer, the parallel vote, debate; the untrained backbone leading its peers), then each
     # trained run
-    "after-untrained-parallel": after(
-        "untrained-parallel", ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"]
-    ),
-    "after-untrained-debate": after("untrained-debate", ["--rounds", "1", "--protocols", "debate"]),
+    **{
+        f"after-untrained-{part}": after(f"untrained-{part}", args)
+        for part, args in AFTER_PARTS.items()
+    },
     "after-untrained-leader": after(
         "untrained-leader", ["--rounds", "0", "--protocols", "leader=default"]
     ),
     **{
         f"after-magrpo-L1-seed{seed}-{part}": after(
-            f"magrpo-L1-seed{seed}-{part}",
-            ["--rounds", "1", "--protocols", protocols],
-            model=f"{RUNS}/magrpo-L1-seed{seed}/model",
+            f"magrpo-L1-seed{seed}-{part}", args, model=f"{RUNS}/magrpo-L1-seed{seed}/model"
         )
         for seed in (0, 1, 2)
-        for part, protocols in (("parallel", "vanilla,mpdf-persist"), ("debate", "debate"))
+        for part, args in AFTER_PARTS.items()
     },
     **{
         f"after-mlpo-L1-seed{seed}-leader": after(
