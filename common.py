@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import DataError
+from llm import backbone
 from llm.engine import ContextTooLong, call_seed
 
 
@@ -149,12 +150,17 @@ def write_result(result, out):
 
 
 def machine():
-    """What produced a result: the GPU when one is visible, else this CPU."""
+    """What produced a result: the GPU when one is visible, else this CPU and the flags its matmul
+    speed depends on (bf16 is fast only with amx_bf16 or avx512_bf16)."""
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
-    with open("/proc/cpuinfo") as f:
-        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    return "cpu: " + (names[0] if names else "unknown")
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    flags = [flag for flag in backbone.MATMUL_CPU_FLAGS if flag in backbone.cpu_flags()]
+    return f"cpu: {names[0] if names else 'unknown'} ({' '.join(flags) or 'no avx2'})"
 
 
 # --------------------------------------------------------------------------------------------------

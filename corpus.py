@@ -4,6 +4,7 @@ states, and the validation of a policy during training. Shared by sft.py and tra
   check_game                        - the game's flags, checked before anything is loaded
   training_pool, training_questions - the task's training split, a validation slice, a slice per
                                       iteration
+  resolve_engine_dtype              - --dtype auto made concrete on this machine, and why
   make_engine                       - the engine of one rank (or a team's engines: --models),
                                       from a script's config
   collect_states                    - play, and keep every (agent, round) state with its oracle
@@ -37,7 +38,7 @@ from common import (
     refuse_other_settings,
 )
 from llm import lora
-from llm.backbone import DTYPES, default_model_path
+from llm.backbone import DTYPES, default_model_path, resolve_dtype
 from llm.engine import Engine
 from llm.team import Member, Team
 from policy import oracle_action
@@ -63,7 +64,7 @@ def check_game(cfg, min_agents=2, min_rounds=1):
     check_at_least(cfg, 0, "temperature", *(["val_n"] if hasattr(cfg, "val_n") else []))
     check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
     check_choice("--vote", cfg.vote, VOTE_RULES)
-    check_choice("--dtype", cfg.dtype, tuple(DTYPES))
+    check_choice("--dtype", cfg.dtype, ("auto", *DTYPES))
     if getattr(cfg, "models", "") and cfg.model:
         raise UsageError("--model and --models: pass one (--models names every agent's model)")
     check_model("--model", cfg.model, cfg.max_new_tokens)
@@ -135,6 +136,14 @@ def training_questions(cfg, iteration=0):
             "iteration(s)"
         )
     return pool[start : start + cfg.questions], pool[: cfg.val_n]
+
+
+def resolve_engine_dtype(cfg):
+    """(cfg with --dtype auto replaced by the dtype this machine's engines run, why): the scripts
+    record both in their files and print them with their results (a refused run prints only its
+    error line). The engines run on the CPU."""
+    dtype, why = resolve_dtype(cfg.dtype)
+    return replace(cfg, dtype=dtype), why
 
 
 def make_engine(cfg, rank):

@@ -22,7 +22,7 @@ from pathlib import Path
 import data
 import deliberate
 from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
-from corpus import check_game, check_models, make_engine, training_pool
+from corpus import check_game, check_models, make_engine, resolve_engine_dtype, training_pool
 from policy import FixedPolicy, check_team, load_policy
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, describe_vote
 from stats import auroc, format_paired, paired_difference, sample_std
@@ -74,8 +74,9 @@ class Config:
     """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
     (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
     engine (empty: --model for every agent)"""
-    dtype: str = "float32"
-    """the backbone's dtype"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or
+    GPU runs it natively, else fp32; docs/design.md §11)"""
     engine_batch_size: int = 128
     """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
     cache_dir: str = "cache/generations"
@@ -270,6 +271,7 @@ def check_protocol(protocol, cfg):
 
 def main(cfg):
     protocols = protocol_list(cfg)
+    cfg, dtype_reason = resolve_engine_dtype(cfg)
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
     cfg = dataclasses.replace(
         cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all")
@@ -299,7 +301,7 @@ def main(cfg):
     print(
         f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, "
         f"{cfg.rounds} rounds, seed {cfg.seed}, "
-        f"model {cfg.models or cfg.model or 'default'} ({cfg.dtype})\n"
+        f"model {cfg.models or cfg.model or 'default'} ({cfg.dtype}; {dtype_reason})\n"
         f"vote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)
@@ -312,6 +314,7 @@ def main(cfg):
                 {
                     "config": dataclasses.asdict(cfg),
                     "machine": machine(),
+                    "dtype_reason": dtype_reason,
                     "engine": engine.stats,
                     **summaries,
                     **({"details": details} if cfg.details else {}),

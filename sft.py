@@ -45,6 +45,7 @@ from corpus import (
     collect_states,
     load_corpus,
     make_engine,
+    resolve_engine_dtype,
     save_corpus,
     states_to_tensors,
     training_questions,
@@ -106,8 +107,9 @@ class Config:
     """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
     (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
     engine (empty: --model for every agent)"""
-    dtype: str = "float32"
-    """the backbone's dtype"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or
+    GPU runs it natively, else fp32; docs/design.md §11)"""
     engine_batch_size: int = 128
     """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
     cache_dir: str = "cache/generations"
@@ -135,6 +137,7 @@ def check(cfg, world):
 
 
 def train(cfg, rank, world, device):
+    cfg, dtype_reason = resolve_engine_dtype(cfg)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = MetaPolicy(
@@ -196,6 +199,8 @@ def train(cfg, rank, world, device):
         "label_distribution": label_mix,
         "policy_distribution": action_distribution(predicted, k),
         "label_accuracy": float((predicted == tensors["label"]).float().mean()),
+        "dtype": cfg.dtype,
+        "dtype_reason": dtype_reason,
     }
     if rank == 0:
         config = dataclasses.asdict(cfg)

@@ -67,6 +67,7 @@ from corpus import (
     evaluate_policy,
     load_corpus,
     make_engine,
+    resolve_engine_dtype,
     save_corpus,
     states_to_tensors,
     training_questions,
@@ -145,8 +146,9 @@ class Config:
     """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
     (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
     engine (empty: --model for every agent)"""
-    dtype: str = "float32"
-    """the frozen backbone's dtype"""
+    dtype: str = "auto"
+    """the frozen backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU
+    or GPU runs it natively, else fp32; docs/design.md §11)"""
     engine_batch_size: int = 128
     """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
     cache_dir: str = "cache/generations"
@@ -268,6 +270,7 @@ def check(cfg, world):
 
 
 def train(cfg, rank, world, device):
+    cfg, dtype_reason = resolve_engine_dtype(cfg)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.init).train()
@@ -363,7 +366,7 @@ def train(cfg, rank, world, device):
         validated[global_step] = validate(
             engine, val_questions, policy, cfg, rank, world, device, log, global_step
         )
-    summary.update(validated[global_step])
+    summary.update(validated[global_step], dtype=cfg.dtype, dtype_reason=dtype_reason)
     if rank == 0:
         config = dataclasses.asdict(cfg)
         save_policy(frozen_copy(policy), out / "policy.pt", train_config=config, summary=summary)

@@ -3,10 +3,10 @@ shared and noisy.
 
     python experiments/bench.py --bench generate --out results/bench/generate.json
 
-  bench_generate - HF `generate` (fp32) vs the engine (fp32, int8) on one fixed batch of
-                   deliberation prompts
+  bench_generate - HF `generate` vs the engine (fp32, bf16 where native, int8) on one fixed
+                   batch of deliberation prompts
   bench_round    - one real deliberation round (round 0 + one REFINE of every agent), greedy: HF
-                   `generate` in batches of 64 vs the engine's continuous batching
+                   `generate` in batches of 64 vs the engine's continuous batching, per dtype
   bench_debate   - one LLM-Debate through the engine vs one `generate` call per agent per question
                    per round
   bench_slots    - the engine against itself: tokens/s at --engine-batch-size slots and at half as
@@ -46,7 +46,10 @@ class Config:
     model: str = ""
     """HF checkpoint directory; empty: the embedded default backbone"""
     dtype: str = "float32"
-    """debate: the engine's dtype (the others run float32 and int8 as they say)"""
+    """debate: the engine's dtype"""
+    dtypes: str = ""
+    """generate, round: the dtypes compared, comma-separated (empty: float32, and bfloat16 where
+    this machine multiplies bf16 natively)"""
     engine_batch_size: int = 128
     """engine slots (round, debate; slots: this and half as many)"""
     hf_batch_size: int = 64
@@ -144,32 +147,50 @@ def deliberation_prompts(engine, examples):
     return prompts
 
 
+def bench_dtypes(cfg):
+    """The dtypes to benchmark: --dtypes, else float32 and, where this machine multiplies bf16
+    natively (llm.backbone.resolve_dtype), bfloat16 (elsewhere a bf16 matmul crawls: hours)."""
+    if cfg.dtypes:
+        dtypes = [d.strip() for d in cfg.dtypes.split(",") if d.strip()]
+        for dtype in dtypes:
+            check_choice("--dtypes", dtype, ("float32", "bfloat16"))
+        return dtypes
+    return ["float32"] + (["bfloat16"] if backbone.resolve_dtype("auto")[0] == "bfloat16" else [])
+
+
 def bench_generate(cfg, repeats=2):
-    """HF generate (fp32) vs the engine on one fixed batch of deliberation prompts, greedy. The
-    machine is shared: the three sides take turns `repeats` times and each reports its fastest
-    (least disturbed) turn."""
-    n = cfg.n or 64
+    """HF generate vs the engine on one fixed batch of deliberation prompts, greedy, in each dtype
+    of bench_dtypes (HF in the same dtype and HF fp32 the references) and the int8 engine. The
+    machine is shared: the sides take turns `repeats` times and each reports its fastest (least
+    disturbed) turn. The fp32 engine's tokens must be HF fp32's; across bf16 kernels exact identity
+    is not expected, so the share of identical rows is reported."""
+    n, dtypes = cfg.n or 64, bench_dtypes(cfg)
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engines = {
         dtype: Engine(model_path=cfg.model or None, dtype=dtype, batch_size=n)
-        for dtype in ("float32", "int8")
+        for dtype in (*dtypes, "int8")
     }
     reference = engines["float32"]
-    model, tokenizer = reference.model, reference.tokenizer
+    tokenizer = reference.tokenizer
     prompts = deliberation_prompts(reference, examples)
     ids = [reference.encode(p) for p in prompts]
+    # HF runs the engines' own model objects (the engine's oneDNN patch is off outside its calls)
+    hf_sides = {("hf" if d == "float32" else f"hf_{d}"): engines[d].model for d in dtypes}
     # warm up every path once (first-call allocations, kernel selection)
     with torch.inference_mode():
-        hf_generate(model, tokenizer, prompts[:2], 4, reference.eos_ids, n)
+        for model in hf_sides.values():
+            hf_generate(model, tokenizer, prompts[:2], 4, reference.eos_ids, n)
         for engine in engines.values():
             engine.sample(ids[:2], [0, 0], max_new_tokens=4, temperature=0)
     result = {"prompts": n, "prompt_tokens": sum(map(len, ids)), "repeats": repeats}
-    turns = {side: [] for side in ("hf", *engines)}  # tokens/s of each turn
+    turns = {side: [] for side in (*hf_sides, *engines)}  # tokens/s of each turn
+    rows = {}  # each side's tokens, per prompt
     for _ in range(repeats):
-        with torch.inference_mode():
-            start = time.time()
-            hf_rows = hf_generate(model, tokenizer, prompts, 128, reference.eos_ids, n)
-            turns["hf"].append(sum(map(len, hf_rows)) / (time.time() - start))
+        for side, model in hf_sides.items():
+            with torch.inference_mode():
+                start = time.time()
+                rows[side] = hf_generate(model, tokenizer, prompts, 128, reference.eos_ids, n)
+                turns[side].append(sum(map(len, rows[side])) / (time.time() - start))
         for dtype, engine in engines.items():
             start, prefilled, prefill_s = (
                 time.time(),
@@ -179,6 +200,7 @@ def bench_generate(cfg, repeats=2):
             out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0, keep_eos=True)
             seconds = time.time() - start
             generated = sum(s.n_generated for s in out)
+            rows[dtype] = [s.tokens for s in out]
             # prompt tokens run (shared prefixes once)
             executed = engine.stats["prefill_tokens"] - prefilled
             # where the fastest turn's time went
@@ -190,18 +212,18 @@ def bench_generate(cfg, repeats=2):
             # achieved FLOP/s counts the work actually done, not the work prefix sharing saved
             result[f"engine_{dtype}_flops"] = max(
                 result.get(f"engine_{dtype}_flops", 0),
-                matmul_flops(model, executed, generated, n) / seconds,
+                matmul_flops(reference.model, executed, generated, n) / seconds,
             )
             result[f"engine_{dtype}_prompt_tokens_run"] = executed
             if dtype == "float32":  # the reference: lossless, its tokens are HF's
                 result["generated_tokens"] = generated
-                result["rows_matching"] = sum(s.tokens == hf for s, hf in zip(out, hf_rows))
+                result["rows_matching"] = sum(a == b for a, b in zip(rows[dtype], rows["hf"]))
                 result["outputs_match"] = result["rows_matching"] == n and result.get(
                     "outputs_match", True
                 )
     result["hf_tok_s"] = max(turns["hf"])
-    for dtype in engines:
-        result[f"engine_{dtype}_tok_s"] = max(turns[dtype])
+    for side in engines:
+        result[f"engine_{side}_tok_s"] = max(turns[side])
     result["all_tok_s"] = {side: [round(t, 1) for t in values] for side, values in turns.items()}
     fastest = max(engines, key=lambda d: result[f"engine_{d}_tok_s"])
     result.update(
@@ -214,20 +236,51 @@ def bench_generate(cfg, repeats=2):
     )
     result["roofline_frac"] = result[f"engine_{fastest}_flops"] / result["peak_flops"]
     result["roofline_frac_fp32"] = result["engine_float32_flops"] / result["peak_flops_fp32"]
-    return write_result({**result, "machine": machine()}, cfg.out)
+    if "bfloat16" in dtypes:
+        result["hf_bfloat16_tok_s"] = max(turns["hf_bfloat16"])
+        result.update(
+            # the engine against HF in its own dtype, and against HF fp32 (what a user runs today)
+            ratio_bf16=result["engine_bfloat16_tok_s"] / result["hf_bfloat16_tok_s"],
+            ratio_bf16_vs_hf_fp32=result["engine_bfloat16_tok_s"] / result["hf_tok_s"],
+            rows_matching_bf16=sum(a == b for a, b in zip(rows["bfloat16"], rows["hf_bfloat16"])),
+            rows_matching_bf16_vs_hf_fp32=sum(a == b for a, b in zip(rows["bfloat16"], rows["hf"])),
+            peak_flops_bf16=matmul_peak_flops("bfloat16"),
+        )
+        result["roofline_frac_bf16"] = result["engine_bfloat16_flops"] / result["peak_flops_bf16"]
+    return write_result({**result, "dtypes": dtypes, "machine": machine()}, cfg.out)
+
+
+def hf_round(model, tokenizer, engine, prompts, requests, game, cfg):
+    """One round through HF generate: the prompts in the game's order, left-padded batches."""
+    with torch.inference_mode():
+        return hf_generate(
+            model, tokenizer, prompts, game.max_new_tokens, engine.eos_ids, cfg.hf_batch_size
+        )
+
+
+def engine_round(model, tokenizer, engine, prompts, requests, game, cfg):
+    """One round through the engine's continuous batching, the game's seeds."""
+    completions = engine.generate(
+        prompts,
+        [seed for _, _, seed, _ in requests],
+        max_new_tokens=game.max_new_tokens,
+        temperature=0.0,
+        top_p=game.top_p,
+        return_tokens=True,
+    )
+    return [c.token_ids for c in completions]
 
 
 def bench_round(cfg):
     """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.n
     (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token
-    budget; greedy, fp32, no cache). Per round, HF generate (the prompts in the game's order,
-    left-padded batches of cfg.hf_batch_size) and then the engine's continuous batching in
-    cfg.engine_batch_size slots (deliberate.run_llm's call, eval.py's default slots); each side
-    builds its refine prompts from its own round-0 texts."""
-    n = cfg.n or 200
+    budget; greedy, no cache), in each dtype of bench_dtypes. Per round, HF generate (the prompts in
+    the game's order, left-padded batches of cfg.hf_batch_size) and then the engine's continuous
+    batching in cfg.engine_batch_size slots (deliberate.run_llm's call, eval.py's default slots);
+    each side builds its refine prompts from its own round-0 texts. The top-level keys are fp32's;
+    a bf16 run adds its own under "bfloat16"."""
+    n, dtypes = cfg.n or 200, bench_dtypes(cfg)
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    engine = Engine(model_path=cfg.model or None, dtype="float32", batch_size=cfg.engine_batch_size)
-    model, tokenizer = engine.model, engine.tokenizer
     game = deliberate.GameConfig(
         agents=cfg.agents,
         rounds=1,
@@ -235,92 +288,87 @@ def bench_round(cfg):
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
     )
-    with torch.inference_mode():  # warm up both paths
-        hf_generate(
-            model, tokenizer, [engine.chat("Hi"), engine.chat("Hello there")], 4, engine.eos_ids, 2
-        )
-        engine.generate(
-            [engine.chat("Hi"), engine.chat("Hello there")], [0, 0], max_new_tokens=4, temperature=0
-        )
     calls = deliberate.solve_calls(examples, game)
-    requests = {"hf": calls, "engine": calls}
-    round_s, outputs = {"hf": [], "engine": []}, {"hf": [], "engine": []}
-    start_stats = dict(engine.stats)
-    for t in (0, 1):
-        for side in ("hf", "engine"):
-            prompts = [engine.chat(prompt) for _, prompt, _, _ in requests[side]]
-            start = time.time()
-            if side == "hf":
-                with torch.inference_mode():
-                    rows = hf_generate(
-                        model,
-                        tokenizer,
-                        prompts,
-                        game.max_new_tokens,
-                        engine.eos_ids,
-                        cfg.hf_batch_size,
+    per_dtype, outputs = {}, {}
+    for dtype in dtypes:
+        engine = Engine(model_path=cfg.model or None, dtype=dtype, batch_size=cfg.engine_batch_size)
+        model, tokenizer = engine.model, engine.tokenizer
+        with torch.inference_mode():  # warm up both paths
+            hf_generate(model, tokenizer, [engine.chat("Hi"), engine.chat("Hello there")], 4,
+                        engine.eos_ids, 2)  # fmt: skip
+            engine.generate([engine.chat("Hi"), engine.chat("Hello there")], [0, 0],
+                            max_new_tokens=4, temperature=0)  # fmt: skip
+        requests = {"hf": calls, "engine": calls}
+        round_s = {"hf": [], "engine": []}
+        rows_of = {"hf": [], "engine": []}
+        start_stats = dict(engine.stats)
+        for t in (0, 1):
+            for side, play in (("hf", hf_round), ("engine", engine_round)):
+                prompts = [engine.chat(prompt) for _, prompt, _, _ in requests[side]]
+                start = time.time()
+                rows = play(model, tokenizer, engine, prompts, requests[side], game, cfg)
+                round_s[side].append(time.time() - start)
+                rows_of[side] += rows
+                if t == 0:  # REFINE: each agent sees its own round-0 solution, its peers' answers
+                    teams = deliberate.per_question(
+                        [
+                            parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
+                            for (ex, *_), r in zip(calls, rows)
+                        ],
+                        game.agents,
                     )
-            else:
-                rows = [
-                    c.token_ids
-                    for c in engine.generate(
-                        prompts,
-                        [seed for _, _, seed, _ in requests[side]],
-                        max_new_tokens=game.max_new_tokens,
-                        temperature=0.0,
-                        top_p=game.top_p,
-                        return_tokens=True,
-                    )
-                ]
-            round_s[side].append(time.time() - start)
-            outputs[side] += rows
-            if t == 0:  # REFINE: every agent sees its own round-0 solution and its peers' answers
-                teams = deliberate.per_question(
-                    [
-                        parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
-                        for (ex, *_), r in zip(calls, rows)
-                    ],
-                    game.agents,
-                )
-                requests[side] = [
-                    (
-                        ex,
-                        deliberate.refine_prompt(ex, team, i),
-                        call_seed(cfg.seed, ex.id, i, 1, "refine"),
-                        i,
-                    )
-                    for ex, team in zip(examples, teams)
-                    for i in range(game.agents)
-                ]
-            print(f"round {t} {side}: {round_s[side][-1]:.0f} s", file=sys.stderr, flush=True)
-    seconds = {side: sum(times) for side, times in round_s.items()}
-    generated = {side: sum(map(len, rows)) for side, rows in outputs.items()}
-    executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
-    result = {
+                    requests[side] = [
+                        (
+                            ex,
+                            deliberate.refine_prompt(ex, team, i),
+                            call_seed(cfg.seed, ex.id, i, 1, "refine"),
+                            i,
+                        )
+                        for ex, team in zip(examples, teams)
+                        for i in range(game.agents)
+                    ]
+                print(f"{dtype} round {t} {side}: {round_s[side][-1]:.0f} s", file=sys.stderr,
+                      flush=True)  # fmt: skip
+        seconds = {side: sum(times) for side, times in round_s.items()}
+        generated = {side: sum(map(len, rows)) for side, rows in rows_of.items()}
+        executed = engine.stats["prefill_tokens"] - start_stats["prefill_tokens"]
+        result = {
+            "hf_s": seconds["hf"],
+            "engine_s": seconds["engine"],
+            "hf_round_s": round_s["hf"],
+            "engine_round_s": round_s["engine"],  # round 0, then the REFINE round
+            "hf_tok_s": generated["hf"] / seconds["hf"],
+            "engine_tok_s": generated["engine"] / seconds["engine"],
+            "prompt_tokens": engine.stats["prompt_tokens"] - start_stats["prompt_tokens"],
+            "engine_prompt_tokens_run": executed,
+            "generated_tokens": generated["engine"],
+            "rows_matching": sum(a == b for a, b in zip(rows_of["hf"], rows_of["engine"])),
+        }
+        result["outputs_match"] = result["rows_matching"] == len(rows_of["engine"])
+        result["ratio"] = result["engine_tok_s"] / result["hf_tok_s"]
+        flops = matmul_flops(model, executed, generated["engine"], len(rows_of["engine"]))
+        result["engine_flops"] = flops / seconds["engine"]
+        result["peak_flops"] = matmul_peak_flops(dtype)
+        result["roofline_frac"] = result["engine_flops"] / result["peak_flops"]
+        per_dtype[dtype], outputs[dtype] = result, rows_of
+    summary = {
         "questions": n,
         "agents": game.agents,
-        "generations": len(outputs["engine"]),
+        "generations": len(calls) * 2,
         "engine_slots": cfg.engine_batch_size,
         "hf_batch_size": cfg.hf_batch_size,
         "max_new_tokens": game.max_new_tokens,
-        "hf_s": seconds["hf"],
-        "engine_s": seconds["engine"],
-        "hf_round_s": round_s["hf"],
-        "engine_round_s": round_s["engine"],  # round 0, then the REFINE round
-        "hf_tok_s": generated["hf"] / seconds["hf"],
-        "engine_tok_s": generated["engine"] / seconds["engine"],
-        "prompt_tokens": engine.stats["prompt_tokens"] - start_stats["prompt_tokens"],
-        "engine_prompt_tokens_run": executed,
-        "generated_tokens": generated["engine"],
-        "rows_matching": sum(a == b for a, b in zip(outputs["hf"], outputs["engine"])),
+        **per_dtype["float32"],
+        "dtypes": dtypes,
     }
-    result["outputs_match"] = result["rows_matching"] == result["generations"]
-    result["ratio"] = result["engine_tok_s"] / result["hf_tok_s"]
-    flops = matmul_flops(model, executed, generated["engine"], result["generations"])
-    result["engine_flops"] = flops / seconds["engine"]
-    result["peak_flops"] = matmul_peak_flops("float32")
-    result["roofline_frac"] = result["engine_flops"] / result["peak_flops"]
-    return write_result({**result, "machine": machine()}, cfg.out)
+    if "bfloat16" in per_dtype:
+        bf16 = per_dtype["bfloat16"]
+        bf16["ratio_vs_hf_fp32"] = bf16["engine_tok_s"] / summary["hf_tok_s"]
+        bf16["rows_matching_hf_fp32"] = sum(
+            a == b for a, b in zip(outputs["bfloat16"]["engine"], outputs["float32"]["hf"])
+        )
+        summary["bfloat16"] = bf16
+    return write_result({**summary, "machine": machine()}, cfg.out)
 
 
 def bench_debate(cfg):

@@ -230,6 +230,16 @@ def table_pieces(name, task, seed, protocols, game=TABLE_GAME):
     return pieces
 
 
+def dtype_piece(seed, dtype):
+    """Table a's game on the seed's 300 test questions with the engine in `dtype`: vanilla, the
+    team's vote and the seed's SoftRankPO policy in one eval.py JSON (results/dtype/)."""
+    out = f"results/dtype/arith300-seed{seed}-{dtype}.json"
+    protocols = f"vanilla,mpdf-persist,mpdf={table_policy('arith', 'softrank', seed)}"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocols]
+    flags = [*TABLE_TASKS["arith"], *TABLE_GAME, *test, "--dtype", dtype, "--no-details"]
+    return {"command": [PY, "eval.py", *flags, "--out", out], "outputs": [out]}
+
+
 def table(name, args):
     """An evaluation piece: eval.py's summary JSON (per-question outcomes, no transcripts)."""
     return {
@@ -248,10 +258,10 @@ def study(name, args):
     }
 
 
-def bench(name, args):
-    """An engine speed benchmark (experiments/bench.py): its JSON, which records the machine it ran
-    on."""
-    out = f"results/bench/{name}.json"
+def bench(name, args, file=""):
+    """An engine speed benchmark (experiments/bench.py): its JSON (results/bench/<file or name>),
+    which records the machine it ran on."""
+    out = f"results/bench/{file or name}.json"
     return {
         "command": [PY, "experiments/bench.py", "--bench", name, *args, "--out", out],
         "outputs": [out],
@@ -302,7 +312,17 @@ PIECES = {
     "bench-debate": bench("debate", ["--temperature", "0.7"]),
     # issue 40: round 0 of 64 questions for 3 agents, each its own adapter, in one engine
     "bench-team": bench("team", ["--max-new-tokens", "96"]),
+    # issue 36: both dtypes against HF generate in the same dtype and in fp32, on a machine with
+    # native bf16 (the file records which); the round on 100 questions (HF fp32 alone takes ~15 min)
+    "bench-generate-dtypes": bench("generate", ["--dtypes", "float32,bfloat16"], "generate-dtypes"),
+    "bench-round-dtypes": bench(
+        "round",
+        ["--dtypes", "float32,bfloat16", "--n", "100", "--hf-batch-size", "64"],
+        "round-dtypes",
+    ),  # fmt: skip
     "profile": profile("profile", []),
+    # issue 36: one decode step in fp32 against bf16 (a machine with native bf16)
+    "profile-bf16": profile("profile-bf16", ["--bf16"]),
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
     "profile-onednn": profile("profile-onednn", ["--before", "6989e4b"]),
     # issue 17: which confidence signal tells right
@@ -527,6 +547,13 @@ PIECES = {
         )
         for a, r in SCALING
     ),  # fmt: skip
+    # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
+    # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
+    **{
+        f"dtype-arith300-seed{seed}-{dtype}": dtype_piece(seed, dtype)
+        for dtype in ("bfloat16", "float32")
+        for seed in TABLE_SEEDS
+    },
     # issue 43: mutation testing, one module of the method at a time (mutmut, a development tool
     # outside requirements.txt: pip install mutmut==3.3.1); survivors, score, tool and machine
     **{
@@ -546,3 +573,11 @@ PIECES = {
         for short, protocol in DEMO_PROTOCOLS.items()
     },
 }
+
+# every committed piece before issue 36 ran its engine in float32, the default then; the scripts'
+# default is now --dtype auto (bf16 on a CPU with native bf16), so the pieces pin float32 and give
+# the same files on any machine
+for _piece in PIECES.values():
+    if _piece["command"][1] in ("eval.py", "sft.py", "train_rl.py"):
+        if "--dtype" not in _piece["command"]:
+            _piece["command"] += ["--dtype", "float32"]

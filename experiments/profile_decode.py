@@ -19,6 +19,10 @@ in torch.compile ("after"; dynamic shapes, since the batch and the cache length 
 Compiled kernels do not show as aten ops, so only the wall time of the step is comparable there, not
 the buckets. In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry
 on a later torch.
+
+    python experiments/profile_decode.py --bf16 --out results/bench/profile-bf16.json
+
+compares this checkout's engine in fp32 ("before") with the same engine in bf16 ("after").
 """
 
 import importlib.util
@@ -50,6 +54,8 @@ class Config:
     temperature: float = 0.7
     # before = this engine eager, after = this engine with torch.compile'd forward
     compile: bool = False
+    # before = this engine in fp32, after = this engine in bf16 (docs/design.md §11)
+    bf16: bool = False
     out: str = ""
 
 
@@ -138,9 +144,12 @@ def decode_step(engine, ids, seeds, cfg, grad_off):
 
 
 def main(cfg):
+    this = load_engine("")
     engines = {
-        "before": load_engine("" if cfg.compile else cfg.before).Engine(batch_size=cfg.rows),
-        "after": load_engine("").Engine(batch_size=cfg.rows),
+        "before": load_engine("" if cfg.compile or cfg.bf16 else cfg.before).Engine(
+            batch_size=cfg.rows
+        ),
+        "after": this.Engine(batch_size=cfg.rows, dtype="bfloat16" if cfg.bf16 else "float32"),
     }
     grad_off = {name: torch.inference_mode for name in engines}
     # inductor fails on tensors made under inference_mode (pytorch #103132): no_grad instead
@@ -163,7 +172,8 @@ def main(cfg):
         for name, engine in engines.items():
             turns[name].append(decode_step(engine, ids, seeds, cfg, grad_off[name]))
     result = {
-        "before_rev": "eager (this checkout)" if cfg.compile else cfg.before,
+        "before_rev": "this checkout" if cfg.compile or cfg.bf16 else cfg.before,
+        "dtypes": {name: engine.dtype for name, engine in engines.items()},
         "compiled_after": cfg.compile,
         "rows": cfg.rows,
         "steps": cfg.steps,

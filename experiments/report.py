@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from dtype_tables import dtype_accuracy_table, dtype_bench_table  # noqa: E402
 from studies import (  # noqa: E402
     after_table,
     bench_table,
@@ -203,6 +204,8 @@ TABLES = {
     "study-levers": study_table,
     "bench": bench_table,
     "profile": profile_table,
+    "dtype-bench": dtype_bench_table,
+    "dtype-accuracy": dtype_accuracy_table,
     "auroc": auroc_table,
     "table-arith200-demo": lambda: protocol_table(
         "arith200-demo-seed0",

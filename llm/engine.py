@@ -29,7 +29,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from llm import lora
-from llm.backbone import default_model_path, load_model
+from llm.backbone import default_model_path, load_model, resolve_dtype
 from llm.cache import (  # noqa: F401 (call_seed: re-exported for the importers of llm.engine)
     GenerationCache,
     call_seed,
@@ -92,8 +92,8 @@ def pick_next_tokens(logits, generators, temperature, top_p):
     for different row counts; in float64 a row's sample is exactly batch-independent.) The CDF runs
     in vocabulary order: only the nucleus needs the probabilities sorted (sorting 64 x 49152 of them
     took 40% of a sampled step)."""
-    if temperature == 0:
-        return logits.argmax(-1)
+    if temperature == 0:  # max's index is argmax's (the first of equal maxima), 2-4x faster on CPU
+        return logits.max(-1).indices
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     if top_p < 1:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -133,9 +133,14 @@ class Engine(Prefill):
         share_prefix=True,
         progress=False,
     ):
+        # auto: bf16 where the device multiplies it natively (resolve_dtype says why)
+        dtype, self.dtype_reason = resolve_dtype(dtype, device)
         if model is None:
             model_path = model_path or default_model_path()
             model, tokenizer = load_model(model_path, dtype, device)
+        else:
+            self.dtype_reason = "the model object's own dtype"
+        self.dtype = dtype if model_path else str(model.dtype).removeprefix("torch.")
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         self.share_prefix = share_prefix

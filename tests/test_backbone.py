@@ -271,3 +271,47 @@ def test_converted_checkpoint_is_the_gguf_model(background, default_engine):
     assert gguf["eos"] == tokenizer.eos_token_id
     assert gguf["tokens"] == tokens
     assert gguf["text"] == text and text.strip()
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx2", "avx512f", "amx_bf16", "avx512_bf16"}, "bfloat16"),  # Xeon with AMX
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),  # EPYC with AVX512_BF16
+        ({"avx2", "fma"}, "float32"),  # EPYC with AVX2 only: a bf16 matmul crawls
+        (set(), "float32"),  # flags unreadable (not Linux)
+    ],
+)
+def test_auto_dtype_follows_the_cpu_flags_and_says_why(monkeypatch, flags, expected):
+    monkeypatch.setattr(backbone, "cpu_flags", lambda: flags)
+    dtype, why = backbone.resolve_dtype("auto", "cpu")
+    assert dtype == expected and why.startswith("auto: ")
+    assert ("natively" in why) == (expected == "bfloat16")
+    # an explicit dtype is never changed, whatever the machine
+    assert backbone.resolve_dtype("float32", "cpu") == ("float32", "as asked (--dtype)")
+    assert backbone.resolve_dtype("bfloat16", "cpu")[0] == "bfloat16"
+
+
+def test_auto_dtype_loads_and_keys_the_cache_by_what_it_chose(monkeypatch, tiny_model_dir):
+    from llm.engine import Engine
+
+    for flags, dtype, torch_dtype in (
+        ({"amx_bf16"}, "bfloat16", torch.bfloat16),
+        ({"avx2"}, "float32", torch.float32),
+    ):
+        monkeypatch.setattr(backbone, "cpu_flags", lambda flags=flags: flags)
+        engine = Engine(model_path=tiny_model_dir, dtype="auto")
+        assert engine.model.dtype == torch_dtype and engine.dtype == dtype
+        assert f":{dtype}:" in engine.model_id and "auto" not in engine.model_id
+        assert engine.dtype_reason.startswith("auto: ")
+        assert load_model(tiny_model_dir, dtype="auto")[0].dtype == torch_dtype
+
+
+def test_machine_names_the_cpu_flags_matmul_speed_depends_on(monkeypatch):
+    import common
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(backbone, "cpu_flags", lambda: {"avx2", "avx512_bf16", "sse4_2"})
+    assert common.machine().endswith("(avx2 avx512_bf16)")
+    monkeypatch.setattr(backbone, "cpu_flags", lambda: set())
+    assert common.machine().endswith("(no avx2)")

@@ -821,3 +821,41 @@ def test_continuation_logprobs_are_cached_and_counted(tiny_model_dir, tmp_path):
     assert again.stats["calls"] == 3
     with pytest.raises(ValueError, match="empty continuation"):
         engine.continuation_logprobs(prompts, ["Correct", []])
+
+
+def test_pick_temperature_zero_breaks_ties_to_the_first_index_like_argmax():
+    """bf16 logits tie often (8 bits of mantissa): greedy must still take argmax's token, the first
+    of the equal maxima, in float32 and bfloat16."""
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(3))
+    for row, (first, second) in enumerate([(7, 250), (0, 299), (100, 101), (42, 43), (5, 6)]):
+        logits[row, first] = logits[row, second] = logits[row].max() + 1
+    for dtype in (torch.float32, torch.bfloat16):
+        got = pick_next_tokens(logits.to(dtype), generators(range(5)), 0, 1.0)
+        assert got.tolist() == [7, 0, 100, 42, 5] == logits.argmax(-1).tolist()
+
+
+def test_bf16_engine_greedy_against_hf_generate_in_bf16_and_fp32(tiny_model_dir):
+    """The bf16 engine's greedy rows against HF generate in bf16 (the same model object) and in
+    fp32. Exact identity is not promised across kernels (attention over another padding width
+    rounds differently), so this pins a floor on the share of identical rows, and the engine's own
+    dtype and log-probs: taken in fp32 from the bf16 logits, within 0.02 of fp32's on the same
+    tokens (a bf16 log-softmax would be off by up to its spacing, 0.06 at -10)."""
+    bf16 = Engine(model_path=tiny_model_dir, dtype="bfloat16")
+    fp32 = Engine(model_path=tiny_model_dir, dtype="float32")
+    assert bf16.model.dtype == torch.bfloat16 and bf16.dtype == "bfloat16"
+    prompts = tiny_prompts(bf16)
+    ids = [bf16.encode(p) for p in prompts]
+    got = bf16.sample(ids, [0] * len(ids), max_new_tokens=16, temperature=0, keep_eos=True)
+    same_bf16 = hf_greedy(bf16.model, bf16.tokenizer, prompts, 16, bf16.eos_ids)
+    same_fp32 = hf_greedy(fp32.model, fp32.tokenizer, prompts, 16, fp32.eos_ids)
+    rows = [s.tokens for s in got]
+    assert sum(a == b for a, b in zip(rows, same_bf16)) >= len(prompts) - 2
+    assert sum(a == b for a, b in zip(rows, same_fp32)) >= len(prompts) // 2
+    # the log-probs of the bf16 engine's own tokens, against fp32's teacher-forced ones
+    for prompt_ids, sample in zip(ids, got):
+        full = torch.tensor([prompt_ids + sample.tokens])
+        with torch.inference_mode():
+            logp = torch.log_softmax(fp32.model(full).logits[0].float(), -1)
+        want = logp[len(prompt_ids) - 1 : -1].gather(-1, full[0, len(prompt_ids) :, None])[:, 0]
+        assert all(math.isfinite(x) for x in sample.logprobs)
+        torch.testing.assert_close(torch.tensor(sample.logprobs), want, atol=0.02, rtol=0)

@@ -11,6 +11,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
+import dtype_tables  # noqa: E402
 import run as runner  # noqa: E402
 import studies  # noqa: E402
 import tables  # noqa: E402
@@ -210,6 +211,18 @@ def test_runner_pieces_name_existing_scripts():
         timeout=60,
     )
     assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
+
+
+def test_every_piece_pins_its_engine_dtype():
+    """The scripts' --dtype auto runs bf16 on a CPU with native bf16: a committed piece must give
+    the same file on any machine, so each one names its dtype (float32: what they all ran)."""
+    scripts = ("eval.py", "sft.py", "train_rl.py")
+    pieces = {n: p["command"] for n, p in runner.PIECES.items() if p["command"][1] in scripts}
+    assert len(pieces) > 100
+    for name, command in pieces.items():
+        dtype = command[command.index("--dtype") + 1]
+        assert dtype == ("bfloat16" if name.endswith("-bfloat16") else "float32"), name
+        assert command.count("--dtype") == 1, name
 
 
 def test_the_old_critic_compared_first_differing_tokens(tiny_model):
@@ -446,3 +459,48 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
     # the cost of a step leaves the first (warm-up) step out
     assert "| full fine-tuning | 15 | 4 | 11 | 300 |" in table
     assert "| LoRA rank 4 | 10 | 4 | 6 | 300 |" in table
+
+
+def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in dtype_tables.dtype_accuracy_table()
+    assert "not computed yet" in dtype_tables.dtype_bench_table()
+    for folder in ("dtype", "tables", "bench"):
+        (tmp_path / folder).mkdir()
+
+    def summary(correct, tokens):
+        return {"accuracy": sum(correct) / 4, "tokens_per_question": tokens,
+                "question_ids": [1, 2, 3, 4], "correct": correct}  # fmt: skip
+
+    for seed in (0, 1):  # seed 2 missing: named, the rest pooled over the seeds both have
+        softrank = f"mpdf=results/policies/arith-seed{seed}-softrank.pt"
+        for dtype, vote in (("bfloat16", [1, 1, 0, 0]), ("float32", [1, 0, 0, 0])):
+            run = {"vanilla": summary([1, 0, 0, 0], 100), "mpdf-persist": summary(vote, 300),
+                   softrank: summary([1, 1, 1, 0], 300), "machine": "cpu: X (amx)"}  # fmt: skip
+            (tmp_path / "dtype" / f"arith300-seed{seed}-{dtype}.json").write_text(json.dumps(run))
+        (tmp_path / "tables" / f"arith300-seed{seed}-persist.json").write_text(
+            json.dumps({"mpdf-persist": summary([0, 0, 0, 0], 300)})
+        )
+    table = dtype_tables.dtype_accuracy_table()
+    vote = next(line for line in table.splitlines() if line.startswith("| the team's vote"))
+    # bf16 0.5, fp32 0.25 in both seeds: +0.250, 2 of 8 pairs disagree; table a's fp32 0.0
+    assert vote.startswith(
+        "| the team's vote after round 0 | 0.500 ± 0.000 | 0.250 ± 0.000 | +0.250 ["
+    )
+    assert "(2) | 300 / 300 | 0.000 ± 0.000 | +0.250 [" in vote
+    assert (
+        "| one greedy answer | 0.250 ± 0.000 | 0.250 ± 0.000 | +0.000 [+0.000, +0.000] (0) |"
+        in table
+    )
+    assert "arith300-seed2-bfloat16.json" in table and "cpu: X (amx)" in table
+    (tmp_path / "bench" / "generate-dtypes.json").write_text(json.dumps({
+        "prompts": 4, "hf_tok_s": 100.0, "hf_bfloat16_tok_s": 150.0, "engine_float32_tok_s": 200.0,
+        "engine_bfloat16_tok_s": 400.0, "ratio_fp32": 2.0, "ratio_bf16": 400 / 150,
+        "ratio_bf16_vs_hf_fp32": 4.0, "rows_matching": 4, "rows_matching_bf16": 3,
+        "rows_matching_bf16_vs_hf_fp32": 2, "repeats": 2, "all_tok_s": {"hf": [100.0]},
+        "engine_int8_tok_s": 300.0, "roofline_frac_fp32": 0.4, "peak_flops_fp32": 3e11,
+        "roofline_frac_bf16": 0.2, "peak_flops_bf16": 2e12, "machine": "cpu: X",
+    }))  # fmt: skip
+    bench = dtype_tables.dtype_bench_table()
+    assert "| 100.0 | 150.0 | 200.0 | 400.0 | 2.00 | 2.67 | **4.00** | 4/4; 3/4; 2/4 |" in bench
+    assert "round-dtypes.json" in bench  # the missing round, named

@@ -155,7 +155,7 @@ def team_game(cfg_models, agents=3, **extra):
     import eval as E
 
     return E.Config(task="arith", agents=agents, rounds=1, max_new_tokens=8, cache_dir="",
-                    **cfg_models, **extra)  # fmt: skip
+                    dtype="float32", **cfg_models, **extra)  # fmt: skip
 
 
 def play_debate(engine, cfg, n=3):
@@ -286,7 +286,8 @@ def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_mod
     tiny_model[1].save_pretrained(tmp_path / "merged")
     specs = [f"{tiny_model_dir}+{tmp_path / 'lead.pt'}", str(tmp_path / "merged"), tiny_model_dir]
     cfg = E.Config(task="arith", n=3, agents=2, rounds=0, max_new_tokens=8, cache_dir="",
-                   model=tiny_model_dir, protocols=",".join(f"leader={s}" for s in specs),
+                   dtype="float32", model=tiny_model_dir,
+                   protocols=",".join(f"leader={s}" for s in specs),
                    out=str(tmp_path / "out.json"))  # fmt: skip
     E.check(cfg)
     E.main(cfg)

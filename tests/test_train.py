@@ -191,7 +191,9 @@ def ddp_difference(a, b):
     The key bias adds the same amount to every score of a query, which the softmax cancels: its
     gradient is 0 in exact arithmetic, rounding noise in practice, and Adam divides that noise by
     its own scale, so the bias drifts by up to ~lr per step, differently in each run (measured:
-    2e-5, the other weights 7e-7)."""
+    2e-5, the other weights 7e-7 on an AMD EPYC). A weight whose gradient is almost 0 (a unit the
+    GELU has nearly switched off) drifts the same way, less: on an Intel Xeon one weight of the
+    concede head moved 1.06e-5, every other weight but the key bias below 1.5e-6."""
     key = {}
     for k in a:
         if k.endswith("attend.in_proj_bias"):
@@ -239,7 +241,7 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     # same global batches, gradients summed in another
     # order: equal up to float rounding (through Adam)
     rest, key_bias = ddp_difference(weights(single / "policy.pt"), weights(multi / "policy.pt"))
-    assert rest < 1e-5 and key_bias < 1e-3
+    assert rest < 1e-4 and key_bias < 1e-3
     lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
     summary = json.loads((single / "summary.json").read_text())
@@ -261,7 +263,7 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
              "--out-dir", str(outs[name])], tmp_path, torchrun, scripted=True)  # fmt: skip
     a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
     rest, key_bias = ddp_difference(a, b)
-    assert rest < 1e-5 and key_bias < 1e-3
+    assert rest < 1e-4 and key_bias < 1e-3
     # training moved the policy
     assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4
     summary = json.loads((outs["single"] / "summary.json").read_text())
