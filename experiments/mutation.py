@@ -38,11 +38,7 @@ VERSION = "3.3.1"
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
 MODULES = {
-    "softrank": (
-        "softrank.py",
-        ["tests/test_softrank.py", "tests/test_llm_losses.py"],
-        ["tiny_model"],
-    ),
+    "softrank": ("softrank.py", ["tests/test_softrank.py", "tests/test_llm_losses.py"], []),
     "state": ("state.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "policy": (
         "policy.py",
