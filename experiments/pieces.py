@@ -448,7 +448,9 @@ PIECES = {
     **{
         f"llm-magrpo-debate-L1-seed{seed}": llm_run(
             f"magrpo-debate-L1-seed{seed}",
-            [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)],
+            # the adapters' learning rate (the preset's 1e-5 is the whole-weight one)
+            [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)]
+            + ["--lr", LORA_LR],
             adapter=True,
         )
         for seed in (0, 1, 2)
