@@ -69,7 +69,65 @@ cli(sys.argv[1:])
 # mutants reviewed as equivalent: module -> {mutant name: why no test can tell it from the code}
 AXIS = "the tensor is (batch, K) or (batch, features) wherever it is built: axis 1 is axis -1"
 NEED_WEIGHTS = "need_weights only decides whether attention weights come back; forward drops them"
+MASKED = (
+    "the value at a masked action only meets pi = 0, A = 0 or log pi = 0 in a product, is left out "
+    "of the masked means, or is overwritten with -inf: it never reaches a result"
+)
+FLAT = (
+    "a group whose existing rewards are all equal gets A = 0 there from the formula itself (equal "
+    "ranks or zero deviation over eps); with the padding counted a group is flat only if its "
+    "existing rewards are, and ~m zeroes the padding: the guard's mask changes nothing"
+)
+COUNT = (
+    "a count of a bool tensor stays int64; counts and half-counts are exact in any float dtype and "
+    "the next division by a float tensor promotes to the rewards' dtype"
+)
+BT = (
+    "(B, T) or (B,) by contract (token-level losses): axis 1 is axis -1, unsqueeze(1) unsqueeze(-1)"
+)
 EQUIVALENT = {
+    "softrank": {
+        **{
+            f"softrank.x_{name}": MASKED
+            for name in (
+                "_full_action_set_loss__mutmut_24",
+                "_log_softmax__mutmut_19",
+                "optimal_policy__mutmut_14",
+                "rank_matching_loss__mutmut_24",
+            )
+        },
+        **{
+            f"softrank.x_{name}": FLAT
+            for name in (
+                "grpo_advantages__mutmut_27",
+                "grpo_advantages__mutmut_29",
+                "mean_baseline_advantages__mutmut_20",
+                "mean_baseline_advantages__mutmut_22",
+                "rloo_advantages__mutmut_44",
+                "rloo_advantages__mutmut_46",
+                "softrank_advantages__mutmut_76",
+                "softrank_advantages__mutmut_78",
+            )
+        },
+        **{
+            f"softrank.x_{name}": COUNT
+            for name in (
+                "rloo_advantages__mutmut_7",
+                "softrank_advantages__mutmut_21",
+                "softrank_advantages__mutmut_28",
+                "softrank_advantages__mutmut_41",
+            )
+        },
+        **{
+            f"softrank.x_{name}": BT
+            for name in (
+                "aggregate__mutmut_28",
+                "pg_normalizer__mutmut_2",
+                "policy_gradient_loss__mutmut_13",
+            )
+        },
+        "softrank.x_unweighted_softrank_loss__mutmut_7": "weighted=None is falsy, as False is",
+    },
     "policy": {
         "policy.x_sample_actions__mutmut_3": AXIS,
         "policy.x_sample_actions__mutmut_8": AXIS,
@@ -82,7 +140,7 @@ EQUIVALENT = {
         "policy.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
         "policy.xǁMetaPolicyǁ__init____mutmut_31": "register_buffer takes persistent=None as False",
         "policy.xǁMetaPolicyǁ__init____mutmut_44": "register_buffer takes persistent=None as False",
-    }
+    },
 }
 
 

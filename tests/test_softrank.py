@@ -567,3 +567,82 @@ def test_pg_normalizer_values():
     assert pg_normalizer(mask, "sum") == 2
     with pytest.raises(ValueError):
         pg_normalizer(mask, "bogus")
+
+
+# --------------------------------------------------------------------------------------------------
+# what mutation testing found unpinned (results/mutation/softrank.json)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_full_action_set_losses_take_any_leading_batch_shape():
+    """A group is the last dim (..., K): states batched as (2, 3, K) give the losses, stats and
+    pi* of the same 6 states as (6, K), masked actions included."""
+    g = torch.Generator().manual_seed(43)
+    logits, ref = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g)
+    A = torch.randn(2, 3, 4, generator=g)
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    mask[0, 1, 3] = mask[1, 2, 0] = False
+    for loss_fn in (softrank_loss, unweighted_softrank_loss):
+        (loss3, stats3), (loss2, stats2) = (
+            loss_fn(
+                x.reshape(shape), a.reshape(shape), r.reshape(shape), 0.3, 0.05, m.reshape(shape)
+            )
+            for x, a, r, m, shape in [
+                (logits, A, ref, mask, (2, 3, 4)),
+                (logits, A, ref, mask, (6, 4)),
+            ]
+        )
+        torch.testing.assert_close(loss3, loss2)
+        assert stats3 == pytest.approx(stats2)
+    matched3 = rank_matching_loss(logits, ref, A, 0.3, mask=mask)
+    matched2 = rank_matching_loss(logits.reshape(6, 4), ref.reshape(6, 4), A.reshape(6, 4), 0.3,
+                                  mask=mask.reshape(6, 4))  # fmt: skip
+    torch.testing.assert_close(matched3[0], matched2[0])
+    torch.testing.assert_close(
+        optimal_policy(A, ref, 0.3, 0.05, mask).reshape(6, 4),
+        optimal_policy(A.reshape(6, 4), ref.reshape(6, 4), 0.3, 0.05, mask.reshape(6, 4)),
+    )
+
+
+def test_ppo_clip_by_hand_with_an_old_policy_and_advantages_not_one():
+    """ratio = exp(logp - old_logp) with old_logp != 0, |A| != 1 (where A and 1 / A agree), the
+    default clip 0.2, and both stats."""
+    old = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
+    ratio = torch.tensor([1.1, 1.5, 0.5], dtype=torch.float64)
+    A = torch.tensor([2.0, 3.0, -4.0], dtype=torch.float64)
+    loss, stats = ppo_clip_loss(old + ratio.log(), old, A)  # the default clip
+    # min(r A, clip(r, 0.8, 1.2) A): 1.1 * 2; 1.2 * 3 (clipped); 0.8 * -4 (clipped, pessimistic)
+    assert loss.item() == pytest.approx(-(2.2 + 3.6 - 3.2) / 3)
+    assert stats == pytest.approx({"clip_frac": 2 / 3, "ratio": (1.1 + 1.5 + 0.5) / 3})
+    # a ratio exactly at 1 + c is not clipped: |ratio - 1| > c, strictly
+    _, stats = ppo_clip_loss(old, old, A, clip=0.0)
+    assert stats["clip_frac"] == 0.0
+
+
+def test_rank_matching_stats_by_hand():
+    logits = torch.tensor([[0.0, 1.0, 2.0]], dtype=torch.float64)
+    ref = torch.zeros(1, 3, dtype=torch.float64)
+    A = torch.tensor([[0.0, 0.5, 0.0]], dtype=torch.float64)
+    loss, stats = rank_matching_loss(logits, ref, A, beta=0.5)
+    log_ratio = torch.log_softmax(logits, -1) - torch.log_softmax(ref, -1)
+    d, a = 0.5 * log_ratio, A
+    err = (d - d.mean()) - (a - a.mean())
+    assert stats == pytest.approx(
+        {"mse": (err**2).mean().item(), "abs_log_ratio": log_ratio.abs().mean().item()}
+    )
+    assert stats["mse"] == pytest.approx(loss.item())
+
+
+def test_softrank_default_temperature_is_one_half():
+    r = torch.tensor([[0.0, 1.0, 3.0, 3.0, 7.0]])
+    assert torch.equal(softrank_advantages(r), softrank_advantages(r, tau=0.5))
+    assert not torch.allclose(softrank_advantages(r), softrank_advantages(r, tau=1.5))
+
+
+def test_an_unknown_aggregation_is_refused_by_name():
+    from softrank import aggregate, step_normalizer
+
+    with pytest.raises(ValueError, match=r"kind must be one of .*got 'mean'"):
+        aggregate(torch.zeros(2, 3), torch.ones(2, 3), "mean")
+    with pytest.raises(ValueError, match=r"kind must be one of .*got 'mean'"):
+        step_normalizer("mean", 2, 6, 3)
