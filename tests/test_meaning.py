@@ -416,3 +416,37 @@ def test_policy_defaults_copies_files_and_messages(tmp_path):
     fixed = r"fixed policy \(persist, random, refine, oracle\) nor a policy file$"
     with pytest.raises(common.UsageError, match=fixed):
         P.make_policy("no/such/policy.pt")
+
+
+def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
+    """A parsed answer that is not the vote is not the majority; with nothing parsed there is no
+    vote, and nobody is its majority (None == None must not count)."""
+
+    def is_majority(team):
+        n = len(team)
+        return [
+            dict(zip(S.OWN_FEATURES, S.observe(team, i, 0, 2, [False] * n, [None] * n)[0]))[
+                "is_majority"
+            ]
+            for i in range(n)
+        ]
+
+    assert is_majority([sol("12"), sol("12"), sol("7")]) == [1, 1, 0]
+    assert is_majority([sol(None), sol(None), sol(None)]) == [0, 0, 0]
+
+
+def test_profile_caps_and_defaults():
+    """Written-out operations count up to 10 (the feature caps at 1); a solution parsed without a
+    token count has 0 completion tokens; the vote rule refused lists the known ones."""
+    many = S.parse_solution("1 + 1 = 2\n" * 25 + "Answer: 2", "arith")
+    assert many.n_operations == 25 and many.completion_tokens == 0
+    assert dict(zip(S.PROFILE_FEATURES, S.profile(many)))["operations"] == 1.0
+    with pytest.raises(ValueError, match=r"choose one of min_prob, mean_prob, tail_prob, index$"):
+        S.parse_solution("Answer: 2", "arith", vote="loudest")
+
+
+def test_describe_vote_names_the_tie_break():
+    assert S.describe_vote("index") == "majority; ties to the lower agent index"
+    assert S.describe_vote("mean_prob") == (
+        "majority; ties to the higher mean_prob (generation confidence), then the lower agent index"
+    )
