@@ -321,6 +321,11 @@ PIECES = {
         "round-dtypes",
     ),  # fmt: skip
     "profile": profile("profile", []),
+    # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
+    "bench-kernels": {
+        "command": [PY, "experiments/kernels.py", "--out", "results/bench/kernels.json"],
+        "outputs": ["results/bench/kernels.json"],
+    },
     # issue 36: one decode step in fp32 against bf16 (a machine with native bf16)
     "profile-bf16": profile("profile-bf16", ["--bf16"]),
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
