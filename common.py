@@ -154,13 +154,8 @@ def machine():
     speed depends on (bf16 is fast only with amx_bf16 or avx512_bf16)."""
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    except OSError:
-        names = []
     flags = [flag for flag in backbone.MATMUL_CPU_FLAGS if flag in backbone.cpu_flags()]
-    return f"cpu: {names[0] if names else 'unknown'} ({' '.join(flags) or 'no avx2'})"
+    return f"cpu: {backbone.cpuinfo('model name') or 'unknown'} ({' '.join(flags) or 'no avx2'})"
 
 
 # --------------------------------------------------------------------------------------------------

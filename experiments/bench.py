@@ -250,27 +250,6 @@ def bench_generate(cfg, repeats=2):
     return write_result({**result, "dtypes": dtypes, "machine": machine()}, cfg.out)
 
 
-def hf_round(model, tokenizer, engine, prompts, requests, game, cfg):
-    """One round through HF generate: the prompts in the game's order, left-padded batches."""
-    with torch.inference_mode():
-        return hf_generate(
-            model, tokenizer, prompts, game.max_new_tokens, engine.eos_ids, cfg.hf_batch_size
-        )
-
-
-def engine_round(model, tokenizer, engine, prompts, requests, game, cfg):
-    """One round through the engine's continuous batching, the game's seeds."""
-    completions = engine.generate(
-        prompts,
-        [seed for _, _, seed, _ in requests],
-        max_new_tokens=game.max_new_tokens,
-        temperature=0.0,
-        top_p=game.top_p,
-        return_tokens=True,
-    )
-    return [c.token_ids for c in completions]
-
-
 def bench_round(cfg):
     """One real deliberation round, the way eval.py plays it: round 0 of cfg.agents agents on cfg.n
     (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token
@@ -303,10 +282,18 @@ def bench_round(cfg):
         rows_of = {"hf": [], "engine": []}
         start_stats = dict(engine.stats)
         for t in (0, 1):
-            for side, play in (("hf", hf_round), ("engine", engine_round)):
+            for side in ("hf", "engine"):
                 prompts = [engine.chat(prompt) for _, prompt, _, _ in requests[side]]
+                seeds = [seed for _, _, seed, _ in requests[side]]
                 start = time.time()
-                rows = play(model, tokenizer, engine, prompts, requests[side], game, cfg)
+                if side == "hf":
+                    with torch.inference_mode():
+                        rows = hf_generate(model, tokenizer, prompts, game.max_new_tokens,
+                                           engine.eos_ids, cfg.hf_batch_size)  # fmt: skip
+                else:
+                    rows = [c.token_ids for c in engine.generate(
+                        prompts, seeds, max_new_tokens=game.max_new_tokens, temperature=0.0,
+                        top_p=game.top_p, return_tokens=True)]  # fmt: skip
                 round_s[side].append(time.time() - start)
                 rows_of[side] += rows
                 if t == 0:  # REFINE: each agent sees its own round-0 solution, its peers' answers

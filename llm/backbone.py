@@ -105,14 +105,19 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS)
 
 
-def cpu_flags():
-    """The CPU's flags (/proc/cpuinfo), an empty set where they cannot be read (not Linux)."""
+def cpuinfo(field):
+    """The first value of `field` in /proc/cpuinfo ("model name", "flags"), "" where it cannot be
+    read (not Linux)."""
     try:
         with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith("flags")), "")
+            line = next((line for line in f if line.startswith(field)), "")
     except OSError:
-        return set()
-    return set(line.partition(":")[2].split())
+        return ""
+    return line.partition(":")[2].strip()
+
+
+def cpu_flags():
+    return set(cpuinfo("flags").split())
 
 
 def resolve_dtype(dtype, device="cpu"):

@@ -133,14 +133,15 @@ class Engine(Prefill):
         share_prefix=True,
         progress=False,
     ):
-        # auto: bf16 where the device multiplies it natively (resolve_dtype says why)
-        dtype, self.dtype_reason = resolve_dtype(dtype, device)
         if model is None:
+            # auto: bf16 where the device multiplies it natively (resolve_dtype says why)
+            dtype, self.dtype_reason = resolve_dtype(dtype, device)
             model_path = model_path or default_model_path()
             model, tokenizer = load_model(model_path, dtype, device)
+            self.dtype = dtype
         else:
+            self.dtype = str(model.dtype).removeprefix("torch.")
             self.dtype_reason = "the model object's own dtype"
-        self.dtype = dtype if model_path else str(model.dtype).removeprefix("torch.")
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         self.share_prefix = share_prefix
