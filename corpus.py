@@ -138,23 +138,24 @@ def training_questions(cfg, iteration=0):
     return pool[start : start + cfg.questions], pool[: cfg.val_n]
 
 
-def resolve_engine_dtype(cfg):
-    """(cfg with --dtype auto replaced by the dtype this machine's engines run, why): the scripts
+def resolve_engine_dtype(cfg, device="cpu"):
+    """(cfg with --dtype auto replaced by the dtype the engines run on `device`, why): the scripts
     record both in their files and print them with their results (a refused run prints only its
-    error line). The engines run on the CPU."""
-    dtype, why = resolve_dtype(cfg.dtype)
+    error line)."""
+    dtype, why = resolve_dtype(cfg.dtype, device)
     return replace(cfg, dtype=dtype), why
 
 
-def make_engine(cfg, rank):
-    """The generation engine of one rank: its own cache file, a progress bar on rank 0. With
+def make_engine(cfg, rank, device="cpu"):
+    """The generation engine of one rank on its device: its own cache file, a progress bar on rank
+    0. With
     --models, a llm.team.Team: one engine per distinct base model, each agent's adapter loaded into
     its base's engine (the file read as data: common.load_file)."""
     if getattr(cfg, "models", ""):
         engines, adapters, members = {}, {}, []
         for base, adapter in team_entries(cfg.models, cfg.agents):
             if base not in engines:
-                engines[base] = make_engine(replace(cfg, model=base, models=""), rank)
+                engines[base] = make_engine(replace(cfg, model=base, models=""), rank, device)
             if adapter and (base, adapter) not in adapters:
                 try:
                     adapters[base, adapter] = lora.load_adapter(
@@ -167,6 +168,7 @@ def make_engine(cfg, rank):
     return Engine(
         model_path=cfg.model or None,
         dtype=cfg.dtype,
+        device=str(device),
         batch_size=cfg.engine_batch_size,
         cache_dir=cfg.cache_dir or None,
         rank=rank,

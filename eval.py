@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 import data
 import deliberate
 from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
@@ -271,13 +273,15 @@ def check_protocol(protocol, cfg):
 
 def main(cfg):
     protocols = protocol_list(cfg)
-    cfg, dtype_reason = resolve_engine_dtype(cfg)
+    # one process: the engines on the first GPU where there is one (the policies stay on the CPU)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
     cfg = dataclasses.replace(
         cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     )
     examples = load_examples(cfg)
-    engine = make_engine(cfg, rank=0)
+    engine = make_engine(cfg, 0, device)
     game = deliberate.game_config(cfg)
     summaries, details = {}, {}
     for protocol in protocols:
@@ -286,7 +290,7 @@ def main(cfg):
         leader = None
         if protocol.startswith("leader="):
             spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :], agents=1)
-            leader = make_engine(spec, rank=0)
+            leader = make_engine(spec, 0, device)
         results = deliberate.run_protocol(engine, examples, protocol, game, leader)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results

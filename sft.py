@@ -137,7 +137,7 @@ def check(cfg, world):
 
 
 def train(cfg, rank, world, device):
-    cfg, dtype_reason = resolve_engine_dtype(cfg)
+    cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = MetaPolicy(
@@ -151,7 +151,7 @@ def train(cfg, rank, world, device):
 
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
-    engine = make_engine(cfg, rank)
+    engine = make_engine(cfg, rank, device)
     rows = load_corpus(out / "corpus.pt", cfg)
     if rows is None:
         behaviour = make_policy(cfg.behaviour)

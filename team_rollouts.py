@@ -120,11 +120,13 @@ def leader_rollouts(team, items, cfg, step):
     return sequences, rewards
 
 
-def peer_solutions(examples, cfg, rank, world):
+def peer_solutions(examples, cfg, rank, world, device):
     """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
     generates its shard through the engine and its cache (the game's own calls), then every rank
     gets all of them."""
-    engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank)
+    engine = make_engine(
+        dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank, device
+    )
     game = deliberate.game_config(cfg, greedy_policy=True)
     mine = list(range(rank, len(examples), world))
     outputs = deliberate.run_llm(
@@ -135,13 +137,13 @@ def peer_solutions(examples, cfg, rank, world):
     return [(examples[k], solutions) for k, solutions in gathered]
 
 
-def peer_pool(cfg, rank, world):
+def peer_pool(cfg, rank, world, device):
     """MLPO's offline pool: the frozen peers' solutions to the candidate training questions,
     generated once. Questions where at least cfg.filter_easy of the peers are right are dropped: the
     leader has nothing to learn there."""
     candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
     pool, peer_right = [], []
-    for example, solutions in peer_solutions(candidates, cfg, rank, world):
+    for example, solutions in peer_solutions(candidates, cfg, rank, world, device):
         right = (
             sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions)
             / cfg.agents

@@ -307,7 +307,7 @@ def train_agents_or_leader(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     if cfg.target == "leader":
-        pool, pool_stats = team_rollouts.peer_pool(cfg, rank, world)
+        pool, pool_stats = team_rollouts.peer_pool(cfg, rank, world, device)
         if rank == 0:
             (out / "pool.json").write_text(json.dumps(pool_stats))
     else:
@@ -328,7 +328,7 @@ def train_agents_or_leader(cfg, rank, world, device):
     validation = training_pool(cfg)[: cfg.val_n]
     # the leader is validated over its peers' solutions
     if cfg.target == "leader" and cfg.eval_every:
-        validation = team_rollouts.peer_solutions(validation, cfg, rank, world)
+        validation = team_rollouts.peer_solutions(validation, cfg, rank, world, device)
 
     if cfg.eval_every and counters["step"] == 0:
         team_rollouts.validate(models, team, validation, cfg, rank, world, device, log, 0)
@@ -390,7 +390,7 @@ def train_sft(cfg, rank, world, device):
     (advantage 1 on every kept sequence: cross-entropy on the completion tokens), epochs over a
     fixed set."""
     out = Path(cfg.out_dir)
-    engine = make_engine(cfg, rank)
+    engine = make_engine(cfg, rank, device)
     questions, _ = training_questions(cfg)
     calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
     prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex, _ in calls]

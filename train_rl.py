@@ -270,7 +270,7 @@ def check(cfg, world):
 
 
 def train(cfg, rank, world, device):
-    cfg, dtype_reason = resolve_engine_dtype(cfg)
+    cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.init).train()
@@ -288,7 +288,7 @@ def train(cfg, rank, world, device):
             print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
         return json.loads((out / "summary.json").read_text())
     log = MetricsLog(out, rank, counters["global_step"])
-    engine = make_engine(cfg, rank)
+    engine = make_engine(cfg, rank, device)
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
     k = n_actions(cfg.agents)
     _, val_questions = training_questions(cfg)

@@ -103,10 +103,9 @@ def pick_next_tokens(logits, generators, temperature, top_p):
         )
         probs = probs.scatter(-1, order, sorted_probs)
     cdf = probs.double().cumsum(-1)  # float64: 49152 float32 terms would round the tail of the CDF
-    u = (
-        torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
-        * cdf[:, -1]
-    )
+    # the generators live on the CPU, so a seed draws the same uniforms on every device
+    uniforms = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    u = uniforms.to(cdf.device) * cdf[:, -1]
     # the first token whose CDF exceeds u: a token of probability 0 is never drawn
     return torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
 

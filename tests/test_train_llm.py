@@ -284,14 +284,14 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         return outputs
 
     monkeypatch.setattr(team_rollouts, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank: None)
+    monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank, device: None)
     monkeypatch.setattr(team_rollouts.deliberate, "run_llm", run_llm)
     cfg = train_llm.Config(target="leader", agents=3, questions=3, val_n=0)
-    pool, stats = team_rollouts.peer_pool(cfg, 0, 1)
+    pool, stats = team_rollouts.peer_pool(cfg, 0, 1, "cpu")
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
     pool, _ = team_rollouts.peer_pool(
-        train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1
+        train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1, "cpu"
     )
     assert len(pool) == 3
 
