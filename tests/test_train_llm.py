@@ -290,9 +290,8 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     pool, stats = team_rollouts.peer_pool(cfg, 0, 1, "cpu")
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
-    pool, _ = team_rollouts.peer_pool(
-        train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0), 0, 1, "cpu"
-    )
+    keep_all = train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0)
+    pool, _ = team_rollouts.peer_pool(keep_all, 0, 1, "cpu")
     assert len(pool) == 3
 
 
