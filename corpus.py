@@ -284,11 +284,30 @@ def action_distribution(actions, n_actions):
     return {k: round(float(v / counts.sum()), 4) for k, v in kinds.items()}
 
 
+def best_action_kinds(rewards):
+    """Which kind of action pays most in each state of a counterfactual corpus: the share of states
+    where PERSIST, REFINE or CONCEDE (to the best peer to concede to) alone reaches the state's
+    highest reward, the share where two kinds tie for it (flat states among them), and REFINE's
+    mean reward minus PERSIST's (its token cost included): whether refining ever pays, and where
+    (docs/design.md §6)."""
+    by_kind = torch.stack(
+        [rewards[:, PERSIST], rewards[:, REFINE], rewards[:, concede(0) :].amax(-1)], -1
+    )
+    winners = by_kind == by_kind.amax(-1, keepdim=True)
+    sole = winners.sum(-1) == 1
+    shares = {kind: (sole & winners[:, j]).float().mean() for j, kind in enumerate(ACTION_KINDS)}
+    shares["tied"] = (~sole).float().mean()
+    return {
+        "best_kind": {kind: round(float(v), 4) for kind, v in shares.items()},
+        "refine_minus_persist": float((rewards[:, REFINE] - rewards[:, PERSIST]).mean()),
+    }
+
+
 def corpus_statistics(tensors, k):
     """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are
     all equal (nothing to learn). frac_multi_valued: states with at least three distinct rewards,
     the only ones where SoftRank and GRPO advantages can differ (with two values both give the same
-    two-level vector)."""
+    two-level vector). best_kind, refine_minus_persist: best_action_kinds."""
     rewards = tensors["rewards"]
     distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
     return {
@@ -298,6 +317,7 @@ def corpus_statistics(tensors, k):
         "behaviour_actions": action_distribution(tensors["action"], k),
         "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
         "mean_reward_best": float(rewards.amax(-1).mean()),
+        **best_action_kinds(rewards),
     }
 
 

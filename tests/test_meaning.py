@@ -212,6 +212,24 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     assert [r["key"] for r in shard] == keys[:3]
 
 
+def test_best_action_kinds_by_hand():
+    """3 agents, K = 4 (PERSIST, REFINE, CONCEDE to peer 1, to peer 2), rewards per state:
+    PERSIST alone best; REFINE alone best (and paying 0.75 over PERSIST); the second CONCEDE alone
+    best; PERSIST and CONCEDE tied at the top; all equal (flat)."""
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 0.75, 0.0, 0.0],
+            [0.0, 0.0, 0.5, 1.0],
+            [1.0, 0.0, 1.0, 0.0],
+            [0.5, 0.5, 0.5, 0.5],
+        ]
+    )
+    stats = corpus.best_action_kinds(rewards)
+    assert stats["best_kind"] == {"persist": 0.2, "refine": 0.2, "concede": 0.2, "tied": 0.4}
+    assert stats["refine_minus_persist"] == pytest.approx((-1 + 0.75 + 0 - 1 + 0) / 5)
+
+
 # --------------------------------------------------------------------------------------------------
 # (d) every feature of the observation (docs/design.md §2; state.OWN_FEATURES, PEER_FEATURES)
 # --------------------------------------------------------------------------------------------------
