@@ -173,11 +173,11 @@ def _same(p: Fraction, g: Fraction) -> bool:
 _ANSWER_RE = re.compile(r"\banswer\b[ \t*_]*[:：]", re.I)
 _ANSWER_IS_RE = re.compile(r"\banswer\s+is\b[ \t*_:]*", re.I)  # "the (final/correct) answer is"
 _BOXED_RE = re.compile(r"\\boxed\s*\{")
-# Trailer fields whose numbers are not the answer: "Steps:
-# 3", "Confidence: 8/10", "confidence (1-10): 80%".
+# Trailer fields whose numbers are not the answer: "Steps: 3", "Confidence: 8/10",
+# "confidence (1-10): 80%", "Confidence: .9".
 _TRAILER_FIELD_RE = re.compile(
     r"\b(?:steps?|confidence)\b[ \t*_]*(?:\([^()\n]{0,30}\)[ \t*_]*)?[:=][ \t*_]*"
-    r"(?:[0-9]+(?:\.[0-9]+)?(?:[ \t]*(?:/|out of)[ \t]*[0-9]+)?[ \t]*%?)?",
+    r"(?:(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[ \t]*(?:/|out of)[ \t]*[0-9]+)?[ \t]*%?)?",
     re.I,
 )
 

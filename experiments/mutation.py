@@ -55,7 +55,11 @@ MODULES = {
         ["tests/test_meaning.py", "tests/test_train.py", "tests/test_safe_loading.py"],
         ["torchrun", "sigkill", "validation_during", "scripts_reject", "a_script_refuses"],
     ),
-    "answers": ("data/answers.py", ["tests/test_data.py", "tests/test_meaning.py"], []),
+    "answers": (
+        "data/answers.py",
+        ["tests/test_data.py", "tests/test_meaning.py", "tests/test_answers.py"],
+        [],
+    ),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)
@@ -84,6 +88,20 @@ COUNT = (
 )
 BT = (
     "(B, T) or (B,) by contract (token-level losses): axis 1 is axis -1, unsqueeze(1) unsqueeze(-1)"
+)
+SAME_TEXT = (
+    'mutmut\'s upper- or lower-case copy of a string literal with no letter to change (r"[0-9]", '
+    'r"\\1/\\2", "", ...): the mutant\'s code is the original\'s'
+)
+ONLY_MC = 'after this line `kind` is only compared with "mc": any other value reads numbers'
+FALSY = '"" and None are both falsy: no match leaves `last` falsy and the result None either way'
+NONZERO_NUM = "num is never 0 here (0 has denominator 1 and returned above): < 0, <= 0, < 1 agree"
+NONEMPTY_MATCH = (
+    'a match is never empty, so find("\\n", start) from start >= 1 returns -1 or >= 1, never 0'
+)
+BLANKS = (
+    'blanks in a token only stand around "/" and Fraction() ignores blanks around a number: '
+    "removing them or not gives the same value"
 )
 EQUIVALENT = {
     "softrank": {
@@ -140,6 +158,47 @@ EQUIVALENT = {
         "policy.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
         "policy.xǁMetaPolicyǁ__init____mutmut_31": "register_buffer takes persistent=None as False",
         "policy.xǁMetaPolicyǁ__init____mutmut_44": "register_buffer takes persistent=None as False",
+    },
+    "answers": {
+        **{
+            f"data.answers.x_{name}": SAME_TEXT
+            for name in (
+                "_delatex__mutmut_33",
+                "_delatex__mutmut_34",
+                "_delatex__mutmut_41",
+                "_delatex__mutmut_42",
+                "_letter_in__mutmut_8",
+                "_letter_in__mutmut_9",
+                "_math_key__mutmut_9",
+                "_math_key__mutmut_12",
+                "_math_key__mutmut_22",
+                "_math_key__mutmut_33",
+                "_math_key__mutmut_34",
+                "_parse__mutmut_65",
+                "_parse__mutmut_66",
+                "last_boxed__mutmut_12",
+                "last_boxed__mutmut_13",
+            )
+        },
+        **{
+            f"data.answers.x_{name}": ONLY_MC
+            for name in (
+                "extract_answer__mutmut_27",
+                "extract_answer__mutmut_28",
+                "extract_answer__mutmut_29",
+            )
+        },
+        "data.answers.x_extract_answer__mutmut_57": FALSY,
+        "data.answers.x_extract_answer__mutmut_68": FALSY,
+        "data.answers.x__canon__mutmut_54": NONZERO_NUM,
+        "data.answers.x__canon__mutmut_55": NONZERO_NUM,
+        "data.answers.x__values_after__mutmut_25": NONEMPTY_MATCH,
+        "data.answers.x__values_after__mutmut_26": NONEMPTY_MATCH,
+        "data.answers.x__token_value__mutmut_19": BLANKS,
+        "data.answers.x__token_value__mutmut_21": BLANKS,
+        "data.answers.x__as_text__mutmut_12": "lower() comes first: no 'X' is left to strip",
+        "data.answers.x__parse__mutmut_1": "every caller passes `units`: the default is never used",
+        "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
 }
 
