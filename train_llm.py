@@ -108,7 +108,7 @@ class Config:
     lora_alpha: float = 32.0
     """LoRA scale alpha (the update is alpha / rank x B A)"""
     lr: float = 0.0
-    """AdamW learning rate (0: 1e-4 for adapters, 1e-5 for full weights)"""
+    """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
     micro_batch: int = 8
@@ -186,7 +186,7 @@ def group_advantages(rewards, cfg):
 
 
 def learning_rate(cfg):
-    return cfg.lr or (1e-4 if cfg.lora_rank and cfg.target != "sft" else 1e-5)
+    return cfg.lr or (5e-4 if cfg.lora_rank and cfg.target != "sft" else 1e-5)
 
 
 class Learner(NamedTuple):

@@ -443,6 +443,16 @@ PIECES = {
         )
         for run, _, _ in LORA_RUNS
     },
+    # issue 40: how far an AdamW step moves adapters and whole weights, on a supervised batch
+    "lora-step-size": {
+        "command": [
+            PY,
+            "experiments/lora_step_size.py",
+            "--out",
+            "results/llm/lora-step-size.json",
+        ],
+        "outputs": ["results/llm/lora-step-size.json"],
+    },
     # issue 40: seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
     # (run the two one after the other on a quiet machine: they are timings)
     **{
