@@ -2,6 +2,8 @@
 LLM-level curves and the trained LLMs against the untrained one; each from the committed files in
 results/."""
 
+import re
+
 import plots
 import tables
 from tables import NO_PNG, fmt, load, missing, protocol_cells, read_metrics, summary_of
@@ -357,36 +359,51 @@ def after_table(seeds=(0, 1, 2)):
 
 
 def lora_table():
-    """Issue 40: MAGRPO with LoRA adapters against full fine-tuning (the sum run) on the same 300
-    test questions, paired (results/after/), the bytes of each committed adapter (results/agents/),
-    and round 0 of a team of 3 adapters in one engine (results/bench/team.json)."""
-    parallel = load("after/untrained-parallel.json")
-    full = load("after/magrpo-sum-L1-seed0-parallel.json")
+    """Issue 40: MAGRPO with LoRA adapters against full fine-tuning (the sum runs) on the same 300
+    test questions, paired, each adapter run against the full run of its seed where that one is
+    evaluated, else seed 0's (results/after/); the mean over the seeds of each learning rate with
+    its sample std; the bytes of each committed adapter (results/agents/); round 0 of a team of 3
+    adapters in one engine (results/bench/team.json)."""
+    untrained = summary_of(load("after/untrained-parallel.json"), "mpdf-persist")
     lines = [
         "| run (300 arith test questions, the parallel vote of 3 agents) | vote | − untrained "
-        "[95% CI] | − full fine-tuning, seed 0 [95% CI] | tokens/q | adapter bytes |",
+        "[95% CI] | − full fine-tuning (sum) [95% CI] | tokens/q | adapter bytes |",
         "|---|---|---|---|---|---|",
     ]
-    runs = [("full fine-tuning (sum), seed 0", full, "")]
+    full = {}
+    for path in sorted((tables.RESULTS / "after").glob("magrpo-sum-L1-seed*-parallel.json")):
+        seed = int(re.search(r"seed(\d+)", path.name).group(1))
+        full[seed] = summary_of(load(f"after/{path.name}"), "mpdf-persist")
+        if full[seed]:
+            cell = format_paired(paired_difference(full[seed], untrained)) if untrained else ""
+            lines.append(f"| full fine-tuning (sum), seed {seed} | {full[seed]['accuracy']:.3f} | "
+                         f"{cell} | | {full[seed]['tokens_per_question']:.0f} | |")  # fmt: skip
+    by_lr = {}
     for path in sorted((tables.RESULTS / "after").glob("magrpo-lora-lr*-parallel.json")):
         name = path.name.removesuffix("-parallel.json")
-        adapter = tables.RESULTS / "agents" / f"{name}.pt"
-        size = f"{adapter.stat().st_size:,}" if adapter.exists() else ""
-        runs.append((name, load(f"after/{path.name}"), size))
-    for name, run, size in runs:
-        mine = summary_of(run, "mpdf-persist")
+        lr, seed = re.search(r"lr([^-]+(?:-\d+)?)-L1-seed(\d+)", name).groups()
+        mine = summary_of(load(f"after/{path.name}"), "mpdf-persist")
         if mine is None:
             continue
-        untrained = summary_of(parallel, "mpdf-persist")
-        versus_full = summary_of(full, "mpdf-persist")
+        adapter = tables.RESULTS / "agents" / f"{name}.pt"
+        size = f"{adapter.stat().st_size:,}" if adapter.exists() else ""
+        reference = full.get(int(seed)) or full.get(0)
+        reference_seed = int(seed) if full.get(int(seed)) else 0
         cells = [
-            format_paired(paired_difference(mine, other)) if other and other is not mine else ""
-            for other in (untrained, versus_full)
+            format_paired(paired_difference(mine, other)) if other else ""
+            for other in (untrained, reference)
         ]
+        if reference and reference_seed != int(seed):
+            cells[1] += f" (seed {reference_seed}'s)"
+        by_lr.setdefault(lr, []).append(mine["accuracy"])
         lines.append(
             f"| {name} | {mine['accuracy']:.3f} | {cells[0]} | {cells[1]} | "
             f"{mine['tokens_per_question']:.0f} | {size} |"
         )
+    for lr, votes in by_lr.items():
+        if len(votes) > 1:
+            lines.append(f"| lr {lr}, mean of {len(votes)} seeds | {sum(votes) / len(votes):.3f} "
+                         f"(sample std {sample_std(votes):.3f}) | | | | |")  # fmt: skip
     if len(lines) == 2:  # no run evaluated yet
         lines = []
     costs = {}

@@ -456,6 +456,19 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
     row = next(line for line in table.splitlines() if line.startswith("| magrpo-lora-lr1e-4"))
     assert row.startswith("| magrpo-lora-lr1e-4-L1-seed0 | 0.750 | +0.500 [")
     assert "| +0.250 [" in row and row.endswith("| 240 | 1,234 |")
+    # more seeds: each against the full run of its own seed, else seed 0's (said so); the mean
+    write("magrpo-sum-L1-seed1-parallel", [False, False, False, False], 250)
+    write("magrpo-lora-lr1e-4-L1-seed1-parallel", [True, False, False, False], 240)
+    write("magrpo-lora-lr1e-4-L1-seed2-parallel", [False, False, False, False], 240)
+    table = studies.lora_table()
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ")}
+    assert "| +0.250 [" in rows["magrpo-lora-lr1e-4-L1-seed1"]  # 0.25 - 0.00 (seed 1's full)
+    assert "| -0.500 [" in rows["magrpo-lora-lr1e-4-L1-seed2"]  # 0.00 - 0.50 (seed 0's full)
+    assert "(seed 0's)" in rows["magrpo-lora-lr1e-4-L1-seed2"]
+    assert "(seed 0's)" not in rows["magrpo-lora-lr1e-4-L1-seed1"]
+    assert rows["lr 1e-4, mean of 3 seeds"].startswith(
+        "| lr 1e-4, mean of 3 seeds | 0.333 (sample std 0.382) |"
+    )
     # the cost of a step leaves the first (warm-up) step out
     assert "| full fine-tuning | 15 | 4 | 11 | 300 |" in table
     assert "| LoRA rank 4 | 10 | 4 | 6 | 300 |" in table
