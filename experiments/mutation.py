@@ -19,8 +19,6 @@ cannot wrap them) nor module-level constants: the JSON lists the functions left 
 
 import argparse
 import ast
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -28,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from difflib import unified_diff
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,25 +247,32 @@ def decorated_functions(path):
 
 def read_results(work, path):
     """{mutant: (status, diff)} from mutmut's record of the run, in the scratch copy."""
+    import libcst
     import mutmut
     import mutmut.__main__ as cli
 
     os.chdir(work)
     mutmut.config = cli.load_config()
     codes = json.loads((work / "mutants" / f"{path}.meta").read_text())["exit_code_by_key"]
+    # parsed once: mutmut's get_diff_for_mutant parses the whole mutated file (every mutant of the
+    # module, 1.9 MB for deliberate.py) on each call, minutes per diff on two busy cores
+    module = cli.read_mutants_module(path)
     results = {}
     for name, code in sorted(codes.items()):
         status = cli.status_by_exit_code.get(code, f"exit {code}")
         diff = ""
         if status != "killed":
-            with contextlib.redirect_stdout(io.StringIO()):  # it prints the mutant's name first
-                diff = cli.get_diff_for_mutant(name, path=Path(path))
+            original, mutant = (
+                libcst.Module([read(module, name)]).code.strip().split("\n")
+                for read in (cli.read_original_function, cli.read_mutant_function)
+            )
+            diff = "\n".join(unified_diff(original, mutant, path, path, lineterm=""))
         results[name] = (status, diff)
     os.chdir(ROOT)
     return results
 
 
-def run(module, max_children, out):
+def run(module, max_children, out, summarize_only=False):
     try:
         import mutmut
     except ImportError:
@@ -274,17 +280,22 @@ def run(module, max_children, out):
     if mutmut.__version__ != VERSION:
         print(f"note: mutmut {mutmut.__version__}, this script was written for {VERSION}")
     path, tests, deselect = MODULES[module]
-    work = scratch_copy(module, path, tests, deselect)
     began = time.time()
-    log = work.parent / f"{module}.log"
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    with open(log, "w") as f:
-        proc = subprocess.run(
-            [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children)],
-            cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    if proc.returncode != 0:
-        sys.exit(f"mutmut failed (exit {proc.returncode}): see {log}")
+    work = ROOT / "runs" / "mutation" / module
+    if summarize_only:
+        if not (work / "mutants" / f"{path}.meta").is_file():
+            sys.exit(f"--summarize-only: no finished mutmut run in {work}")
+    else:
+        work = scratch_copy(module, path, tests, deselect)
+        log = work.parent / f"{module}.log"
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+        with open(log, "w") as f:
+            proc = subprocess.run(
+                [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children)],
+                cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        if proc.returncode != 0:
+            sys.exit(f"mutmut failed (exit {proc.returncode}): see {log}")
     results = read_results(work, path)
     equivalent = EQUIVALENT.get(module, {})
     statuses = Counter(status for status, _ in results.values())
@@ -338,13 +349,19 @@ def main():
     parser.add_argument("--list", action="store_true", help="the modules and their tests")
     parser.add_argument("--max-children", type=int, default=1, help="test processes at once")
     parser.add_argument("--out", default="", help="default: results/mutation/<module>.json")
+    parser.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="write the JSON from the last mutmut run in runs/mutation/<module>/ (after new "
+        "equivalents are reviewed, or a run stopped while writing it); wall_s counts this only",
+    )
     args = parser.parse_args()
     if args.list or not args.module:
         for name, (path, tests, deselect) in MODULES.items():
             left_out = f" (not: {', '.join(deselect)})" if deselect else ""
             print(f"{name:11s} {path:16s} {' '.join(tests)}{left_out}")
         return
-    run(args.module, args.max_children, args.out)
+    run(args.module, args.max_children, args.out, args.summarize_only)
 
 
 if __name__ == "__main__":
