@@ -199,6 +199,7 @@ def train(cfg, rank, world, device):
         "label_distribution": label_mix,
         "policy_distribution": action_distribution(predicted, k),
         "label_accuracy": float((predicted == tensors["label"]).float().mean()),
+        "team": cfg.models or cfg.model or "default",
         "dtype": cfg.dtype,
         "dtype_reason": dtype_reason,
     }

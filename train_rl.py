@@ -366,7 +366,8 @@ def train(cfg, rank, world, device):
         validated[global_step] = validate(
             engine, val_questions, policy, cfg, rank, world, device, log, global_step
         )
-    summary.update(validated[global_step], dtype=cfg.dtype, dtype_reason=dtype_reason)
+    summary.update(validated[global_step], team=cfg.models or cfg.model or "default")
+    summary.update(dtype=cfg.dtype, dtype_reason=dtype_reason)
     if rank == 0:
         config = dataclasses.asdict(cfg)
         save_policy(frozen_copy(policy), out / "policy.pt", train_config=config, summary=summary)

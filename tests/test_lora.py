@@ -312,3 +312,28 @@ def test_gradient_checkpointing_gives_adapters_the_same_gradient(tiny_model):
     assert all(g is not None for g in grads[1])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
+    tiny_model, tiny_model_dir, tmp_path
+):
+    """Stage 1 and stage 2 with --models (the base alone, the base + an adapter): both run the
+    team's games and record the team in their summaries."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
+    models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'a0.pt'}"
+    game = ["--models", models, "--agents", "2", "--rounds", "1", "--questions", "4", "--val-n",
+            "2", "--max-new-tokens", "6", "--epochs", "1", "--cache-dir", ""]  # fmt: skip
+    for script, extra in (("sft.py", []), ("train_rl.py", ["--init", "sft/policy.pt"])):
+        out = script.removesuffix(".py").replace("train_", "")
+        done = subprocess.run(
+            [sys.executable, str(root / script), *game, *extra, "--out-dir", out],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads((tmp_path / out / "summary.json").read_text())["team"] == models
