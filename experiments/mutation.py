@@ -46,7 +46,7 @@ MODULES = {
     ),
     "deliberate": (
         "deliberate.py",
-        ["tests/test_meaning.py", "tests/test_game.py"],
+        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_protocols.py"],
         ["tiny_model"],
     ),
     "corpus": (
@@ -102,6 +102,12 @@ BLANKS = (
     'blanks in a token only stand around "/" and Fraction() ignores blanks around a number: '
     "removing them or not gives the same value"
 )
+VERDICT_AXIS = "the critic's scores are (prompts, 2 verdicts): dim +1 is dim -1"
+UNREAD_COST = (
+    "a cost is read only for an agent that REFINEs (times a == REFINE), or in counterfactual play, "
+    "after every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
+)
+LED_FIRST = "round 0 (t = 0) assigns `led` before any later round reads it"
 EQUIVALENT = {
     "softrank": {
         **{
@@ -198,6 +204,11 @@ EQUIVALENT = {
         "data.answers.x__as_text__mutmut_12": "lower() comes first: no 'X' is left to strip",
         "data.answers.x__parse__mutmut_1": "every caller passes `units`: the default is never used",
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
+    },
+    "deliberate": {
+        "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
+        "deliberate.x_play__mutmut_121": UNREAD_COST,
+        "deliberate.x_lead__mutmut_48": LED_FIRST,
     },
 }
 
