@@ -49,10 +49,14 @@ MODULES = {
         ["tests/test_meaning.py", "tests/test_game.py", "tests/test_protocols.py"],
         ["tiny_model"],
     ),
+    # corpus: in-process tests only (3.5 minutes for all 685 mutants on two busy cores).
+    # tests/test_train.py runs sft.py / train_rl.py as subprocesses, a model load and a training run
+    # for each mutant its tests reach; what they rely on of corpus.py tests/test_corpus.py pins in
+    # process
     "corpus": (
         "corpus.py",
-        ["tests/test_meaning.py", "tests/test_train.py", "tests/test_safe_loading.py"],
-        ["torchrun", "sigkill", "validation_during", "scripts_reject", "a_script_refuses"],
+        ["tests/test_meaning.py", "tests/test_safe_loading.py", "tests/test_corpus.py"],
+        ["tiny_model", "a_script_refuses"],
     ),
     "answers": (
         "data/answers.py",
@@ -108,6 +112,14 @@ UNREAD_COST = (
     "after every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
 )
 LED_FIRST = "round 0 (t = 0) assigns `led` before any later round reads it"
+STATES_AXIS = (
+    "rewards are (states, K), the stacked kinds (states, 3): axis 1 is axis -1 (stacking 1-D "
+    "tensors, dim 1 is dim -1 too)"
+)
+NO_MODELS = (
+    '`models` is only tested for truth: "" and None (getattr\'s default, or the value a team '
+    "member's engine is made with) are both falsy"
+)
 EQUIVALENT = {
     "softrank": {
         **{
@@ -209,6 +221,28 @@ EQUIVALENT = {
         "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
         "deliberate.x_play__mutmut_121": UNREAD_COST,
         "deliberate.x_lead__mutmut_48": LED_FIRST,
+    },
+    "corpus": {
+        **{
+            f"corpus.x_{name}": STATES_AXIS
+            for name in (
+                "best_action_kinds__mutmut_9",
+                "best_action_kinds__mutmut_11",
+                "best_action_kinds__mutmut_19",
+                "best_action_kinds__mutmut_24",
+                "corpus_statistics__mutmut_32",
+                "corpus_statistics__mutmut_40",
+            )
+        },
+        **{
+            f"corpus.x_{name}": NO_MODELS
+            for name in (
+                "check_game__mutmut_96",
+                "check_game__mutmut_116",
+                "make_engine__mutmut_5",
+                "make_engine__mutmut_27",
+            )
+        },
     },
 }
 
