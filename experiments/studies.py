@@ -240,14 +240,21 @@ def llm_curves(prefix, title):
             f"| {name} | {curve} | {val[0][1]:.3f} → {val[-1][1]:.3f} | {reward[0]:.3f} → "
             f"{reward[1]:.3f} | {flat:.2f} | {minutes:.0f} min | {tokens:.0f} |"
         )
-    if len(runs) > 1:
-        gains = [val[-1][1] - val[0][1] for val, _ in runs.values()]
+    # the seeds of one setting are pooled, never runs of different settings (a sweep's)
+    settings = {}
+    for name, (val, _) in runs.items():
+        settings.setdefault(re.sub(r"-seed\d+$", "", name), []).append(val)
+    for setting, curves in settings.items():
+        if len(curves) < 2:
+            continue
+        named = f" ({setting})" if len(settings) > 1 else ""
+        gains = [val[-1][1] - val[0][1] for val in curves]
         lines.append(
-            f"\nGain in held-out accuracy over {len(runs)} seeds: {sum(gains) / len(gains):+.3f} "
-            f"(sample std {sample_std(gains):.3f})."
+            f"\nGain in held-out accuracy{named} over {len(curves)} seeds: "
+            f"{sum(gains) / len(gains):+.3f} (sample std {sample_std(gains):.3f})."
         )
         by_step = {}
-        for val, _ in runs.values():
+        for val in curves:
             for step, accuracy in val:
                 by_step.setdefault(step, []).append(accuracy)
         lines.append(

@@ -115,6 +115,14 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
     )
     assert "over 2 seeds: +0.150 (sample std 0.071)" in table
     assert "by step: 0: 0.100 ± 0.000, 4: 0.250 ± 0.071." in table
+    # a sweep: another setting's run is listed, never pooled with these seeds
+    other = tmp_path / "llm" / "m-lr2-seed0.metrics.jsonl"
+    other.write_text((tmp_path / "llm" / "m-seed0.metrics.jsonl").read_text())
+    table = studies.llm_curves("m", "run")
+    assert "| m-lr2-seed0 |" in table
+    assert "held-out accuracy (m) over 2 seeds: +0.150 (sample std 0.071)" in table
+    assert "(m-lr2)" not in table and "over 3 seeds" not in table
+    other.unlink()
     assert "not computed yet" in studies.temperature_table()
     (tmp_path / "study").mkdir()
     (tmp_path / "study" / "temperature-T0.3.json").write_text(
