@@ -94,6 +94,11 @@ def team_entries(models, agents, flag_name="--models"):
     return team
 
 
+def team_name(cfg):
+    """What a run's files and header call its team: the --models list, else the one model."""
+    return cfg.models or cfg.model or "default"
+
+
 def check_model(flag_name, path, max_new_tokens):
     """An HF checkpoint directory (empty: the default backbone) whose context holds the token
     budget."""
@@ -148,9 +153,8 @@ def resolve_engine_dtype(cfg, device="cpu"):
 
 def make_engine(cfg, rank, device="cpu"):
     """The generation engine of one rank on its device: its own cache file, a progress bar on rank
-    0. With
-    --models, a llm.team.Team: one engine per distinct base model, each agent's adapter loaded into
-    its base's engine (the file read as data: common.load_file)."""
+    0. With --models, a llm.team.Team: one engine per distinct base model, each agent's adapter
+    loaded into its base's engine (the file read as data: common.load_file)."""
     if getattr(cfg, "models", ""):
         engines, adapters, members = {}, {}, []
         for base, adapter in team_entries(cfg.models, cfg.agents):

@@ -24,7 +24,14 @@ import torch
 import data
 import deliberate
 from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
-from corpus import check_game, check_models, make_engine, resolve_engine_dtype, training_pool
+from corpus import (
+    check_game,
+    check_models,
+    make_engine,
+    resolve_engine_dtype,
+    team_name,
+    training_pool,
+)
 from policy import FixedPolicy, check_team, load_policy
 from state import ACTION_KINDS, CONFIDENCE_SIGNALS, describe_vote
 from stats import auroc, format_paired, paired_difference, sample_std
@@ -305,7 +312,7 @@ def main(cfg):
     print(
         f"\ntask {cfg.task} ({cfg.split}, n={len(examples)}), {cfg.agents} agents, "
         f"{cfg.rounds} rounds, seed {cfg.seed}, "
-        f"model {cfg.models or cfg.model or 'default'} ({cfg.dtype}; {dtype_reason})\n"
+        f"model {team_name(cfg)} ({cfg.dtype}; {dtype_reason})\n"
         f"vote: {describe_vote(cfg.vote)}"
     )
     print_table(summaries)

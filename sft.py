@@ -48,6 +48,7 @@ from corpus import (
     resolve_engine_dtype,
     save_corpus,
     states_to_tensors,
+    team_name,
     training_questions,
 )
 from policy import FEATURE_SETS, FixedPolicy, MetaPolicy, check_team, make_policy, save_policy
@@ -199,7 +200,7 @@ def train(cfg, rank, world, device):
         "label_distribution": label_mix,
         "policy_distribution": action_distribution(predicted, k),
         "label_accuracy": float((predicted == tensors["label"]).float().mean()),
-        "team": cfg.models or cfg.model or "default",
+        "team": team_name(cfg),
         "dtype": cfg.dtype,
         "dtype_reason": dtype_reason,
     }

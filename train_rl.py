@@ -70,6 +70,7 @@ from corpus import (
     resolve_engine_dtype,
     save_corpus,
     states_to_tensors,
+    team_name,
     training_questions,
 )
 from policy import check_team, load_policy, save_policy
@@ -366,8 +367,9 @@ def train(cfg, rank, world, device):
         validated[global_step] = validate(
             engine, val_questions, policy, cfg, rank, world, device, log, global_step
         )
-    summary.update(validated[global_step], team=cfg.models or cfg.model or "default")
-    summary.update(dtype=cfg.dtype, dtype_reason=dtype_reason)
+    summary.update(
+        validated[global_step], team=team_name(cfg), dtype=cfg.dtype, dtype_reason=dtype_reason
+    )
     if rank == 0:
         config = dataclasses.asdict(cfg)
         save_policy(frozen_copy(policy), out / "policy.pt", train_config=config, summary=summary)

@@ -119,7 +119,7 @@ def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
     for k in range(0, len(prompts), batch_size):
         batch = tokenizer(
             prompts[k : k + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-        )
+        ).to(model.device)
         out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
         for row in out[:, batch["input_ids"].shape[1] :].tolist():
             cut = next((k + 1 for k, t in enumerate(row) if t in eos_ids), len(row))

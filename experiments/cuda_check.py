@@ -31,6 +31,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hf_generate  # noqa: E402
+
 from common import machine  # noqa: E402
 from llm import lora  # noqa: E402
 from llm.backbone import default_model_path  # noqa: E402
@@ -59,31 +61,16 @@ def tiny_model_dir(tokenizer_dir, out):
     return str(out)
 
 
-def hf_greedy(engine, prompts, max_new_tokens):
-    tok = engine.tokenizer
-    tok.padding_side = "left"
-    batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
-        engine.device
-    )
-    with torch.no_grad():
-        out = engine.model.generate(
-            **batch, do_sample=False, max_new_tokens=max_new_tokens,
-            eos_token_id=sorted(engine.eos_ids), pad_token_id=tok.pad_token_id,
-        )  # fmt: skip
-    rows = []
-    for row in out[:, batch["input_ids"].shape[1] :].tolist():
-        ends = [i for i, t in enumerate(row) if t in engine.eos_ids]
-        rows.append(row[: ends[0]] if ends else row)
-    return rows
-
-
 def engine_vs_hf(model_dir):
     result = {}
     for dtype in ("float32", "bfloat16"):
         engine = Engine(model_path=model_dir, dtype=dtype, device=DEVICE, batch_size=8)
         prompts = [engine.chat(p) for p in PROMPTS]
-        want = hf_greedy(engine, prompts, 32)
-        got = engine.sample([engine.encode(p) for p in prompts], list(range(len(prompts))), 32, 0)
+        want = hf_generate(
+            engine.model, engine.tokenizer, prompts, 32, engine.eos_ids, len(prompts)
+        )
+        ids = [engine.encode(p) for p in prompts]
+        got = engine.sample(ids, list(range(len(prompts))), 32, 0, keep_eos=True)
         same = sum(tokens == w for (tokens, *_), w in zip(got, want))
         result[dtype] = {"identical_rows": same, "rows": len(prompts)}
     return result

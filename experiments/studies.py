@@ -389,18 +389,19 @@ def lora_table():
     for path in sorted((tables.RESULTS / "after").glob("magrpo-lora-lr*-parallel.json")):
         name = path.name.removesuffix("-parallel.json")
         lr, seed = re.search(r"lr([^-]+(?:-\d+)?)-L1-seed(\d+)", name).groups()
+        seed = int(seed)
         mine = summary_of(load(f"after/{path.name}"), "mpdf-persist")
         if mine is None:
             continue
         adapter = tables.RESULTS / "agents" / f"{name}.pt"
         size = f"{adapter.stat().st_size:,}" if adapter.exists() else ""
-        reference = full.get(int(seed)) or full.get(0)
-        reference_seed = int(seed) if full.get(int(seed)) else 0
+        reference_seed = seed if full.get(seed) else 0
+        reference = full.get(reference_seed)
         cells = [
             format_paired(paired_difference(mine, other)) if other else ""
             for other in (untrained, reference)
         ]
-        if reference and reference_seed != int(seed):
+        if reference and reference_seed != seed:
             cells[1] += f" (seed {reference_seed}'s)"
         by_lr.setdefault(lr, []).append(mine["accuracy"])
         lines.append(
