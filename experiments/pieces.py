@@ -7,11 +7,8 @@ done), and "needs" (files that must exist first: a policy trained by another pie
 of git).
 """
 
-import sys
-from pathlib import Path
+from llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS
 
-PY = sys.executable
-RUNS = Path("runs/results")
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
 # The demo's budget (Makefile): 3 agents, 2 rounds, 32 training questions, 8 for validation; the
@@ -51,43 +48,6 @@ STUDY_LEVERS = {  # name -> train_rl.py flags on top of the base run (init: the 
 }
 # their own SFT and SoftRankPO runs (the base reads every feature)
 STUDY_FEATURES = ("paper", "confidence")
-# issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith,
-# G = 8 joint rollouts at T = 0.7 (about half the groups are flat there:
-# results/llm/flat_groups-L1-a3-T0.7.json), arith answers need far fewer than 192 tokens; the team's
-# greedy vote on 100 held-out questions every 6 steps
-MAGRPO_PRESET = (
-    "--target agents --algo magrpo --protocol parallel --agents 3 --task arith --level 1 --group "
-    "8 --questions-per-step 4 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
-).split()
-# issue 40: the same with rank-4 LoRA adapters (the base frozen); the learning rate from seed 0's
-# validation curves (1e-4 first: about 10x the full-weight rate, "LoRA Without Regret"; its
-# validation vote did not rise, so the sweep went up: 5e-4 reached 0.40 at step 24, 1e-4 0.21),
-# the chosen one (LORA_LR) for seeds 1 and 2
-LORA_LRS, LORA_LR = ("1e-4", "5e-4", "2e-4"), "5e-4"
-MAGRPO_LORA = [*MAGRPO_PRESET, "--lora-rank", "4"]
-LORA_RUNS = [(f"magrpo-lora-lr{lr}-L1-seed0", 0, lr) for lr in LORA_LRS] + [
-    (f"magrpo-lora-lr{LORA_LR}-L1-seed{seed}", seed, LORA_LR) for seed in (1, 2)
-]
-# issue 19's MLPO preset: one leader over 3 frozen peers (the untrained backbone at the agents'
-# T = 0.5) on easy arith, the peers' solutions to 256 candidate questions generated once, questions
-# all 3 peers get right dropped; G = 8 leader samples at T = 0.7 (two thirds of the groups are flat
-# there: flat_groups-leader-L1-T0.7.json, so 8 questions per step); the leader's greedy answer over
-# its peers on 100 held-out questions every 6 steps
-MLPO_PRESET = (
-    "--target leader --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
-    "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
-).split()
-# issue 19 after training: 300 arith test questions (the same for every run), 3 agents, the
-# training's 96-token budget; debate = round 0 + one REFINE round; MLPO's leader decides once over
-# round 0 (as trained)
-AFTER_GAME = "--task arith --split test --n 300 --seed 0 --agents 3 --max-new-tokens 96".split()
-# what each evaluation after training plays: the parallel vote (with one greedy answer), debate
-AFTER_PARTS = {
-    "parallel": ["--rounds", "1", "--protocols", "vanilla,mpdf-persist"],
-    "debate": ["--rounds", "1", "--protocols", "debate"],
-}
 # about 150 steps on the demo corpus: the loss levels off
 DEMO_RL = "--epochs 50 --batch-size 64".split()
 # issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
@@ -126,6 +86,22 @@ REWARD_VARIANTS = {
 # to the team's vote and debate of the same team (the policy network is permutation-equivariant over
 # peers)
 SCALING = [(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4, 5)]
+# issue 35: teams whose agents were trained (adapters on the default base, committed by the LLM
+# pieces): three agents trained to revise (MAGRPO on debate, seed 0), and a mixed team of the
+# untrained backbone, a parallel-trained agent and a debate-trained one; each with the meta-policy
+# of every algorithm below and every fixed protocol, table a's game and questions
+TEAMS = {
+    "revisers": ",".join(["default+results/agents/magrpo-debate-L1-seed0.pt"] * 3),
+    "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
+    "default+results/agents/magrpo-debate-L1-seed0.pt",
+}
+TEAM_RL_ALGOS = ("softrank", "grpo")
+TEAM_PROTOCOLS = {
+    "persist": "mpdf-persist",
+    **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *TEAM_RL_ALGOS)},
+    "sc": "sc",
+    "debate": "debate",
+}
 
 
 def scaling_protocols(agents):
@@ -153,82 +129,97 @@ def trained(name, script, args):
     }
 
 
-def llm_run(name, args, adapter=False):
-    """An LLM-weights run (train_llm.py --target agents | leader): its metrics (training reward,
-    held-out accuracy every --eval-every steps, wall time, tokens) go to results/llm/; whole
-    weights stay out of git, a shared LoRA `adapter` (a few MB) goes to results/agents/."""
-    out = RUNS / name
-    kept = {out / "adapter.pt": f"results/agents/{name}.pt"} if adapter else {}
-    return {
-        "command": [PY, "train_llm.py", *args, "--out-dir", str(out)],
-        "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl", **kept},
-    }
-
-
-def after(name, args, model="", leader="", adapter=""):
-    """An evaluation of LLM weights after training (issue 19): eval.py's summary JSON in
-    results/after/. `model` (the agents) and `leader` (MLPO's): a trained run's weights,
-    runs/results/<run>/model, out of git, so the piece needs them there; `adapter`: a committed
-    adapter file every agent runs on the default base."""
-    protocols = ["--protocols", f"leader={leader}"] if leader else []
-    models = ["--model", model] if model else []
-    models += ["--models", ",".join([f"default+{adapter}"] * 3)] if adapter else []
-    out = f"results/after/{name}.json"
-    flags = [*models, *AFTER_GAME, *args, *protocols, "--no-details"]
-    return {
-        "command": [PY, "eval.py", *flags, "--out", out],
-        "outputs": [out],
-        "needs": [p for p in (model, leader, adapter) if p],
-    }
-
-
 def merged(dicts):
     """One dict of the pieces of several seeds or settings."""
     return {name: piece for d in dicts for name, piece in d.items()}
 
 
-def table_policy(task, algo, seed):
-    return f"results/policies/{task}-seed{seed}-{algo}.pt"
+def team_flags(team):
+    """A team of issue 35 (TEAMS) as eval/sft/train_rl flags; "": the default homogeneous team."""
+    return ["--models", TEAMS[team]] if team else []
 
 
-def policy_pieces(task, seed, algos):
+def team_adapters(team):
+    """The committed adapter files a team's pieces need (written by the LLM pieces)."""
+    return (
+        [entry.partition("+")[2] for entry in TEAMS[team].split(",") if "+" in entry]
+        if team
+        else []
+    )
+
+
+def run_prefix(task, seed, team=""):
+    return f"{task}-team-{team}-seed{seed}" if team else f"{task}-seed{seed}"
+
+
+def table_policy(task, algo, seed, team=""):
+    return f"results/policies/{run_prefix(task, seed, team)}-{algo}.pt"
+
+
+def policy_pieces(task, seed, algos, team=""):
     """The seed's SFT policy, then each RL algorithm of `algos` from it (pi_ref = the SFT
-    policy)."""
-    base = [*TABLE_TASKS[task], *TABLE_GAME, "--seed", str(seed)]
-    sft = table_policy(task, "sft", seed)
+    policy), for the default team or a TEAMS one."""
+    base = [*TABLE_TASKS[task], *TABLE_GAME, "--seed", str(seed), *team_flags(team)]
+    prefix = run_prefix(task, seed, team)
+    sft = table_policy(task, "sft", seed, team)
     return {
-        f"train-{task}-seed{seed}-sft": trained(f"{task}-seed{seed}-sft", "sft.py", base),
+        f"train-{prefix}-sft": {
+            **trained(f"{prefix}-sft", "sft.py", base),
+            "needs": team_adapters(team),
+        },
         **{
-            f"train-{task}-seed{seed}-{algo}": {
+            f"train-{prefix}-{algo}": {
                 **trained(
-                    f"{task}-seed{seed}-{algo}",
-                    "train_rl.py",
-                    base + ["--algo", algo, "--init", sft],
+                    f"{prefix}-{algo}", "train_rl.py", base + ["--algo", algo, "--init", sft]
                 ),
-                "needs": [sft],
+                "needs": [sft, *team_adapters(team)],
             }
             for algo in algos
         },
     }
 
 
-def table_pieces(name, task, seed, protocols, game=TABLE_GAME):
+def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
     """One eval.py piece per protocol on 300 test questions of `task` (seed `seed`);
-    {trained_on-algo} in a protocol is the seed's policy of that algorithm trained on that task,
-    which the piece needs."""
+    {trained_on-algo} in a protocol is the seed's policy of that algorithm trained on that task
+    (by the same team), which the piece needs."""
     pieces = {}
     for short, protocol in protocols.items():
-        needs = []
+        needs = team_adapters(team)
         if "{" in protocol:
             key = protocol[protocol.index("{") + 1 : -1]
-            needs = [table_policy(*key.split("-"), seed)]
+            needs = [table_policy(*key.split("-"), seed, team), *needs]
             protocol = protocol.replace("{" + key + "}", needs[0])
         test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]
         pieces[f"table-{name}-{short}"] = {
-            **table(name + "-" + short, [*TABLE_TASKS[task], *game, *test]),
+            **table(name + "-" + short, [*TABLE_TASKS[task], *game, *team_flags(team), *test]),
             "needs": needs,
         }
     return pieces
+
+
+def team_pieces(team, seed):
+    """Issue 35's table for one team and seed: its SFT, SoftRankPO and GRPO policies, every fixed
+    protocol of the same team and one greedy answer of each distinct member (a team of 3 copies of
+    it: vanilla is agent 0's answer), on table a's 300 arith test questions."""
+    name = f"arith300-team-{team}-seed{seed}"
+    members = dict.fromkeys(TEAMS[team].split(","))
+    vanilla = {
+        f"table-{name}-vanilla-m{j}": {
+            **table(
+                f"{name}-vanilla-m{j}",
+                [*TABLE_TASKS["arith"], *TABLE_GAME, "--models", ",".join([member] * 3)]
+                + ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", "vanilla"],
+            ),
+            "needs": team_adapters(team),
+        }
+        for j, member in enumerate(members)
+    }
+    return {
+        **policy_pieces("arith", seed, TEAM_RL_ALGOS, team),
+        **vanilla,
+        **table_pieces(name, "arith", seed, TEAM_PROTOCOLS, team=team),
+    }
 
 
 def dtype_piece(seed, dtype):
@@ -281,11 +272,6 @@ def auroc(name, args):
         "command": [PY, "experiments/confidence_auroc.py", *args, "--out", out],
         "outputs": [out],
     }
-
-
-def flat_groups(name, args):
-    out = f"results/llm/flat_groups-{name}.json"
-    return {"command": [PY, "experiments/flat_groups.py", *args, "--out", out], "outputs": [out]}
 
 
 DEMO_POLICIES = {
@@ -355,17 +341,8 @@ PIECES = {
         "train_rl.py",
         DEMO_TRAIN + DEMO_RL_LONG + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]],
     ),
-    # issue 19: how many MAGRPO groups are flat (all
-    # rollouts the same reward) on the untrained model
-    "llm-flat-L1-a3-T1.0": flat_groups(
-        "L1-a3-T1.0", ["--level", "1", "--agents", "3", "--temperature", "1.0"]
-    ),
-    "llm-flat-L1-a3-T0.7": flat_groups(
-        "L1-a3-T0.7", ["--level", "1", "--agents", "3", "--temperature", "0.7"]
-    ),
-    "llm-flat-leader-L1-T0.7": flat_groups(
-        "leader-L1-T0.7", ["--target", "leader", "--n", "64", "--temperature", "0.7"]
-    ),
+    # issues 19, 40, 35: the LLM weights (MAGRPO, MLPO, adapters) and their evaluations
+    **LLM_PIECES,
     # issue 18's study, lever 1: the agents' sampling temperature (round 0 of 3 agents and their
     # vote; the share of questions some agent gets right is what a perfect selector could reach
     # before any REFINE)
@@ -417,116 +394,6 @@ PIECES = {
         for name in ["sft", *STUDY_LEVERS, "defaults"]
         + [f"{run}-{f}" for run in ("sft", "softrank") for f in STUDY_FEATURES]
     },
-    # issue 19: MAGRPO learning curves, one piece per seed, under the aggregation they were computed
-    # with (token, the default then)
-    **{
-        f"llm-magrpo-L1-seed{seed}": llm_run(
-            f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed), "--loss-agg", "token"]
-        )
-        for seed in (0, 1, 2)
-    },
-    # issue 41: the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
-    **{
-        f"llm-magrpo-sum-L1-seed{seed}": llm_run(
-            f"magrpo-sum-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)]
-        )
-        for seed in (0, 1, 2)
-    },
-    # issue 40: adapters against full fine-tuning (the sum run above), the learning rate on seed 0
-    **{
-        f"llm-{run}": llm_run(run, [*MAGRPO_LORA, "--seed", str(seed), "--lr", lr], adapter=True)
-        for run, seed, lr in LORA_RUNS
-    },
-    **{
-        f"after-{run}-parallel": after(
-            f"{run}-parallel", AFTER_PARTS["parallel"], adapter=f"results/agents/{run}.pt"
-        )
-        for run, _, _ in LORA_RUNS
-    },
-    # issue 40: how far an AdamW step moves adapters and whole weights, on a supervised batch
-    "lora-step-size": {
-        "command": [
-            PY,
-            "experiments/lora_step_size.py",
-            "--out",
-            "results/llm/lora-step-size.json",
-        ],
-        "outputs": ["results/llm/lora-step-size.json"],
-    },
-    # issue 40: seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
-    # (run the two one after the other on a quiet machine: they are timings)
-    **{
-        f"llm-cost-{kind}": llm_run(f"cost-{kind}-L1", [*args, "--steps", "3", "--eval-every", "0"])
-        for kind, args in (("full", MAGRPO_PRESET), ("lora", MAGRPO_LORA))
-    },
-    # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
-    # team's vote after it), adapters; then the vote before and after the REFINE, test questions
-    **{
-        f"llm-magrpo-debate-L1-seed{seed}": llm_run(
-            f"magrpo-debate-L1-seed{seed}",
-            # the adapters' learning rate (the preset's 1e-5 is the whole-weight one)
-            [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)]
-            + ["--lr", LORA_LR],
-            adapter=True,
-        )
-        for seed in (0, 1, 2)
-    },
-    **{
-        f"after-magrpo-debate-L1-seed{seed}-debate": after(
-            f"magrpo-debate-L1-seed{seed}-debate",
-            AFTER_PARTS["debate"],
-            adapter=f"results/agents/magrpo-debate-L1-seed{seed}.pt",
-        )
-        for seed in (0, 1, 2)
-    },
-    **{
-        f"after-magrpo-sum-L1-seed{seed}-parallel": after(
-            f"magrpo-sum-L1-seed{seed}-parallel",
-            AFTER_PARTS["parallel"],
-            model=f"{RUNS}/magrpo-sum-L1-seed{seed}/model",
-        )
-        for seed in (0, 1, 2)
-    },
-    # issue 19: MLPO learning curves, one piece per seed
-    **{
-        f"llm-mlpo-L1-seed{seed}": llm_run(
-            f"mlpo-L1-seed{seed}", MLPO_PRESET + ["--seed", str(seed)]
-        )
-        for seed in (0, 1, 2)
-    },
-    # issue 19 after training, paired on the same 300 test questions: the untrained team (one greedy
-    # answer, the parallel vote, debate; the untrained backbone leading its peers), then each
-    # trained run
-    **{
-        f"after-untrained-{part}": after(f"untrained-{part}", args)
-        for part, args in AFTER_PARTS.items()
-    },
-    "after-untrained-leader": after(
-        "untrained-leader", ["--rounds", "0", "--protocols", "leader=default"]
-    ),
-    **{
-        f"after-magrpo-L1-seed{seed}-{part}": after(
-            f"magrpo-L1-seed{seed}-{part}", args, model=f"{RUNS}/magrpo-L1-seed{seed}/model"
-        )
-        for seed in (0, 1, 2)
-        for part, args in AFTER_PARTS.items()
-    },
-    **{
-        f"after-mlpo-L1-seed{seed}-leader": after(
-            f"mlpo-L1-seed{seed}-leader",
-            ["--rounds", "0"],
-            leader=f"{RUNS}/mlpo-L1-seed{seed}/model",
-        )
-        for seed in (0, 1, 2)
-    },
-    **{
-        f"after-mlpo-L1-seed{seed}-alone": after(
-            f"mlpo-L1-seed{seed}-alone",
-            ["--rounds", "0", "--protocols", "vanilla"],
-            model=f"{RUNS}/mlpo-L1-seed{seed}/model",
-        )
-        for seed in (0, 1, 2)
-    },
     # issue 18's tables a-d with the defaults the study set. Policies: one per task, seed, algorithm
     **merged(policy_pieces("arith", seed, TABLE_RL_ALGOS) for seed in TABLE_SEEDS),
     **merged(policy_pieces("mawps", seed, ("softrank",)) for seed in TABLE_SEEDS),
@@ -565,6 +432,8 @@ PIECES = {
         )
         for a, r in SCALING
     ),  # fmt: skip
+    # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
+    **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dtype_tables import dtype_accuracy_table, dtype_bench_table  # noqa: E402
+from pieces import TEAMS  # noqa: E402
 from studies import (  # noqa: E402
     after_table,
     bench_table,
@@ -43,6 +44,7 @@ from tables import (  # noqa: E402
     summary_of,
     weight_gap,
 )
+from team_tables import action_value_table, refine_table  # noqa: E402
 
 from state import ACTION_KINDS  # noqa: E402
 from stats import format_paired, paired_difference, sample_std  # noqa: E402
@@ -233,6 +235,18 @@ TABLES = {
     "llm-magrpo-sum": lambda: llm_curves("magrpo-sum-L1", "MAGRPO run, --loss-agg sum"),
     "llm-lora-curves": lambda: llm_curves("magrpo-lora-lr", "MAGRPO run, LoRA rank 4"),
     "llm-lora": lora_table,
+    "refine": refine_table,
+    "action-values": lambda: action_value_table(TEAMS),
+    **{
+        f"team-{team}": lambda team=team: seeds_table(
+            f"arith300-team-{team}",
+            [f"vanilla-m{j}" for j in range(len(dict.fromkeys(models.split(","))))]
+            + ["sc", "debate", "persist", "sft", "grpo", "softrank"],
+            "softrank",
+            pictures=True,
+        )
+        for team, models in TEAMS.items()
+    },
     "corpus-arith-demo": lambda: corpus_table(
         ["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank", "arith-demo-softrank-long"]
     ),

@@ -6,7 +6,7 @@ import re
 
 import plots
 import tables
-from tables import NO_PNG, fmt, load, missing, protocol_cells, read_metrics, summary_of
+from tables import NO_PNG, fmt, load, mean, missing, protocol_cells, read_metrics, summary_of
 
 from stats import format_paired, paired_difference, sample_std
 
@@ -359,7 +359,7 @@ def after_table(seeds=(0, 1, 2)):
     if len(lines) == 2:
         return missing("after/untrained-parallel.json", "after/magrpo-L1-seed0-parallel.json")
     return "\n".join(lines) + (
-        "\n\nSettings: `experiments/pieces.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
+        "\n\nSettings: `experiments/llm_pieces.py` AFTER_GAME (3 agents, the agents at T = 0.5, "
         "96 new tokens, seed-0 test questions for every run); leaders and single answers "
         "greedy."
     )
@@ -385,7 +385,11 @@ def lora_table():
             cell = format_paired(paired_difference(full[seed], untrained)) if untrained else ""
             lines.append(f"| full fine-tuning (sum), seed {seed} | {full[seed]['accuracy']:.3f} | "
                          f"{cell} | | {full[seed]['tokens_per_question']:.0f} | |")  # fmt: skip
-    by_lr = {}
+    votes = [f["accuracy"] for f in full.values() if f]
+    if len(votes) > 1:
+        lines.append(f"| full fine-tuning (sum), mean of {len(votes)} seeds | {mean(votes):.3f} "
+                     f"(sample std {sample_std(votes):.3f}) | | | | |")  # fmt: skip
+    by_lr, below_full = {}, {}
     for path in sorted((tables.RESULTS / "after").glob("magrpo-lora-lr*-parallel.json")):
         name = path.name.removesuffix("-parallel.json")
         lr, seed = re.search(r"lr([^-]+(?:-\d+)?)-L1-seed(\d+)", name).groups()
@@ -403,6 +407,8 @@ def lora_table():
         ]
         if reference and reference_seed != seed:
             cells[1] += f" (seed {reference_seed}'s)"
+        elif reference:
+            below_full.setdefault(lr, []).append(mine["accuracy"] - reference["accuracy"])
         by_lr.setdefault(lr, []).append(mine["accuracy"])
         lines.append(
             f"| {name} | {mine['accuracy']:.3f} | {cells[0]} | {cells[1]} | "
@@ -410,8 +416,11 @@ def lora_table():
         )
     for lr, votes in by_lr.items():
         if len(votes) > 1:
-            lines.append(f"| lr {lr}, mean of {len(votes)} seeds | {sum(votes) / len(votes):.3f} "
-                         f"(sample std {sample_std(votes):.3f}) | | | | |")  # fmt: skip
+            gaps = below_full.get(lr, [])
+            gap = (f"{mean(gaps):+.3f} (sample std {sample_std(gaps):.3f}, {len(gaps)} "
+                   "seeds paired with their own)" if len(gaps) > 1 else "")  # fmt: skip
+            lines.append(f"| lr {lr}, mean of {len(votes)} seeds | {mean(votes):.3f} "
+                         f"(sample std {sample_std(votes):.3f}) | | {gap} | | |")  # fmt: skip
     if len(lines) == 2:  # no run evaluated yet
         lines = []
     costs = {}

@@ -12,9 +12,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import dtype_tables  # noqa: E402
+import pieces  # noqa: E402
 import run as runner  # noqa: E402
 import studies  # noqa: E402
 import tables  # noqa: E402
+import team_tables  # noqa: E402
 
 
 def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
@@ -477,6 +479,15 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
     assert rows["lr 1e-4, mean of 3 seeds"].startswith(
         "| lr 1e-4, mean of 3 seeds | 0.333 (sample std 0.382) |"
     )
+    # the full runs' mean; the adapters' mean gap to the full run of their own seed (seeds 0, 1:
+    # +0.25 each; seed 2 has no full run of its own, so it is left out of the mean)
+    assert rows["full fine-tuning (sum), mean of 2 seeds"].startswith(
+        "| full fine-tuning (sum), mean of 2 seeds | 0.250 (sample std 0.354) |"
+    )
+    assert (
+        "| +0.250 (sample std 0.000, 2 seeds paired with their own) |"
+        in rows["lr 1e-4, mean of 3 seeds"]
+    )
     # the cost of a step leaves the first (warm-up) step out
     assert "| full fine-tuning | 15 | 4 | 11 | 300 |" in table
     assert "| LoRA rank 4 | 10 | 4 | 6 | 300 |" in table
@@ -525,3 +536,83 @@ def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypat
     bench = dtype_tables.dtype_bench_table()
     assert "| 100.0 | 150.0 | 200.0 | 400.0 | 2.00 | 2.67 | **4.00** | 4/4; 3/4; 2/4 |" in bench
     assert "round-dtypes.json" in bench  # the missing round, named
+
+
+def test_team_pieces_play_the_team_and_need_its_adapters():
+    """Issue 35's pieces: every training and evaluation piece of a team passes its --models and
+    needs its committed adapters; the policies of a team are its own; one greedy answer per distinct
+    member."""
+    for team, models in pieces.TEAMS.items():
+        adapters = [e.partition("+")[2] for e in models.split(",") if "+" in e]
+        mine = {n: p for n, p in runner.PIECES.items() if f"team-{team}-seed0" in n}
+        members = list(dict.fromkeys(models.split(",")))
+        vanilla = {n: p for n, p in mine.items() if "-vanilla-m" in n}
+        assert len(vanilla) == len(members)
+        for j, member in enumerate(members):
+            command = vanilla[f"table-arith300-team-{team}-seed0-vanilla-m{j}"]["command"]
+            assert command[command.index("--models") + 1] == ",".join([member] * 3)
+        names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
+        assert names == {*(f"vanilla-m{j}" for j in range(len(members))), "persist", "sft",
+                         "softrank", "grpo", "sc", "debate"}  # fmt: skip
+        for name, piece in mine.items():
+            command = piece["command"]
+            assert set(adapters) <= set(piece["needs"]), name
+            if "vanilla" not in name:
+                assert command[command.index("--models") + 1] == models, name
+            policy = next((a for a in command if str(a).startswith("mpdf=")), "")
+            if policy:
+                algo = name.rsplit("-", 1)[1]
+                assert policy == f"mpdf=results/policies/arith-team-{team}-seed0-{algo}.pt"
+                assert policy[5:] in piece["needs"]
+        rl = mine[f"train-arith-team-{team}-seed0-softrank"]["command"]
+        assert rl[rl.index("--init") + 1] == f"results/policies/arith-team-{team}-seed0-sft.pt"
+    # the default team's pieces keep their names and files
+    assert pieces.table_policy("arith", "softrank", 1) == "results/policies/arith-seed1-softrank.pt"
+    assert "--models" not in runner.PIECES["train-arith-seed0-sft"]["command"]
+
+
+def test_report_refine_table_pairs_rounds_and_teams(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in team_tables.refine_table()
+    (tmp_path / "after").mkdir()
+
+    def write(name, before, after, round0=None):
+        ids = [1, 2, 3, 4]
+        vote = {"accuracy": sum(before) / 4, "question_ids": ids, "correct": before}
+        debate = {"accuracy": sum(after) / 4, "question_ids": ids[::-1], "correct": after[::-1],
+                  "accuracy_per_round": [sum(before) / 4 if round0 is None else round0,
+                                         sum(after) / 4]}  # fmt: skip
+        (tmp_path / "after" / f"{name}-parallel.json").write_text(
+            json.dumps({"mpdf-persist": vote})
+        )
+        (tmp_path / "after" / f"{name}-debate.json").write_text(json.dumps({"debate": debate}))
+
+    # untrained: REFINE loses question 1 (-0.25); seed 0 trained to revise: gains questions 2 and 3
+    # (+0.5), loses none; seed 1: gains 2, loses 1 (0)
+    write("untrained", [True, False, False, False], [False, False, False, False])
+    write("magrpo-debate-L1-seed0", [True, False, False, False], [True, True, True, False])
+    write("magrpo-debate-L1-seed1", [True, False, False, True], [False, True, False, True], 0.4)
+    rows = [line for line in team_tables.refine_table().splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| untrained agents |  | 0.250 | 0.000 | -0.250 [")
+    assert rows[1].endswith("(1) |  |")
+    seed0 = "| MAGRPO on debate, adapters (lr 5e-4) | 0 | 0.250 | 0.750 | +0.500 ["
+    assert rows[2].startswith(seed0)
+    assert rows[2].endswith("(2) | +0.750 [+0.250, +1.000] (3) |")  # +0.5 - (-0.25), per question
+    assert "| 1 | 0.500 (debate's round 0: 0.400) | 0.500 | +0.000 [" in rows[3]
+    assert rows[4].endswith("| mean of 2 | | | +0.250 (sample std 0.354) | |")
+
+
+def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "arith-team-mixed-seed0-softrank.json" in team_tables.action_value_table(["mixed"])
+    (tmp_path / "training").mkdir()
+    summary = {
+        "corpus": {"states": 120, "refine_minus_persist": -0.0312,
+                   "best_kind": {"persist": 0.1, "refine": 0.25, "concede": 0.4, "tied": 0.25}},
+        "policy_actions_on_corpus": {"persist": 0.5, "refine": 0.125, "concede": 0.375},
+    }  # fmt: skip
+    path = tmp_path / "training" / "arith-team-mixed-seed1-softrank.json"
+    path.write_text(json.dumps(summary))
+    table = team_tables.action_value_table(["mixed"])
+    assert "| mixed | 1 | 120 | 0.10 / 0.25 / 0.40 / 0.25 | -0.031 | 0.50/0.12/0.38 |" in table
+    assert "arith-team-mixed-seed0-softrank.json" in table  # the seeds still missing

@@ -1,0 +1,116 @@
+"""Issue 35's tables: what one REFINE round does to the team's vote before and after the agents are
+trained (results/after/), and which kind of action pays in each team's counterfactual corpus
+(results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
+
+from tables import load, mean, missing, summary_of
+
+from stats import format_paired, paired_difference, sample_std
+
+# (label, the after-training runs' name with {} for the seed, seeds); the untrained team first:
+# every other REFINE is compared with its
+REFINE_RUNS = (
+    ("untrained agents", "untrained", (None,)),
+    ("MAGRPO on parallel answers, whole weights (token)", "magrpo-L1-seed{}", (0, 1, 2)),
+    ("MAGRPO on parallel answers, adapters (lr 5e-4)", "magrpo-lora-lr5e-4-L1-seed{}", (0, 1, 2)),
+    ("MAGRPO on debate, adapters (lr 5e-4)", "magrpo-debate-L1-seed{}", (0, 1, 2)),
+)
+
+
+def refine_effect(name):
+    """Per question, the team's vote after one REFINE round minus its vote before (round 0 = the
+    parallel vote: the same round-0 answers), in the form paired_difference reads; None while a
+    file is missing."""
+    before = summary_of(load(f"after/{name}-parallel.json"), "mpdf-persist")
+    after = summary_of(load(f"after/{name}-debate.json"), "debate")
+    if before is None or after is None:
+        return None
+    voted = dict(zip(before["question_ids"], before["correct"]))
+    return {
+        "question_ids": after["question_ids"],
+        "correct": [
+            float(ok) - float(voted[q]) for q, ok in zip(after["question_ids"], after["correct"])
+        ],
+        "before": before["accuracy"],
+        "after": after["accuracy"],
+        "round0_in_debate": after["accuracy_per_round"][0],
+    }
+
+
+def refine_table():
+    """Each team's vote before and after one REFINE round on the same 300 test questions, the
+    paired change, and that change minus the untrained team's (a difference in differences, paired
+    by question); the mean over seeds with its sample std."""
+    untrained = refine_effect("untrained")
+    lines = [
+        "| agents (300 arith test questions, 3 agents) | seed | vote, round 0 | after one REFINE | "
+        "REFINE's change [95% CI] (questions it moves) | change − the untrained team's [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, name, seeds in REFINE_RUNS:
+        changes = []
+        for seed in seeds:
+            effect = refine_effect(name.format(seed))
+            if effect is None:
+                continue
+            none = {
+                "question_ids": effect["question_ids"],
+                "correct": [0.0] * len(effect["correct"]),
+            }
+            relative = (
+                format_paired(paired_difference(effect, untrained))
+                if untrained and seed is not None
+                else ""
+            )
+            changes.append(effect["after"] - effect["before"])
+            # the debate's own round 0 repeats the parallel vote (the same calls): say so if not
+            check = (
+                ""
+                if abs(effect["round0_in_debate"] - effect["before"]) < 1e-9
+                else (f" (debate's round 0: {effect['round0_in_debate']:.3f})")
+            )
+            lines.append(
+                f"| {label} | {'' if seed is None else seed} | {effect['before']:.3f}{check} | "
+                f"{effect['after']:.3f} | {format_paired(paired_difference(effect, none))} | "
+                f"{relative} |"
+            )
+        if len(changes) > 1:
+            lines.append(
+                f"| {label} | mean of {len(changes)} | | | {mean(changes):+.3f} (sample std "
+                f"{sample_std(changes):.3f}) | |"
+            )
+    if len(lines) == 2:
+        return missing("after/untrained-parallel.json", "after/untrained-debate.json")
+    return "\n".join(lines)
+
+
+def action_value_table(teams, seeds=(0, 1, 2)):
+    """Per team and seed, the counterfactual corpus SoftRankPO trained on
+    (results/training/arith-team-<team>-seed<k>-softrank.json, corpus.best_action_kinds): the
+    share of states where PERSIST, REFINE or CONCEDE alone pays most, where kinds tie, REFINE's mean
+    reward minus PERSIST's, and the trained policy's actions on that corpus."""
+    lines = [
+        "| team | seed | states | best: persist / refine / concede / tied | REFINE − PERSIST, mean "
+        "reward | policy's actions on the corpus p/r/c |",
+        "|---|---|---|---|---|---|",
+    ]
+    absent = []
+    for team in teams:
+        for seed in seeds:
+            path = f"training/arith-team-{team}-seed{seed}-softrank.json"
+            summary = load(path)
+            if summary is None:
+                absent.append(path)
+                continue
+            corpus, actions = summary["corpus"], summary["policy_actions_on_corpus"]
+            best = " / ".join(
+                f"{corpus['best_kind'][k]:.2f}" for k in ("persist", "refine", "concede", "tied")
+            )
+            lines.append(
+                f"| {team} | {seed} | {corpus['states']} | {best} | "
+                f"{corpus['refine_minus_persist']:+.3f} | "
+                + "/".join(f"{actions[k]:.2f}" for k in ("persist", "refine", "concede"))
+                + " |"
+            )
+    if len(lines) == 2:
+        return missing(*absent)
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
