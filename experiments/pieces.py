@@ -215,10 +215,23 @@ def team_pieces(team, seed):
         }
         for j, member in enumerate(members)
     }
+    # what each learned policy's REFINEs and CONCEDEs gain over PERSIST in its test games
+    values = {
+        f"refine-value-{name}-{algo}": {
+            "command": [PY, "experiments/refine_value.py", *TABLE_TASKS["arith"], *TABLE_GAME]
+            + [*team_flags(team), "--n", "300", "--seed", str(seed)]
+            + ["--policy", table_policy("arith", algo, seed, team)]
+            + ["--out", f"results/refine/{name}-{algo}.json"],
+            "outputs": [f"results/refine/{name}-{algo}.json"],
+            "needs": [table_policy("arith", algo, seed, team), *team_adapters(team)],
+        }
+        for algo in ("sft", *TEAM_RL_ALGOS)
+    }
     return {
         **policy_pieces("arith", seed, TEAM_RL_ALGOS, team),
         **vanilla,
         **table_pieces(name, "arith", seed, TEAM_PROTOCOLS, team=team),
+        **values,
     }
 
 

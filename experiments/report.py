@@ -44,7 +44,7 @@ from tables import (  # noqa: E402
     summary_of,
     weight_gap,
 )
-from team_tables import action_value_table, refine_table  # noqa: E402
+from team_tables import action_value_table, refine_table, refine_value_table  # noqa: E402
 
 from state import ACTION_KINDS  # noqa: E402
 from stats import format_paired, paired_difference, sample_std  # noqa: E402
@@ -237,6 +237,7 @@ TABLES = {
     "llm-lora": lora_table,
     "refine": refine_table,
     "action-values": lambda: action_value_table(TEAMS),
+    "refine-value": lambda: refine_value_table(TEAMS),
     **{
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",

@@ -114,3 +114,42 @@ def action_value_table(teams, seeds=(0, 1, 2)):
     if len(lines) == 2:
         return missing(*absent)
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo")):
+    """Per team, seed and learned policy (results/refine/, experiments/refine_value.py): in its own
+    test games, how often it REFINEs and CONCEDEs and what those decisions gain over PERSIST in the
+    counterfactual rewards (mean [95% CI] (decisions)), and what REFINE would have gained at every
+    decision."""
+
+    def gain(v):
+        if not v["decisions"]:
+            return "– (0)"
+        return (
+            f"{v['mean_gain']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['decisions']})"
+        )
+
+    lines = [
+        "| team | seed | policy | accuracy | REFINE share | its REFINEs − PERSIST | CONCEDE "
+        "share | its CONCEDEs − PERSIST | REFINE at every decision − PERSIST |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    absent = []
+    for team in teams:
+        for seed in seeds:
+            for algo in algos:
+                path = f"refine/arith300-team-{team}-seed{seed}-{algo}.json"
+                result = load(path)
+                if result is None:
+                    absent.append(path)
+                    continue
+                taken = result["taken_vs_persist"]
+                lines.append(
+                    f"| {team} | {seed} | {algo} | {result['accuracy']:.3f} | "
+                    f"{result['shares']['refine']:.2f} | {gain(taken['refine'])} | "
+                    f"{result['shares']['concede']:.2f} | {gain(taken['concede'])} | "
+                    f"{gain(result['refine_at_every_decision_vs_persist'])} |"
+                )
+    if len(lines) == 2:
+        return missing("refine/arith300-team-<team>-seed<k>-<policy>.json")
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

@@ -616,3 +616,22 @@ def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monk
     table = team_tables.action_value_table(["mixed"])
     assert "| mixed | 1 | 120 | 0.10 / 0.25 / 0.40 / 0.25 | -0.031 | 0.50/0.12/0.38 |" in table
     assert "arith-team-mixed-seed0-softrank.json" in table  # the seeds still missing
+
+
+def test_report_refine_value_per_team_seed_and_policy(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in team_tables.refine_value_table(["mixed"])
+    (tmp_path / "refine").mkdir()
+    gain = {"decisions": 40, "mean_gain": 0.125, "ci95": [0.05, 0.2]}
+    result = {
+        "accuracy": 0.41,
+        "shares": {"persist": 0.5, "refine": 0.2, "concede": 0.3},
+        "taken_vs_persist": {"refine": gain, "concede": {"decisions": 0}, "persist": gain},
+        "refine_at_every_decision_vs_persist": {**gain, "mean_gain": -0.25, "decisions": 200},
+    }
+    path = tmp_path / "refine" / "arith300-team-mixed-seed2-grpo.json"
+    path.write_text(json.dumps(result))
+    table = team_tables.refine_value_table(["mixed"])
+    row = "| mixed | 2 | grpo | 0.410 | 0.20 | +0.125 [+0.050, +0.200] (40) | 0.30 | – (0) | "
+    assert row + "-0.250 [+0.050, +0.200] (200) |" in table
+    assert "arith300-team-mixed-seed0-sft.json" in table  # the pieces still missing

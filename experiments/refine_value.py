@@ -1,0 +1,123 @@
+"""What a learned policy's REFINEs (and CONCEDEs) are worth in the test games (issue 35): the policy
+plays its team's games greedily, as eval.py's mpdf=POLICY protocol does, and at every decision every
+agent's reward for each of its K actions is computed too (deliberate.counterfactual_rewards, the
+peers held at what they did). For each kind of action the policy took, the mean of the reward it got
+minus the reward PERSIST would have got, with a bootstrap 95% interval over decisions.
+
+    python experiments/refine_value.py --models default+A.pt,default+B.pt,default \
+        --policy results/policies/arith-team-mixed-seed0-softrank.pt --n 300 --seed 0 \
+        --out results/refine/mixed-seed0-softrank.json
+
+The game is eval.py's (same prompts and seeds, so its calls come from the generation cache when
+the table's piece ran first, and `accuracy` repeats that piece's); the counterfactual REFINE samples
+of the agents that did not REFINE are extra calls (the same prompt and seed as the REFINE they
+would have made) and change nothing in the game. Rewards: the shaped reward of docs/design.md §4,
+no token cost.
+"""
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import deliberate  # noqa: E402
+from common import machine, parse_config, write_result  # noqa: E402
+from corpus import check_models, make_engine, resolve_engine_dtype  # noqa: E402
+from policy import make_policy  # noqa: E402
+from state import ACTION_KINDS, PERSIST, REFINE, action_kind  # noqa: E402
+
+
+@dataclass
+class Config:
+    policy: str = ""  # a policy file (train_rl.py / sft.py) or a fixed one: persist | random | ...
+    task: str = "arith"
+    split: str = "test"
+    n: int = 300
+    seed: int = 0  # the test questions, every LLM call's seed (as eval.py --seed)
+    agents: int = 3
+    rounds: int = 3
+    temperature: float = 0.5
+    max_new_tokens: int = 192
+    model: str = ""
+    models: str = ""  # the team, as eval.py --models
+    dtype: str = "float32"
+    engine_batch_size: int = 128
+    cache_dir: str = "cache/generations"
+    out: str = ""
+
+
+def gain_over_persist(rows, resamples=10_000, seed=0):
+    """rows: (reward of the action taken, reward of PERSIST) per decision -> the mean gain, its 95%
+    bootstrap interval over decisions and the share of decisions where the action did better, and
+    worse, than PERSIST would have."""
+    if not rows:
+        return {"decisions": 0}
+    d = np.array([taken - persist for taken, persist in rows])
+    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {
+        "decisions": len(d),
+        "mean_gain": float(d.mean()),
+        "ci95": [float(low), float(high)],
+        "better": float((d > 0).mean()),
+        "worse": float((d < 0).mean()),
+    }
+
+
+def decision_values(transcripts):
+    """Per kind of action taken: gain_over_persist of those decisions; also what REFINE would have
+    gained over PERSIST at every decision, whatever was taken; and the kinds' shares by round."""
+    taken = {kind: [] for kind in ACTION_KINDS}
+    refine_everywhere, by_round = [], {}
+    for tr in transcripts:
+        for t, record in enumerate(tr["rounds"][1:], start=1):
+            for action, rewards in zip(record["actions"], record["reward_vectors"]):
+                taken[action_kind(action)].append((rewards[action], rewards[PERSIST]))
+                refine_everywhere.append((rewards[REFINE], rewards[PERSIST]))
+                counts = by_round.setdefault(t, dict.fromkeys(ACTION_KINDS, 0))
+                counts[action_kind(action)] += 1
+    total = sum(len(rows) for rows in taken.values()) or 1
+    return {
+        "decisions": total,
+        "shares": {kind: len(rows) / total for kind, rows in taken.items()},
+        "shares_by_round": [
+            {kind: c / sum(counts.values()) for kind, c in counts.items()}
+            for _, counts in sorted(by_round.items())
+        ],
+        "taken_vs_persist": {kind: gain_over_persist(rows) for kind, rows in taken.items()},
+        "refine_at_every_decision_vs_persist": gain_over_persist(refine_everywhere),
+    }
+
+
+def main(cfg):
+    if cfg.models:
+        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
+    cfg, dtype_reason = resolve_engine_dtype(cfg)
+    examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
+    engine = make_engine(cfg, 0)
+    game = deliberate.game_config(cfg)
+    transcripts = deliberate.play(
+        engine, examples, make_policy(cfg.policy), game, counterfactual=True
+    )
+    correct = [tr["rounds"][-1]["correct"] for tr in transcripts]
+    return write_result(
+        {
+            "config": dataclasses.asdict(cfg),
+            "machine": machine(),
+            "dtype_reason": dtype_reason,
+            "questions": len(transcripts),
+            "accuracy": sum(correct) / len(correct),
+            "question_ids": [tr["id"] for tr in transcripts],
+            "correct": correct,
+            **decision_values(transcripts),
+        },
+        cfg.out,
+    )
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, description=__doc__.split("\n\n")[0]))
