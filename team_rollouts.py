@@ -23,7 +23,7 @@ import torch
 
 import data
 import deliberate
-from common import all_gather_list, all_reduce_sum
+from common import FileRefused, all_gather_list, all_reduce_sum, load_file
 from corpus import make_engine, training_pool
 from llm import lora
 from llm.engine import Engine, call_seed
@@ -178,7 +178,16 @@ def trained_team(cfg, device, rank):
         for _ in range(1 if cfg.lora_rank else n_trained)
     ]  # fmt: skip
     models = [e.model for e in engines]
-    if cfg.lora_rank:
+    if cfg.lora_rank and cfg.init_adapter:
+        state = load_file(cfg.init_adapter, "adapter")
+        for k in range(n_trained):
+            try:
+                lora.load_adapter(models[0], state)
+            except lora.AdapterMismatch as e:
+                raise FileRefused(f"{cfg.init_adapter}: {e}") from None
+            # from here on these weights are not the file's: no cache key or shared prefix as if
+            models[0].lora["names"][k] = f"unsaved{k}"
+    elif cfg.lora_rank:
         lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, adapters=n_trained, seed=cfg.seed)
     if cfg.dtype == "bfloat16":
         engines = [

@@ -55,6 +55,7 @@ from common import (
     distributed,
     launch_world_size,
     load_checkpoint,
+    load_file,
     parse_config,
     peak_memory_mb,
     save_checkpoint,
@@ -107,6 +108,10 @@ class Config:
     of every weight)"""
     lora_alpha: float = 32.0
     """LoRA scale alpha (the update is alpha / rank x B A)"""
+    init_adapter: str = ""
+    """agents, leader: start every trained adapter from this adapter file (one train_llm.py wrote,
+    of the same rank and alpha) instead of from the base model, e.g. agents trained on parallel
+    answers, then on debate"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
     weight_decay: float = 0.0
@@ -469,6 +474,20 @@ def check(cfg, world):
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
+    if cfg.init_adapter:
+        if not cfg.lora_rank or cfg.target == "sft":
+            raise UsageError("--init-adapter: adapters train with --target agents|leader and "
+                             "--lora-rank >= 1")  # fmt: skip
+        state = load_file(cfg.init_adapter, "adapter")
+        if not isinstance(state, dict) or (state.get("rank"), state.get("alpha")) != (
+            cfg.lora_rank,
+            cfg.lora_alpha,
+        ):
+            raise UsageError(
+                f"--init-adapter {cfg.init_adapter}: rank {state.get('rank')}, alpha "
+                f"{state.get('alpha')} there, --lora-rank {cfg.lora_rank} --lora-alpha "
+                f"{cfg.lora_alpha} here"
+            )
     if cfg.target != "sft" and cfg.questions_per_step % world:
         raise UsageError(
             f"--questions-per-step {cfg.questions_per_step} must be a multiple of the {world} "

@@ -46,6 +46,11 @@ AFTER_PARTS = {
 }
 
 
+def parallel_adapter(seed):
+    """The seed's adapter trained on parallel answers at the chosen learning rate (committed)."""
+    return f"results/agents/magrpo-lora-lr{LORA_LR}-L1-seed{seed}.pt"
+
+
 def llm_run(name, args, adapter=False):
     """An LLM-weights run (train_llm.py --target agents | leader): its metrics (training reward,
     held-out accuracy every --eval-every steps, wall time, tokens) go to results/llm/; whole
@@ -149,12 +154,28 @@ LLM_PIECES = {
         )
         for seed in (0, 1, 2)
     },
+    # the same from the seed's parallel-trained adapter (agents that answer first, then revise):
+    # from the base model seed 0's debate rollouts were mostly all wrong (flat groups, rewards
+    # near 0)
     **{
-        f"after-magrpo-debate-L1-seed{seed}-{part}": after(
-            f"magrpo-debate-L1-seed{seed}-{part}",
+        f"llm-magrpo-debate-warm-L1-seed{seed}": {
+            **llm_run(
+                f"magrpo-debate-warm-L1-seed{seed}",
+                [*MAGRPO_LORA, "--protocol", "debate", "--rounds", "1", "--seed", str(seed)]
+                + ["--lr", LORA_LR, "--init-adapter", parallel_adapter(seed)],
+                adapter=True,
+            ),
+            "needs": [parallel_adapter(seed)],
+        }
+        for seed in (0, 1, 2)
+    },
+    **{
+        f"after-magrpo-debate{warm}-L1-seed{seed}-{part}": after(
+            f"magrpo-debate{warm}-L1-seed{seed}-{part}",
             AFTER_PARTS[part],
-            adapter=f"results/agents/magrpo-debate-L1-seed{seed}.pt",
+            adapter=f"results/agents/magrpo-debate{warm}-L1-seed{seed}.pt",
         )
+        for warm in ("", "-warm")
         for seed in (0, 1, 2)
         for part in AFTER_PARTS
     },

@@ -13,6 +13,7 @@ REFINE_RUNS = (
     ("MAGRPO on parallel answers, whole weights (token)", "magrpo-L1-seed{}", (0, 1, 2)),
     ("MAGRPO on parallel answers, adapters (lr 5e-4)", "magrpo-lora-lr5e-4-L1-seed{}", (0, 1, 2)),
     ("MAGRPO on debate, adapters (lr 5e-4)", "magrpo-debate-L1-seed{}", (0, 1, 2)),
+    ("MAGRPO on parallel answers, then on debate", "magrpo-debate-warm-L1-seed{}", (0, 1, 2)),
 )
 
 

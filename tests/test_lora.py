@@ -337,3 +337,52 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads((tmp_path / out / "summary.json").read_text())["team"] == models
+
+
+def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp_path):
+    """train_llm.py --init-adapter: every trained adapter starts as a copy of the file's (not zero),
+    trainable, the base frozen, named as unsaved weights (the copies will differ once trained);
+    a file of another rank or alpha, or for another base, is refused in one line."""
+    from types import SimpleNamespace
+
+    import team_rollouts
+    import train_llm
+    from common import FileRefused, UsageError
+
+    path = tmp_path / "a.pt"
+    torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), path)
+    saved = load_file(path, "adapter")["tensors"]
+    cfg = SimpleNamespace(agents=3, separate_agents=True, target="agents", model=tiny_model_dir,
+                          engine_batch_size=8, lora_rank=4, lora_alpha=8.0, seed=0,
+                          dtype="float32", init_adapter=str(path))  # fmt: skip
+    models, team = team_rollouts.trained_team(cfg, "cpu", 0)
+    model = models[0]
+    assert lora.n_adapters(model) == 3 and model.lora["names"] == [
+        "unsaved0",
+        "unsaved1",
+        "unsaved2",
+    ]
+    for k in range(3):
+        state = lora.adapter_state(model, k, "tiny")["tensors"]
+        assert state.keys() == saved.keys()
+        assert all(torch.equal(state[name], saved[name]) for name in saved)
+        assert all(p.requires_grad for p in lora.adapter_parameters(model, k))
+    assert not any(p.requires_grad for n, p in model.named_parameters() if ".lora_" not in n)
+    # the copies are the file's adapter: the model with adapter k gives the file's logits
+    reference = adapted(tiny_model, adapters=1)
+    torch.testing.assert_close(logits(model, IDS, 1), logits(reference, IDS, 0))
+    assert not torch.allclose(logits(model, IDS, 1), logits(tiny_model[0], IDS), atol=1e-2)
+    # refused: another rank / alpha (before any model loads), another base (when it loads)
+    config = train_llm.Config(init_adapter=str(path), lora_rank=8, lora_alpha=8.0)
+    with pytest.raises(UsageError, match="--init-adapter .*rank 4, alpha 8 there, --lora-rank 8"):
+        train_llm.check(config, 1)
+    with pytest.raises(UsageError, match="--init-adapter: adapters train with"):
+        train_llm.check(train_llm.Config(init_adapter=str(path), lora_rank=0), 1)
+    other = copy.deepcopy(tiny_model[0])
+    with torch.no_grad():
+        other.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+    foreign = tmp_path / "foreign.pt"
+    torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
+    with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
+        team_rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}),
+                                   "cpu", 0)  # fmt: skip
