@@ -170,6 +170,15 @@ def headline_sentences():
             f"trained agents takes their vote from {vote[0]:.3f} to {vote[1]:.3f} (mean of the "
             "seeds)."
         )
+    adapters = after_differences(
+        "magrpo-lora-lr5e-4-L1-seed{}-parallel", "mpdf-persist", "magrpo-sum-L1-seed{}-parallel"
+    )
+    if adapters:
+        sentences.append(
+            "**Adapters** (the same MAGRPO preset, rank-4 LoRA at lr 5e-4, each team a 5 MB file): "
+            f"the team's vote {mean(adapters):+.3f} (sample std {sample_std(adapters):.3f} over "
+            f"{len(adapters)} seeds, paired) against full fine-tuning of the same seed."
+        )
     mlpo = after_differences("mlpo-L1-seed{}-leader", None, None)
     if mlpo:
         sentences.append(
@@ -190,8 +199,10 @@ def after_differences(name, protocol, untrained):
             return []
         if untrained is None:
             theirs = {"question_ids": mine["question_ids"], "correct": mine["peer_vote_correct"]}
-        else:
-            theirs = summary_of(load(f"after/{untrained}.json"), protocol)
+        else:  # the untrained run, or a reference run of the same seed
+            theirs = summary_of(load(f"after/{untrained.format(seed)}.json"), protocol)
+            if theirs is None:
+                return []
         diffs.append(paired_difference(mine, theirs)["diff"])
     return diffs
 

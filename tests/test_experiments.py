@@ -635,3 +635,27 @@ def test_report_refine_value_per_team_seed_and_policy(tmp_path, monkeypatch):
     row = "| mixed | 2 | grpo | 0.410 | 0.20 | +0.125 [+0.050, +0.200] (40) | 0.30 | – (0) | "
     assert row + "-0.250 [+0.050, +0.200] (200) |" in table
     assert "arith300-team-mixed-seed0-sft.json" in table  # the pieces still missing
+
+
+def test_report_after_differences_pair_each_seed_with_its_reference(tmp_path, monkeypatch):
+    """The headline's paired gaps: a run minus the untrained one, or minus a reference run of the
+    same seed (adapters against full fine-tuning); no sentence until every seed has both."""
+    import report
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "after").mkdir()
+
+    def write(name, correct):
+        vote = {"accuracy": sum(correct) / 4, "question_ids": [1, 2, 3, 4], "correct": correct}
+        (tmp_path / "after" / f"{name}.json").write_text(json.dumps({"mpdf-persist": vote}))
+
+    for seed, (mine, full) in enumerate([(2, 3), (1, 1), (4, 2)]):
+        write(f"lora-seed{seed}", [k < mine for k in range(4)])
+        if seed < 2:
+            write(f"full-seed{seed}", [k < full for k in range(4)])
+    name, reference = "lora-seed{}", "full-seed{}"
+    assert report.after_differences(name, "mpdf-persist", reference) == []  # seed 2's full missing
+    write("full-seed2", [k < 2 for k in range(4)])
+    assert report.after_differences(name, "mpdf-persist", reference) == [-0.25, 0.0, 0.5]
+    write("untrained", [False] * 4)
+    assert report.after_differences(name, "mpdf-persist", "untrained") == [0.5, 0.25, 1.0]
