@@ -327,7 +327,7 @@ def train_agents_or_leader(cfg, rank, world, device):
     log = MetricsLog(out, rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
-            m.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
+            m.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
     learners = learners_of(models, cfg, device)
     pad = team.first.tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
@@ -423,7 +423,7 @@ def train_sft(cfg, rank, world, device):
         )
     model = without_dropout(engine.model.float().to(device).train())
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(GRADIENT_CHECKPOINTING)
+        model.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=learning_rate(cfg), weight_decay=cfg.weight_decay
     )

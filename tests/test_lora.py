@@ -305,7 +305,7 @@ def test_gradient_checkpointing_gives_adapters_the_same_gradient(tiny_model):
     for checkpointing in (False, True):
         model = adapted(tiny_model, adapters=1).train()
         if checkpointing:
-            model.gradient_checkpointing_enable(train_llm.GRADIENT_CHECKPOINTING)
+            model.activation_checkpointing_enable(train_llm.GRADIENT_CHECKPOINTING)
         with lora.selecting(model, 0):
             model(input_ids=IDS).logits.logsumexp(-1).sum().backward()
         grads.append([p.grad for p in lora.adapter_parameters(model, 0)])
