@@ -408,7 +408,7 @@ def lora_table():
         if reference and reference_seed != seed:
             cells[1] += f" (seed {reference_seed}'s)"
         elif reference:
-            below_full.setdefault(lr, []).append(mine["accuracy"] - reference["accuracy"])
+            below_full.setdefault(lr, {})[seed] = mine, reference
         by_lr.setdefault(lr, []).append(mine["accuracy"])
         lines.append(
             f"| {name} | {mine['accuracy']:.3f} | {cells[0]} | {cells[1]} | "
@@ -416,9 +416,12 @@ def lora_table():
         )
     for lr, votes in by_lr.items():
         if len(votes) > 1:
-            gaps = below_full.get(lr, [])
-            gap = (f"{mean(gaps):+.3f} (sample std {sample_std(gaps):.3f}, {len(gaps)} "
-                   "seeds paired with their own)" if len(gaps) > 1 else "")  # fmt: skip
+            pairs = below_full.get(lr, {})
+            gaps = [mine["accuracy"] - full["accuracy"] for mine, full in pairs.values()]
+            both = [tables.pooled({k: v[j] for k, v in pairs.items()}) for j in (0, 1)]
+            gap = (f"{mean(gaps):+.3f} (sample std {sample_std(gaps):.3f}, {len(gaps)} seeds "
+                   f"paired with their own; pooled: {format_paired(paired_difference(*both))})"
+                   if len(gaps) > 1 else "")  # fmt: skip
             lines.append(f"| lr {lr}, mean of {len(votes)} seeds | {mean(votes):.3f} "
                          f"(sample std {sample_std(votes):.3f}) | | {gap} | | |")  # fmt: skip
     if len(lines) == 2:  # no run evaluated yet

@@ -480,14 +480,14 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
         "| lr 1e-4, mean of 3 seeds | 0.333 (sample std 0.382) |"
     )
     # the full runs' mean; the adapters' mean gap to the full run of their own seed (seeds 0, 1:
-    # +0.25 each; seed 2 has no full run of its own, so it is left out of the mean)
+    # +0.25 each; seed 2 has no full run of its own, so it is left out of the mean), and the paired
+    # difference pooled over those seeds' questions (8 pairs, 2 of them disagree)
     assert rows["full fine-tuning (sum), mean of 2 seeds"].startswith(
         "| full fine-tuning (sum), mean of 2 seeds | 0.250 (sample std 0.354) |"
     )
-    assert (
-        "| +0.250 (sample std 0.000, 2 seeds paired with their own) |"
-        in rows["lr 1e-4, mean of 3 seeds"]
-    )
+    gap = "| +0.250 (sample std 0.000, 2 seeds paired with their own; pooled: +0.250 ["
+    assert gap in rows["lr 1e-4, mean of 3 seeds"]
+    assert rows["lr 1e-4, mean of 3 seeds"].endswith("] (2)) | | |")
     # the cost of a step leaves the first (warm-up) step out
     assert "| full fine-tuning | 15 | 4 | 11 | 300 |" in table
     assert "| LoRA rank 4 | 10 | 4 | 6 | 300 |" in table
