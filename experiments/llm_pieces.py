@@ -20,7 +20,7 @@ MAGRPO_PRESET = (
 # validation curves (1e-4 first: about 10x the full-weight rate, "LoRA Without Regret"; its
 # validation vote did not rise, so the sweep went up: 5e-4 reached 0.40 at step 24, 1e-4 0.21),
 # the chosen one (LORA_LR) for seeds 1 and 2
-LORA_LRS, LORA_LR = ("1e-4", "5e-4", "2e-4"), "5e-4"
+LORA_LRS, LORA_LR = ("1e-4", "5e-4"), "5e-4"
 MAGRPO_LORA = [*MAGRPO_PRESET, "--lora-rank", "4"]
 LORA_RUNS = [(f"magrpo-lora-lr{lr}-L1-seed0", 0, lr) for lr in LORA_LRS] + [
     (f"magrpo-lora-lr{LORA_LR}-L1-seed{seed}", seed, LORA_LR) for seed in (1, 2)
