@@ -6,14 +6,26 @@ from tables import load, mean, missing, summary_of
 
 from stats import format_paired, paired_difference, sample_std
 
-# (label, the after-training runs' name with {} for the seed, seeds); the untrained team first:
-# every other REFINE is compared with its
+PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
+# (label, the after-training runs' name with {} for the seed, seeds, the agents training started
+# from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
+# the REFINE of the agents its training started from: what training did to it.
 REFINE_RUNS = (
-    ("untrained agents", "untrained", (None,)),
-    ("MAGRPO on parallel answers, whole weights (token)", "magrpo-L1-seed{}", (0, 1, 2)),
-    ("MAGRPO on parallel answers, adapters (lr 5e-4)", "magrpo-lora-lr5e-4-L1-seed{}", (0, 1, 2)),
-    ("MAGRPO on debate, adapters (lr 5e-4)", "magrpo-debate-L1-seed{}", (0, 1, 2)),
-    ("MAGRPO on parallel answers, then on debate", "magrpo-debate-warm-L1-seed{}", (0, 1, 2)),
+    ("untrained agents", "untrained", (None,), None),
+    (
+        "MAGRPO on parallel answers, whole weights (token)",
+        "magrpo-L1-seed{}",
+        (0, 1, 2),
+        "untrained",
+    ),
+    ("MAGRPO on parallel answers, adapters (lr 5e-4)", PARALLEL_ADAPTERS, (0, 1, 2), "untrained"),
+    ("MAGRPO on debate, adapters (lr 5e-4)", "magrpo-debate-L1-seed{}", (0, 1, 2), "untrained"),
+    (
+        "MAGRPO on parallel answers (adapters), then on debate",
+        "magrpo-debate-warm-L1-seed{}",
+        (0, 1, 2),
+        PARALLEL_ADAPTERS,
+    ),
 )
 
 
@@ -39,15 +51,15 @@ def refine_effect(name):
 
 def refine_table():
     """Each team's vote before and after one REFINE round on the same 300 test questions, the
-    paired change, and that change minus the untrained team's (a difference in differences, paired
-    by question); the mean over seeds with its sample std."""
-    untrained = refine_effect("untrained")
+    paired change, and that change minus the change of the agents training started from (a
+    difference in differences, paired by question); the mean over seeds with its sample std."""
     lines = [
         "| agents (300 arith test questions, 3 agents) | seed | vote, round 0 | after one REFINE | "
-        "REFINE's change [95% CI] (questions it moves) | change − the untrained team's [95% CI] |",
+        "REFINE's change [95% CI] (questions it moves) | change − the starting agents' [95% CI] "
+        "(started from) |",
         "|---|---|---|---|---|---|",
     ]
-    for label, name, seeds in REFINE_RUNS:
+    for label, name, seeds, start in REFINE_RUNS:
         changes = []
         for seed in seeds:
             effect = refine_effect(name.format(seed))
@@ -57,9 +69,10 @@ def refine_table():
                 "question_ids": effect["question_ids"],
                 "correct": [0.0] * len(effect["correct"]),
             }
+            started = start and refine_effect(start.format(seed))
             relative = (
-                format_paired(paired_difference(effect, untrained))
-                if untrained and seed is not None
+                f"{format_paired(paired_difference(effect, started))} ({start.format(seed)})"
+                if started
                 else ""
             )
             changes.append(effect["after"] - effect["before"])

@@ -592,14 +592,23 @@ def test_report_refine_table_pairs_rounds_and_teams(tmp_path, monkeypatch):
     write("untrained", [True, False, False, False], [False, False, False, False])
     write("magrpo-debate-L1-seed0", [True, False, False, False], [True, True, True, False])
     write("magrpo-debate-L1-seed1", [True, False, False, True], [False, True, False, True], 0.4)
+    # a run warm-started from seed 0's parallel-trained adapters is compared with their REFINE
+    # (which loses questions 1 and 2), not with the untrained team's: +0.25 - (-0.5)
+    write("magrpo-lora-lr5e-4-L1-seed0", [True, True, False, False], [False, False, False, False])
+    write("magrpo-debate-warm-L1-seed0", [True, False, False, False], [True, False, True, False])
     rows = [line for line in team_tables.refine_table().splitlines() if line.startswith("| ")]
     assert rows[1].startswith("| untrained agents |  | 0.250 | 0.000 | -0.250 [")
     assert rows[1].endswith("(1) |  |")
+    assert rows[2].startswith("| MAGRPO on parallel answers, adapters (lr 5e-4) | 0 | 0.500 | ")
     seed0 = "| MAGRPO on debate, adapters (lr 5e-4) | 0 | 0.250 | 0.750 | +0.500 ["
-    assert rows[2].startswith(seed0)
-    assert rows[2].endswith("(2) | +0.750 [+0.250, +1.000] (3) |")  # +0.5 - (-0.25), per question
-    assert "| 1 | 0.500 (debate's round 0: 0.400) | 0.500 | +0.000 [" in rows[3]
-    assert rows[4].endswith("| mean of 2 | | | +0.250 (sample std 0.354) | |")
+    assert rows[3].startswith(seed0)
+    # +0.5 - (-0.25), per question
+    assert rows[3].endswith("(2) | +0.750 [+0.250, +1.000] (3) (untrained) |")
+    assert "| 1 | 0.500 (debate's round 0: 0.400) | 0.500 | +0.000 [" in rows[4]
+    assert rows[5].endswith("| mean of 2 | | | +0.250 (sample std 0.354) | |")
+    warm = "| MAGRPO on parallel answers (adapters), then on debate | 0 | 0.250 | 0.500 | +0.250 ["
+    assert rows[6].startswith(warm)
+    assert rows[6].endswith("| +0.750 [+0.250, +1.000] (3) (magrpo-lora-lr5e-4-L1-seed0) |")
 
 
 def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monkeypatch):
