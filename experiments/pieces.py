@@ -95,7 +95,15 @@ TEAMS = {
     "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
     "default+results/agents/magrpo-debate-L1-seed0.pt",
 }
-TEAM_RL_ALGOS = ("softrank", "grpo")
+# softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default
+# 0.5 per 1000 tokens makes a REFINE pay only where it changes the outcome): does a policy free to
+# REFINE find the states where it pays?
+TEAM_RL_ALGOS = ("softrank", "grpo", "softrank-cost0")
+# train_rl.py flags of each RL policy name
+RL_FLAGS = {
+    **{algo: ["--algo", algo] for algo in ("softrank", "grpo", "ppo")},
+    "softrank-cost0": ["--algo", "softrank", "--refine-cost", "0"],
+}
 TEAM_PROTOCOLS = {
     "persist": "mpdf-persist",
     **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *TEAM_RL_ALGOS)},
@@ -170,7 +178,7 @@ def policy_pieces(task, seed, algos, team=""):
         **{
             f"train-{prefix}-{algo}": {
                 **trained(
-                    f"{prefix}-{algo}", "train_rl.py", base + ["--algo", algo, "--init", sft]
+                    f"{prefix}-{algo}", "train_rl.py", [*base, *RL_FLAGS[algo], "--init", sft]
                 ),
                 "needs": [sft, *team_adapters(team)],
             }
@@ -188,7 +196,7 @@ def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
         needs = team_adapters(team)
         if "{" in protocol:
             key = protocol[protocol.index("{") + 1 : -1]
-            needs = [table_policy(*key.split("-"), seed, team), *needs]
+            needs = [table_policy(*key.split("-", 1), seed, team), *needs]
             protocol = protocol.replace("{" + key + "}", needs[0])
         test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]
         pieces[f"table-{name}-{short}"] = {

@@ -253,7 +253,7 @@ TABLES = {
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",
             [f"vanilla-m{j}" for j in range(len(dict.fromkeys(models.split(","))))]
-            + ["sc", "debate", "persist", "sft", "grpo", "softrank"],
+            + ["sc", "debate", "persist", "sft", "grpo", "softrank-cost0", "softrank"],
             "softrank",
             pictures=True,
         )

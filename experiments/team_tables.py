@@ -130,7 +130,7 @@ def action_value_table(teams, seeds=(0, 1, 2)):
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
-def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo")):
+def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo", "softrank-cost0")):
     """Per team, seed and learned policy (results/refine/, experiments/refine_value.py): in its own
     test games, how often it REFINEs and CONCEDEs and what those decisions gain over PERSIST in the
     counterfactual rewards (mean [95% CI] (decisions)), and what REFINE would have gained at every

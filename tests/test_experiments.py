@@ -553,7 +553,7 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             assert command[command.index("--models") + 1] == ",".join([member] * 3)
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
         assert names == {*(f"vanilla-m{j}" for j in range(len(members))), "persist", "sft",
-                         "softrank", "grpo", "sc", "debate"}  # fmt: skip
+                         "softrank", "grpo", "softrank-cost0", "sc", "debate"}  # fmt: skip
         for name, piece in mine.items():
             command = piece["command"]
             assert set(adapters) <= set(piece["needs"]), name
@@ -561,11 +561,14 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
                 assert command[command.index("--models") + 1] == models, name
             policy = next((a for a in command if str(a).startswith("mpdf=")), "")
             if policy:
-                algo = name.rsplit("-", 1)[1]
+                algo = name.split("seed0-")[1]
                 assert policy == f"mpdf=results/policies/arith-team-{team}-seed0-{algo}.pt"
                 assert policy[5:] in piece["needs"]
         rl = mine[f"train-arith-team-{team}-seed0-softrank"]["command"]
         assert rl[rl.index("--init") + 1] == f"results/policies/arith-team-{team}-seed0-sft.pt"
+        free = mine[f"train-arith-team-{team}-seed0-softrank-cost0"]["command"]
+        assert free[free.index("--refine-cost") + 1] == "0" and "--refine-cost" not in rl
+        assert free[free.index("--algo") + 1] == "softrank"
     # the default team's pieces keep their names and files
     assert pieces.table_policy("arith", "softrank", 1) == "results/policies/arith-seed1-softrank.pt"
     assert "--models" not in runner.PIECES["train-arith-seed0-sft"]["command"]
