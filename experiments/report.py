@@ -32,6 +32,7 @@ from studies import (  # noqa: E402
 )
 from tables import (  # noqa: E402
     auroc_table,
+    by_seed,
     corpus_table,
     load,
     mean,
@@ -44,7 +45,13 @@ from tables import (  # noqa: E402
     summary_of,
     weight_gap,
 )
-from team_tables import action_value_table, refine_table, refine_value_table  # noqa: E402
+from team_tables import (  # noqa: E402
+    action_value_table,
+    refine_table,
+    refine_value_table,
+    team_fixed_protocols,
+    team_sentence,
+)
 
 from state import ACTION_KINDS  # noqa: E402
 from stats import format_paired, paired_difference, sample_std  # noqa: E402
@@ -94,12 +101,6 @@ def demo_table():
     )
 
 
-def by_seed(name, part, seeds=(0, 1, 2)):
-    """{seed: summary} of one protocol of a full-size table (tables/<name>-seed<k>-<part>.json)."""
-    found = {seed: summary_of(load(f"tables/{name}-seed{seed}-{part}.json")) for seed in seeds}
-    return {seed: s for seed, s in found.items() if s}
-
-
 def headline():
     """README's results: table a compact, paired against SoftRankPO, and one sentence per other
     study."""
@@ -136,7 +137,7 @@ def headline_sentences():
         sentences.append(
             "**Transfer** (300 mawps questions × 3 seeds): the arith policy "
             f"{acc['softrank-arith']:.3f} against the team's vote {acc['persist']:.3f} "
-            f"({vs['persist']}) and one greedy answer {acc['vanilla']:.3f} ({vs['vanilla']}): "
+            f"({vs['persist']}) and one greedy answer {acc['vanilla']:.3f} ({vs['vanilla']})."
         )
     agents = [summary_of(load(f"tables/scaling-a{a}-r3-{p}.json")) for a in (2, 5) for p in
               ("persist", "softrank")]  # fmt: skip
@@ -186,7 +187,7 @@ def headline_sentences():
             f"{mean(mlpo):+.3f} (sample std {sample_std(mlpo):.3f} over {len(mlpo)} seeds) against "
             "its peers' own vote on the same questions."
         )
-    return sentences
+    return sentences + [text for team in TEAMS if (text := team_sentence(team))]
 
 
 def after_differences(name, protocol, untrained):
@@ -252,12 +253,11 @@ TABLES = {
     **{
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",
-            [f"vanilla-m{j}" for j in range(len(dict.fromkeys(models.split(","))))]
-            + ["sc", "debate", "persist", "sft", "grpo", "softrank-cost0", "softrank"],
+            [*team_fixed_protocols(team), "sft", "grpo", "softrank-cost0", "softrank"],
             "softrank",
             pictures=True,
         )
-        for team, models in TEAMS.items()
+        for team in TEAMS
     },
     "corpus-arith-demo": lambda: corpus_table(
         ["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank", "arith-demo-softrank-long"]

@@ -324,6 +324,12 @@ def loss_curve(name, parts=10):
     return f"- {name} ({len(losses)} steps): " + ", ".join(f"{m:+.3f}" for m in means)
 
 
+def by_seed(name, part, seeds=(0, 1, 2)):
+    """{seed: summary} of one protocol of a full-size table (tables/<name>-seed<k>-<part>.json)."""
+    found = {seed: summary_of(load(f"tables/{name}-seed{seed}-{part}.json")) for seed in seeds}
+    return {seed: s for seed, s in found.items() if s}
+
+
 def summary_of(run, protocol=None):
     """One protocol's summary in an eval.py JSON; protocol None: its first (a file of one
     protocol)."""

@@ -2,11 +2,17 @@
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
-from tables import load, mean, missing, summary_of
+from pieces import TEAMS
+from tables import by_seed, load, mean, missing, pooled, summary_of
 
 from stats import format_paired, paired_difference, sample_std
 
 PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
+# what each team of pieces.TEAMS is, for the README's headline
+TEAM_LABELS = {
+    "revisers": "three agents trained by MAGRPO on debate",
+    "mixed": "the untrained backbone, an agent trained on parallel answers, one on debate",
+}
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
 # the REFINE of the agents its training started from: what training did to it.
@@ -167,3 +173,48 @@ def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo",
     if len(lines) == 2:
         return missing("refine/arith300-team-<team>-seed<k>-<policy>.json")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def team_fixed_protocols(team):
+    """A team's fixed protocols (pieces.team_pieces): one greedy answer of each distinct member
+    (vanilla-m<j>), self-consistency, debate and the team's vote."""
+    members = len(dict.fromkeys(TEAMS[team].split(",")))
+    return [f"vanilla-m{j}" for j in range(members)] + ["sc", "debate", "persist"]
+
+
+def team_sentence(team):
+    """README's sentence on a team (issue 35), over the seeds with every file: SoftRankPO against
+    the team's strongest fixed protocol (the highest mean accuracy; paired, pooled over the seeds),
+    its REFINE share, and what the REFINEs of the policy trained with REFINE free of its token cost
+    gain over PERSIST in the test games' counterfactual rewards. None before a seed is complete."""
+    fixed = team_fixed_protocols(team)
+    runs = {p: by_seed(f"arith300-team-{team}", p) for p in (*fixed, "softrank", "softrank-cost0")}
+    values = {
+        seed: load(f"refine/arith300-team-{team}-seed{seed}-softrank-cost0.json")
+        for seed in (0, 1, 2)
+    }
+    seeds = [s for s in (0, 1, 2) if values[s] and all(s in r for r in runs.values())]
+    if not seeds:
+        return None
+    runs = {part: {s: r[s] for s in seeds} for part, r in runs.items()}
+    accuracy = {part: mean([r[s]["accuracy"] for s in seeds]) for part, r in runs.items()}
+    strongest = max(fixed, key=accuracy.get)
+    gap = format_paired(paired_difference(pooled(runs["softrank"]), pooled(runs[strongest])))
+    refine_share = mean([runs["softrank"][s]["actions"]["refine"] for s in seeds])
+    free_share = mean([values[s]["shares"]["refine"] for s in seeds])
+    gains = [values[s]["taken_vs_persist"]["refine"] for s in seeds]
+    if len(seeds) == 1:
+        gain = (
+            f"{gains[0]['mean_gain']:+.3f} [{gains[0]['ci95'][0]:+.3f}, {gains[0]['ci95'][1]:+.3f}]"
+        )
+    else:
+        means = [g["mean_gain"] for g in gains if g["decisions"]]
+        gain = f"{mean(means):+.3f} (sample std {sample_std(means):.3f} over the seeds)"
+    return (
+        f"**Team `{team}`** ({TEAM_LABELS[team]}; 300 test questions × {len(seeds)} "
+        f"seed{'s' if len(seeds) > 1 else ''}): SoftRankPO {accuracy['softrank']:.3f} against the "
+        f"team's strongest fixed protocol ({strongest}, {accuracy[strongest]:.3f}): {gap}, "
+        f"REFINE on {refine_share:.0%} of its decisions; trained with REFINE free of its token "
+        f"cost, it REFINEs on {free_share:.0%} and each REFINE gains {gain} over PERSIST in the "
+        "test games' counterfactual rewards."
+    )

@@ -671,3 +671,51 @@ def test_report_after_differences_pair_each_seed_with_its_reference(tmp_path, mo
     assert report.after_differences(name, "mpdf-persist", reference) == [-0.25, 0.0, 0.5]
     write("untrained", [False] * 4)
     assert report.after_differences(name, "mpdf-persist", "untrained") == [0.5, 0.25, 1.0]
+
+
+def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_refines(
+    tmp_path, monkeypatch
+):
+    """README's team sentence: the strongest fixed protocol is the one with the highest mean
+    accuracy over the complete seeds (here sc, not the team's vote), paired with SoftRankPO on the
+    same questions; a seed without its refine-value file does not count."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert team_tables.team_sentence("revisers") is None
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "refine").mkdir()
+    ids = [1, 2, 3, 4]
+    correct = {
+        "vanilla-m0": [0, 0, 0, 1], "persist": [1, 0, 0, 0], "sc": [1, 1, 0, 0],
+        "debate": [0, 0, 0, 0], "softrank": [1, 1, 1, 0], "softrank-cost0": [1, 0, 1, 0],
+    }  # fmt: skip
+    for seed in (0, 1):
+        for part, right in correct.items():
+            summary = {"accuracy": sum(right) / 4, "question_ids": ids, "correct": right,
+                       "actions": {"persist": 0.8, "refine": 0.0, "concede": 0.2}}  # fmt: skip
+            path = tmp_path / "tables" / f"arith300-team-revisers-seed{seed}-{part}.json"
+            path.write_text(json.dumps({part: summary}))
+    value = {"shares": {"persist": 0.5, "refine": 0.25, "concede": 0.25},
+             "taken_vs_persist": {"refine": {"decisions": 8, "mean_gain": -0.125,
+                                             "ci95": [-0.25, 0.0]}}}  # fmt: skip
+    (tmp_path / "refine" / "arith300-team-revisers-seed0-softrank-cost0.json").write_text(
+        json.dumps(value)
+    )
+    text = team_tables.team_sentence("revisers")
+    assert "× 1 seed)" in text  # seed 1 has no refine-value file yet
+    assert (
+        "SoftRankPO 0.750 against the team's strongest fixed protocol (sc, 0.500): +0.250 [" in text
+    )
+    assert "REFINE on 0% of its decisions" in text
+    assert "it REFINEs on 25% and each REFINE gains -0.125 [-0.250, +0.000] over PERSIST" in text
+
+
+def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
+    """revisers has one distinct member, mixed three: each table's missing files say so (a report
+    lambda that read the loop's last team would ask revisers for three)."""
+    import report
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    revisers, mixed = report.TABLES["team-revisers"](), report.TABLES["team-mixed"]()
+    assert "team-revisers-seed0-vanilla-m0.json" in revisers
+    assert "vanilla-m1" not in revisers
+    assert "team-mixed-seed0-vanilla-m2.json" in mixed
