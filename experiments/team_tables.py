@@ -199,7 +199,10 @@ def team_sentence(team):
     runs = {part: {s: r[s] for s in seeds} for part, r in runs.items()}
     accuracy = {part: mean([r[s]["accuracy"] for s in seeds]) for part, r in runs.items()}
     strongest = max(fixed, key=accuracy.get)
-    gap = format_paired(paired_difference(pooled(runs["softrank"]), pooled(runs[strongest])))
+    gap, free_gap = (
+        format_paired(paired_difference(pooled(runs[policy]), pooled(runs[strongest])))
+        for policy in ("softrank", "softrank-cost0")
+    )
     refine_share = mean([runs["softrank"][s]["actions"]["refine"] for s in seeds])
     free_share = mean([values[s]["shares"]["refine"] for s in seeds])
     gains = [values[s]["taken_vs_persist"]["refine"] for s in seeds]
@@ -215,6 +218,7 @@ def team_sentence(team):
         f"seed{'s' if len(seeds) > 1 else ''}): SoftRankPO {accuracy['softrank']:.3f} against the "
         f"team's strongest fixed protocol ({strongest}, {accuracy[strongest]:.3f}): {gap}, "
         f"REFINE on {refine_share:.0%} of its decisions; trained with REFINE free of its token "
-        f"cost, it REFINEs on {free_share:.0%} and each REFINE gains {gain} over PERSIST in the "
-        "test games' counterfactual rewards."
+        f"cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against {strongest}), "
+        f"REFINEs on {free_share:.0%} of its decisions and each REFINE gains {gain} over PERSIST "
+        "in the test games' counterfactual rewards."
     )

@@ -706,7 +706,8 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
         "SoftRankPO 0.750 against the team's strongest fixed protocol (sc, 0.500): +0.250 [" in text
     )
     assert "REFINE on 0% of its decisions" in text
-    assert "it REFINEs on 25% and each REFINE gains -0.125 [-0.250, +0.000] over PERSIST" in text
+    assert "it plays 0.500 (+0.000 [" in text and "] (2) against sc)" in text
+    assert "REFINEs on 25% of its decisions and each REFINE gains -0.125 [-0.250, +0.000]" in text
 
 
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
