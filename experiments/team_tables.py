@@ -11,7 +11,7 @@ PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
 # what each team of pieces.TEAMS is, for the README's headline
 TEAM_LABELS = {
     "revisers": "three agents trained by MAGRPO on debate",
-    "mixed": "the untrained backbone, an agent trained on parallel answers, one on debate",
+    "mixed": "member 0 the untrained backbone, 1 an agent trained on parallel answers, 2 on debate",
 }
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
@@ -175,6 +175,16 @@ def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo",
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
+FIXED_NAMES = {"sc": "self-consistency", "debate": "debate", "persist": "the team's vote"}
+
+
+def fixed_name(part):
+    """What the reader calls a team table's fixed protocol."""
+    if part.startswith("vanilla-m"):
+        return f"member {part[len('vanilla-m') :]}'s greedy answer alone"
+    return FIXED_NAMES[part]
+
+
 def team_fixed_protocols(team):
     """A team's fixed protocols (pieces.team_pieces): one greedy answer of each distinct member
     (vanilla-m<j>), self-consistency, debate and the team's vote."""
@@ -216,9 +226,10 @@ def team_sentence(team):
     return (
         f"**Team `{team}`** ({TEAM_LABELS[team]}; 300 test questions × {len(seeds)} "
         f"seed{'s' if len(seeds) > 1 else ''}): SoftRankPO {accuracy['softrank']:.3f} against the "
-        f"team's strongest fixed protocol ({strongest}, {accuracy[strongest]:.3f}): {gap}, "
+        f"team's strongest fixed protocol ({fixed_name(strongest)}, {accuracy[strongest]:.3f}): "
+        f"{gap}, "
         f"REFINE on {refine_share:.0%} of its decisions; trained with REFINE free of its token "
-        f"cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against {strongest}), "
+        f"cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against the same), "
         f"REFINEs on {free_share:.0%} of its decisions and each REFINE gains {gain} over PERSIST "
         "in the test games' counterfactual rewards."
     )

@@ -703,10 +703,11 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
     text = team_tables.team_sentence("revisers")
     assert "× 1 seed)" in text  # seed 1 has no refine-value file yet
     assert (
-        "SoftRankPO 0.750 against the team's strongest fixed protocol (sc, 0.500): +0.250 [" in text
+        "SoftRankPO 0.750 against the team's strongest fixed protocol (self-consistency, 0.500): "
+        "+0.250 [" in text
     )
     assert "REFINE on 0% of its decisions" in text
-    assert "it plays 0.500 (+0.000 [" in text and "] (2) against sc)" in text
+    assert "it plays 0.500 (+0.000 [" in text and "] (2) against the same)" in text
     assert "REFINEs on 25% of its decisions and each REFINE gains -0.125 [-0.250, +0.000]" in text
 
 
