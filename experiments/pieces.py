@@ -147,6 +147,11 @@ def team_flags(team):
     return ["--models", TEAMS[team]] if team else []
 
 
+def team_members(team):
+    """A TEAMS team's distinct members, in order (a team of 3 copies has one)."""
+    return list(dict.fromkeys(TEAMS[team].split(",")))
+
+
 def team_adapters(team):
     """The committed adapter files a team's pieces need (written by the LLM pieces)."""
     return (
@@ -211,7 +216,7 @@ def team_pieces(team, seed):
     protocol of the same team and one greedy answer of each distinct member (a team of 3 copies of
     it: vanilla is agent 0's answer), on table a's 300 arith test questions."""
     name = f"arith300-team-{team}-seed{seed}"
-    members = dict.fromkeys(TEAMS[team].split(","))
+    members = team_members(team)
     vanilla = {
         f"table-{name}-vanilla-m{j}": {
             **table(

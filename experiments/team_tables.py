@@ -2,7 +2,7 @@
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
-from pieces import TEAMS
+from pieces import TEAM_RL_ALGOS, team_members
 from tables import by_seed, load, mean, missing, pooled, summary_of
 
 from stats import format_paired, paired_difference, sample_std
@@ -136,7 +136,7 @@ def action_value_table(teams, seeds=(0, 1, 2)):
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
-def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", "softrank", "grpo", "softrank-cost0")):
+def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", *TEAM_RL_ALGOS)):
     """Per team, seed and learned policy (results/refine/, experiments/refine_value.py): in its own
     test games, how often it REFINEs and CONCEDEs and what those decisions gain over PERSIST in the
     counterfactual rewards (mean [95% CI] (decisions)), and what REFINE would have gained at every
@@ -188,7 +188,7 @@ def fixed_name(part):
 def team_fixed_protocols(team):
     """A team's fixed protocols (pieces.team_pieces): one greedy answer of each distinct member
     (vanilla-m<j>), self-consistency, debate and the team's vote."""
-    members = len(dict.fromkeys(TEAMS[team].split(",")))
+    members = len(team_members(team))
     return [f"vanilla-m{j}" for j in range(members)] + ["sc", "debate", "persist"]
 
 
