@@ -8,6 +8,7 @@ leader_rollouts   - MLPO: G samples of the leader reading its peers' solutions, 
 peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO's pool, its
                     validation)
 peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
+right_solutions   - --target sft's data: the backbone's own right solutions (rejection sampling)
 trained_team      - the weights train_llm.py trains (whole models or LoRA adapters) and the team
                     of engines that samples the rollouts from them; validate (greedy accuracy
                     on held-out questions), save_trained (adapter files or HF directories)
@@ -24,7 +25,7 @@ import torch
 import data
 import deliberate
 from common import FileRefused, all_gather_list, all_reduce_sum, load_file
-from corpus import make_engine, training_pool
+from corpus import make_engine, training_pool, training_questions
 from llm import lora
 from llm.engine import Engine, call_seed
 from llm.team import Member, Team
@@ -162,6 +163,33 @@ def peer_pool(cfg, rank, world, device):
             "right: lower --filter-easy or add --questions"
         )
     return pool, stats
+
+
+def right_solutions(engine, cfg, rank, world):
+    """--target sft's data (rejection sampling): cfg.samples solutions of the backbone to each
+    training question, kept where right and ended by the EOS (with --trailer, also well-formatted),
+    as (prompt ids, completion ids + EOS). Each rank samples its shard; every rank gets all of them,
+    sorted, whatever the world size."""
+    questions, _ = training_questions(cfg)
+    calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
+    prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
+    seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
+    completions = engine.generate(
+        prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
+    )
+    eos = engine.tokenizer.eos_token_id
+    kept = []
+    for (ex, _), prompt, c in zip(calls, prompts, completions):
+        s = parse_solution(c.text, ex.task)
+        right = data.is_correct(s.answer, ex.answer, ex.task)
+        if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
+            kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
+    kept = sorted(all_gather_list(kept))
+    if rank == 0:
+        kind = " well-formatted" if cfg.trailer else ""
+        print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
+              file=sys.stderr)  # fmt: skip
+    return kept
 
 
 def trained_team(cfg, device, rank):

@@ -27,7 +27,6 @@ directory per model).
 
 import copy
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,15 +35,12 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-import data
-import deliberate
 import softrank
 import team_rollouts
 from common import (
     MetricsLog,
     UsageError,
     accumulating,
-    all_gather_list,
     all_reduce_sum,
     average_gradients,
     batch_schedule,
@@ -62,11 +58,9 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from corpus import check_game, check_model, make_engine, training_pool, training_questions
+from corpus import check_game, check_model, make_engine, training_pool
 from llm import lora
-from llm.engine import call_seed
 from llm.logprobs import completion_batch, completion_logprobs, without_dropout
-from state import parse_solution
 
 TARGETS = ("agents", "leader", "sft")
 ADVANTAGES = {
@@ -396,31 +390,13 @@ def train_sft(cfg, rank, world, device):
     fixed set."""
     out = Path(cfg.out_dir)
     engine = make_engine(cfg, rank, device)
-    questions, _ = training_questions(cfg)
-    calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
-    prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
-    seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
-    completions = engine.generate(
-        prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
-    )
-    eos = engine.tokenizer.eos_token_id
-    kept = []
-    for (ex, _), prompt, c in zip(calls, prompts, completions):
-        s = parse_solution(c.text, ex.task)
-        right = data.is_correct(s.answer, ex.answer, ex.task)
-        if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
-            kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
-    # every rank sees the same dataset, whatever the world size
-    kept = sorted(all_gather_list(kept))
-    if rank == 0:
-        kind = " well-formatted" if cfg.trailer else ""
-        print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
-              file=sys.stderr)  # fmt: skip
+    kept = team_rollouts.right_solutions(engine, cfg, rank, world)
     if len(kept) < cfg.batch_size:
         raise UsageError(
             f"only {len(kept)} right solutions for a --batch-size of {cfg.batch_size}: "
             "raise --questions or --samples, or lower --batch-size"
         )
+    eos = engine.tokenizer.eos_token_id
     model = without_dropout(engine.model.float().to(device).train())
     if cfg.gradient_checkpointing:
         model.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)

@@ -18,7 +18,6 @@ shared and noisy.
 import copy
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,13 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_common import (  # noqa: E402
+    deliberation_prompts,
+    hf_generate,
+    matmul_flops,
+    matmul_peak_flops,
+)
+
 import common  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
@@ -68,83 +74,6 @@ class Config:
     """the LLM calls' seeds"""
     out: str = ""
     """the JSON result file (empty: printed only)"""
-
-
-def matmul_peak_flops(dtype):
-    """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear);
-    fp32: the faster of torch's default matmul and oneDNN's (the engine's Linear layers). The
-    fastest of 3 turns."""
-    x = torch.randn(2048, 2048)
-    if dtype == "int8":
-        layer = torch.nn.Linear(2048, 2048, bias=False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            layer = torch.ao.quantization.quantize_dynamic(
-                layer, {torch.nn.Linear}, dtype=torch.qint8
-            )
-        runs = [lambda: layer(x)]
-    else:
-        w = torch.randn(2048, 2048, dtype=backbone.DTYPES[dtype])
-        x = x.to(w.dtype)
-        runs = [lambda: x @ w]
-        if dtype == "float32" and torch.backends.mkldnn.is_available():
-            runs.append(lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""))
-    best, repeats = float("inf"), 5
-    for run in runs:
-        run()
-        for _ in range(3):
-            start = time.time()
-            for _ in range(repeats):
-                run()
-            best = min(best, time.time() - start)
-    return 2 * 2048**3 * repeats / best
-
-
-def matmul_flops(model, prompt_tokens, generated, rows):
-    """Matmul FLOPs of running `prompt_tokens` prompt tokens and `generated` new tokens through the
-    model: the transformer body for every token, the LM head for every generated token and each
-    row's last prompt token."""
-    body = sum(
-        p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2
-    )
-    head = model.config.vocab_size * model.config.hidden_size
-    return 2 * body * (prompt_tokens + generated) + 2 * head * (generated + rows)
-
-
-def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
-    """HF generate, greedy, left-padded batches in the given order: per row the new tokens up to and
-    including the first EOS (the useful tokens)."""
-    tokenizer.padding_side = "left"
-    rows = []
-    for k in range(0, len(prompts), batch_size):
-        batch = tokenizer(
-            prompts[k : k + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(model.device)
-        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
-        for row in out[:, batch["input_ids"].shape[1] :].tolist():
-            cut = next((k + 1 for k, t in enumerate(row) if t in eos_ids), len(row))
-            rows.append(row[:cut])
-    return rows
-
-
-def deliberation_prompts(engine, examples):
-    """A fixed set of deliberation prompts: round-0 solve prompts for half of the rows and the
-    refine prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no
-    generation needed."""
-    half = len(examples) // 2
-    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
-    for k in range(len(examples) - half):
-        ex = examples[half + k // 3]
-        team = [
-            parse_solution(
-                f"Let me compute step by step. The result is {int(ex.answer) + d}."
-                f"\nSteps: 2\nConfidence: {7 + d}/10\nAnswer: {int(ex.answer) + d}",
-                ex.task,
-            )
-            for d in (0, 1, 2)
-        ]
-        prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
-    return prompts
 
 
 def bench_dtypes(cfg):

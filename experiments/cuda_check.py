@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import hf_generate  # noqa: E402
+from bench_common import hf_generate  # noqa: E402
 
 from common import machine  # noqa: E402
 from llm import lora  # noqa: E402

@@ -39,7 +39,7 @@ from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench import deliberation_prompts  # noqa: E402
+from bench_common import deliberation_prompts  # noqa: E402
 
 import data  # noqa: E402
 from common import machine, parse_config, write_result  # noqa: E402

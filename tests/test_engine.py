@@ -19,9 +19,9 @@ from llm.engine import (
     GenerationCache,
     common_prefix_length,
     padded_chunks,
-    pick_next_tokens,
     prefix_groups,
 )
+from llm.sampling import pick_next_tokens
 
 
 def tiny_prompts(engine):
