@@ -47,6 +47,7 @@ from tables import (  # noqa: E402
 )
 from team_tables import (  # noqa: E402
     action_value_table,
+    debate_training_sentence,
     refine_table,
     refine_value_table,
     team_fixed_protocols,
@@ -187,7 +188,9 @@ def headline_sentences():
             f"{mean(mlpo):+.3f} (sample std {sample_std(mlpo):.3f} over {len(mlpo)} seeds) against "
             "its peers' own vote on the same questions."
         )
-    return sentences + [text for team in TEAMS if (text := team_sentence(team))]
+    debate_training = debate_training_sentence()
+    teams = [text for team in TEAMS if (text := team_sentence(team))]
+    return sentences + ([debate_training] if debate_training else []) + teams
 
 
 def after_differences(name, protocol, untrained):

@@ -103,6 +103,26 @@ def refine_table():
     return "\n".join(lines)
 
 
+def debate_training_sentence(seeds=(0, 1, 2)):
+    """README's sentence on MAGRPO trained on debate from the base (issue 35): one REFINE round's
+    change in the team's vote, mean and sample std over the seeds, against the untrained agents'
+    change and paired with it question by question; None until every seed's files exist."""
+    untrained = refine_effect("untrained")
+    effects = [refine_effect(f"magrpo-debate-L1-seed{seed}") for seed in seeds]
+    if untrained is None or None in effects:
+        return None
+    changes = [e["after"] - e["before"] for e in effects]
+    relative = [paired_difference(e, untrained)["diff"] for e in effects]
+    return (
+        "**MAGRPO on debate** (adapters; the joint reward is the team's vote after one REFINE "
+        f"round; {len(seeds)} seeds): one REFINE round changes the trained agents' vote by "
+        f"{mean(changes):+.3f} (sample std {sample_std(changes):.3f}) against the untrained "
+        f"agents' {untrained['after'] - untrained['before']:+.3f} on 300 test questions, "
+        f"{mean(relative):+.3f} (sample std {sample_std(relative):.3f}) paired with the untrained "
+        "agents' change."
+    )
+
+
 def action_value_table(teams, seeds=(0, 1, 2)):
     """Per team and seed, the counterfactual corpus SoftRankPO trained on
     (results/training/arith-team-<team>-seed<k>-softrank.json, corpus.best_action_kinds): the

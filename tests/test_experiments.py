@@ -612,6 +612,13 @@ def test_report_refine_table_pairs_rounds_and_teams(tmp_path, monkeypatch):
     warm = "| MAGRPO on parallel answers (adapters), then on debate | 0 | 0.250 | 0.500 | +0.250 ["
     assert rows[6].startswith(warm)
     assert rows[6].endswith("| +0.750 [+0.250, +1.000] (3) (magrpo-lora-lr5e-4-L1-seed0) |")
+    # the README's sentence waits for every seed, then averages the changes (+0.5, 0) and their
+    # paired differences from the untrained change (+0.75, +0.25)
+    assert team_tables.debate_training_sentence() is None
+    sentence = team_tables.debate_training_sentence(seeds=(0, 1))
+    assert "; 2 seeds)" in sentence
+    assert "vote by +0.250 (sample std 0.354) against the untrained agents' -0.250" in sentence
+    assert "+0.500 (sample std 0.354) paired with the untrained agents' change" in sentence
 
 
 def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monkeypatch):
