@@ -8,6 +8,7 @@ from tables import by_seed, load, mean, missing, pooled, summary_of
 from stats import format_paired, paired_difference, sample_std
 
 PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
+DEBATE_ADAPTERS = "magrpo-debate-L1-seed{}"  # MAGRPO on debate from the base
 # what each team of pieces.TEAMS is, for the README's headline
 TEAM_LABELS = {
     "revisers": "three agents trained by MAGRPO on debate",
@@ -25,7 +26,7 @@ REFINE_RUNS = (
         "untrained",
     ),
     ("MAGRPO on parallel answers, adapters (lr 5e-4)", PARALLEL_ADAPTERS, (0, 1, 2), "untrained"),
-    ("MAGRPO on debate, adapters (lr 5e-4)", "magrpo-debate-L1-seed{}", (0, 1, 2), "untrained"),
+    ("MAGRPO on debate, adapters (lr 5e-4)", DEBATE_ADAPTERS, (0, 1, 2), "untrained"),
     (
         "MAGRPO on parallel answers (adapters), then on debate",
         "magrpo-debate-warm-L1-seed{}",
@@ -108,7 +109,7 @@ def debate_training_sentence(seeds=(0, 1, 2)):
     change in the team's vote, mean and sample std over the seeds, against the untrained agents'
     change and paired with it question by question; None until every seed's files exist."""
     untrained = refine_effect("untrained")
-    effects = [refine_effect(f"magrpo-debate-L1-seed{seed}") for seed in seeds]
+    effects = [refine_effect(DEBATE_ADAPTERS.format(seed)) for seed in seeds]
     if untrained is None or None in effects:
         return None
     changes = [e["after"] - e["before"] for e in effects]
