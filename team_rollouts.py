@@ -9,6 +9,7 @@ peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO'
                     validation)
 peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
 right_solutions   - --target sft's data: the backbone's own right solutions (rejection sampling)
+worked_solutions  - --target sft's data: the task's worked solutions (data/worked.py)
 trained_team      - the weights train_llm.py trains (whole models or LoRA adapters) and the team
                     of engines that samples the rollouts from them; validate (greedy accuracy
                     on held-out questions), save_trained (adapter files or HF directories)
@@ -24,8 +25,9 @@ import torch
 
 import data
 import deliberate
-from common import FileRefused, all_gather_list, all_reduce_sum, load_file
+from common import FileRefused, UsageError, all_gather_list, all_reduce_sum, load_file
 from corpus import make_engine, training_pool, training_questions
+from data.worked import WorkedSolutionMissing, worked_solution
 from llm import lora
 from llm.engine import Engine, call_seed
 from llm.team import Member, Team
@@ -192,6 +194,21 @@ def right_solutions(engine, cfg, rank, world):
     return kept
 
 
+def worked_solutions(engine, cfg):
+    """--target sft --solutions worked: (prompt ids, worked solution ids + EOS) of the training
+    questions, the solve prompt as the game asks it."""
+    questions, _ = training_questions(cfg)
+    eos = engine.tokenizer.eos_token_id
+    try:
+        return [
+            (engine.encode(engine.chat(deliberate.solve_prompt(ex))),
+             engine.encode(worked_solution(ex)) + [eos])
+            for ex in questions
+        ]  # fmt: skip
+    except WorkedSolutionMissing as e:
+        raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
+
+
 def trained_team(cfg, device, rank):
     """(the trained models, the team whose rollouts they sample). Full fine-tuning (--lora-rank 0):
     one model for every agent, or one per agent (--separate-agents). Otherwise one frozen base with
@@ -216,7 +233,8 @@ def trained_team(cfg, device, rank):
             # from here on these weights are not the file's: no cache key or shared prefix as if
             models[0].lora["names"][k] = f"unsaved{k}"
     elif cfg.lora_rank:
-        lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, adapters=n_trained, seed=cfg.seed)
+        parts = [part for part in cfg.lora_targets.split(",") if part]
+        lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, n_trained, cfg.seed, parts)
     if cfg.dtype == "bfloat16":
         engines = [
             Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
@@ -261,7 +279,7 @@ def save_trained(models, tokenizer, out, cfg):
     """The trained weights: LoRA adapter files that --models reads (adapter.pt, or agent0.pt,
     agent1.pt, ...), or whole models as HF directories --model reads (model/, or agent0/, ...).
     Returns what was written."""
-    if cfg.lora_rank and cfg.target != "sft":
+    if cfg.lora_rank:
         n = lora.n_adapters(models[0])
         paths = [out / ("adapter.pt" if n == 1 else f"agent{k}.pt") for k in range(n)]
         for k, path in enumerate(paths):

@@ -28,7 +28,7 @@ directory per model).
 import copy
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -98,8 +98,11 @@ class Config:
     separate_agents: bool = False
     """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
     lora_rank: int = 4
-    """agents, leader: rank of the LoRA adapters trained on the frozen base (0: full fine-tuning
-    of every weight)"""
+    """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every
+    weight)"""
+    lora_targets: str = ""
+    """the layers the adapters wrap: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
     lora_alpha: float = 32.0
     """LoRA scale alpha (the update is alpha / rank x B A)"""
     init_adapter: str = ""
@@ -122,10 +125,13 @@ class Config:
     filter_easy: float = 0.75
     """--target leader: drop questions where at least this fraction of the peers is right (0: keep
     all)"""
+    solutions: str = "worked"
+    """--target sft: worked (the task's own worked solutions, data/worked.py: arith, gsm8k) |
+    sampled (rejection sampling: the backbone's own right answers)"""
     samples: int = 4
-    """--target sft: solutions sampled per training question"""
+    """--target sft --solutions sampled: solutions sampled per training question"""
     epochs: int = 30
-    """--target sft: passes over the kept solutions"""
+    """--target sft: passes over the training solutions"""
     batch_size: int = 256
     """--target sft: sequences per optimizer step, over all ranks"""
     task: str = "arith"
@@ -185,7 +191,11 @@ def group_advantages(rewards, cfg):
 
 
 def learning_rate(cfg):
-    return cfg.lr or (5e-4 if cfg.lora_rank and cfg.target != "sft" else 1e-5)
+    """--lr, else the measured defaults (results/README.md): full weights 1e-5; adapters 5e-4 on
+    rollouts, 2e-3 on supervised solutions."""
+    if not cfg.lr and cfg.lora_rank:
+        return 2e-3 if cfg.target == "sft" else 5e-4
+    return cfg.lr or 1e-5
 
 
 class Learner(NamedTuple):
@@ -385,47 +395,60 @@ def train_agents_or_leader(cfg, rank, world, device):
 
 
 def train_sft(cfg, rank, world, device):
-    """The rejection-sampling warm start: the backbone fine-tuned on its own right answers
-    (advantage 1 on every kept sequence: cross-entropy on the completion tokens), epochs over a
-    fixed set."""
+    """Supervised training on solutions: the task's worked solutions (--solutions worked), or the
+    backbone's own right answers (sampled: rejection sampling). Cross-entropy on the solution
+    tokens (llm_step with advantage 1 on every sequence), epochs over a fixed set, an adapter by
+    default."""
     out = Path(cfg.out_dir)
-    engine = make_engine(cfg, rank, device)
-    kept = team_rollouts.right_solutions(engine, cfg, rank, world)
+    torch.manual_seed(cfg.seed)
+    models, team = team_rollouts.trained_team(cfg, device, rank)
+    if cfg.solutions == "worked":
+        kept = team_rollouts.worked_solutions(team.first, cfg)
+    else:
+        kept = team_rollouts.right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
     if len(kept) < cfg.batch_size:
         raise UsageError(
-            f"only {len(kept)} right solutions for a --batch-size of {cfg.batch_size}: "
-            "raise --questions or --samples, or lower --batch-size"
+            f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
+            "raise --questions (or --samples), or lower --batch-size"
         )
-    eos = engine.tokenizer.eos_token_id
-    model = without_dropout(engine.model.float().to(device).train())
-    if cfg.gradient_checkpointing:
-        model.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=learning_rate(cfg), weight_decay=cfg.weight_decay
-    )
-    counters = load_checkpoint(out, model, optimizer, rank, cfg, extendable=("epochs",))
+    params = [p for m in models for p in m.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
+    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
+    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("epochs",))
     counters = counters or {"step": 0}
     log = MetricsLog(out, rank, counters["step"])
+    if cfg.gradient_checkpointing:
+        models[0].activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
+    learners = learners_of(models, cfg, device)
+    tokenizer = team.first.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # validation: each held-out question's greedy answer alone (a team of one, no deliberation)
+    alone = replace(cfg, agents=1, protocol="parallel")
+    validation = training_pool(cfg)[: cfg.val_n]
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
-    ddp = wrap_ddp(model, device, find_unused=False)
-    pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else eos
+
+    if cfg.eval_every and counters["step"] == 0:
+        team_rollouts.validate(models, team, validation, alone, rank, world, device, log, 0)
     bar = tqdm(range(counters["step"], len(batches)), desc="sft-llm", disable=rank != 0)
     for step in bar:
         rows = batches[step][rank::world].tolist()
         sequences = [team_rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
-        learner = Learner(ddp, list(model.parameters()))
-        update = llm_step([learner], optimizer, sequences, advantages, cfg, pad, device, world,
+        without_dropout(models[0].train())
+        update = llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world,
                           temperature=1.0)  # fmt: skip
         loss = all_reduce_sum([update["loss"]], device)[0] / world
         bar.set_postfix(loss=f"{loss:.4f}")
-        log.write(step=step + 1, loss=loss)
+        log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == len(batches)):
+            team_rollouts.validate(models, team, validation, alone, rank, world, device, log,
+                                   step + 1)  # fmt: skip
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
-            save_checkpoint(out, model, optimizer, {"step": step + 1}, cfg, rank)
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
-        saved = team_rollouts.save_trained([model], engine.tokenizer, out, cfg)
-        print(json.dumps({"kept": len(kept), "steps": len(batches), "saved": saved}))
+        saved = team_rollouts.save_trained(models, tokenizer, out, cfg)
+        print(json.dumps({"solutions": len(kept), "steps": len(batches), "saved": saved}))
 
 
 def check(cfg, world):
@@ -436,6 +459,10 @@ def check(cfg, world):
     check_choice("--algo", cfg.algo, tuple(ADVANTAGES))
     check_choice("--dtype", cfg.dtype, ("float32", "bfloat16"))
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
+    check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
+    if cfg.target == "sft" and cfg.solutions == "worked" and cfg.trailer:
+        raise UsageError("--solutions worked: worked solutions end in 'Answer: n' alone; they "
+                         "carry no Steps / Confidence trailer (drop --trailer)")  # fmt: skip
     if cfg.loss_agg:
         check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
     check_at_least(cfg, 1, "steps", "questions", "questions_per_step", "micro_batch", "save_every")
@@ -451,9 +478,8 @@ def check(cfg, world):
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
     if cfg.init_adapter:
-        if not cfg.lora_rank or cfg.target == "sft":
-            raise UsageError("--init-adapter: adapters train with --target agents|leader and "
-                             "--lora-rank >= 1")  # fmt: skip
+        if not cfg.lora_rank:
+            raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
         state = load_file(cfg.init_adapter, "adapter")
         if not isinstance(state, dict) or (state.get("rank"), state.get("alpha")) != (
             cfg.lora_rank,

@@ -228,3 +228,37 @@ LLM_PIECES = {
         for seed in (0, 1, 2)
     },
 }
+
+# issue 54: agents trained on the task's own worked solutions (train_llm.py --target sft
+# --solutions worked, adapters), easy arith; a small sweep of the adapters' rank and layers
+WORKED_SFT = (
+    "--target sft --solutions worked --task arith --level 1 --questions 1024 --batch-size 32 "
+    "--micro-batch 16 --epochs 1 --eval-every 8 --val-n 64 --save-every 4 --max-new-tokens 96"
+).split()
+WORKED_SWEEP = {"r8": ["--lora-rank", "8"], "r4": ["--lora-rank", "4"],
+                "r16-attn": ["--lora-rank", "16", "--lora-targets", "self_attn"]}  # fmt: skip
+
+
+def worked_adapter(name):
+    return f"results/agents/worked-L1-{name}-seed0.pt"
+
+
+LLM_PIECES |= {
+    **{
+        f"llm-worked-L1-{name}-seed0": llm_run(
+            f"worked-L1-{name}-seed0", [*WORKED_SFT, *flags, "--seed", "0"], adapter=True
+        )
+        for name, flags in WORKED_SWEEP.items()
+    },
+    # each adapter's greedy answer (vanilla: agent 0 of a team of the adapter) on 300 test
+    # questions of every level
+    **{
+        f"after-worked-L1-{name}-seed0-level{level}": after(
+            f"worked-L1-{name}-seed0-level{level}",
+            ["--level", str(level), "--rounds", "1", "--protocols", "vanilla"],
+            adapter=worked_adapter(name),
+        )
+        for name in WORKED_SWEEP
+        for level in (1, 2, 3, 4)
+    },
+}

@@ -99,10 +99,11 @@ def base_fingerprint(model):
     return digest.hexdigest()[:16]
 
 
-def add_lora(model, rank, alpha, adapters=0, seed=0):
+def add_lora(model, rank, alpha, adapters=0, seed=0, parts=()):
     """Wraps every nn.Linear of the model but its LM head (the attention and MLP projections of the
-    usual families) in a LoRALinear and freezes the base; adds `adapters` fresh adapters. Returns
-    the model; model.lora holds the settings an adapter file records."""
+    usual families), or those whose name contains one of `parts` (e.g. "q_proj", "self_attn"), in
+    a LoRALinear and freezes the base; adds `adapters` fresh adapters. Returns the model;
+    model.lora holds the settings an adapter file records."""
     if rank < 1:
         raise ValueError(f"LoRA rank must be at least 1, got {rank}")
     head = model.get_output_embeddings()
@@ -110,9 +111,11 @@ def add_lora(model, rank, alpha, adapters=0, seed=0):
         name
         for name, m in model.named_modules()
         if type(m) is torch.nn.Linear and m is not head and ".lora_" not in name
-    ]
+        and (not parts or any(part in name for part in parts))
+    ]  # fmt: skip
     if not targets:
-        raise ValueError(f"{type(model).__name__}: no nn.Linear layers to adapt")
+        wanted = f" named with any of {list(parts)}" if parts else ""
+        raise ValueError(f"{type(model).__name__}: no nn.Linear layers{wanted} to adapt")
     fingerprint = base_fingerprint(model)
     model.requires_grad_(False)
     selection = Selection()
@@ -221,7 +224,11 @@ def load_adapter(model, state):
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise AdapterMismatch("not an adapter file (train_llm.py writes them)")
     if getattr(model, "lora", None) is None:
-        add_lora(model, state["rank"], state["alpha"])
+        # the file's own layers (exact names: a mismatch is caught below)
+        try:
+            add_lora(model, state["rank"], state["alpha"], parts=state["targets"])
+        except (ValueError, TypeError) as e:
+            raise AdapterMismatch(f"the file's layers do not fit this model: {e}") from None
     lora = model.lora
     for key in ("base_fingerprint", "rank", "alpha", "targets"):
         if state[key] != lora[key]:

@@ -1,0 +1,71 @@
+"""Worked solutions: a correct step-by-step solution to a training question, the target that
+supervised agent training (train_llm.py --target sft --solutions worked) teaches.
+
+    from data.worked import worked_solution
+    worked_solution(example)   # "3 * 4 = 12\n12 - 2 = 10\nAnswer: 10"
+
+The format is the one the solve prompt asks for: short steps, then `Answer: n` on the last line.
+- arith: derived from the question's expression (meta["expr"]), one line per operation, in the
+  order Python evaluates it (innermost first, left to right).
+- gsm8k: the file's own rationale with its calculator annotations (`<<48/2=24>>`) removed.
+Other tasks carry no solution: WorkedSolutionMissing says so.
+"""
+
+import ast
+import operator
+import re
+from fractions import Fraction
+
+OPERATORS = {
+    ast.Add: ("+", operator.add),
+    ast.Sub: ("-", operator.sub),
+    ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv),
+}
+CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+class WorkedSolutionMissing(ValueError):
+    """An example whose task carries no worked solution."""
+
+
+def _number(value: Fraction) -> str:
+    if value.denominator != 1:
+        raise ValueError(f"a step's result {value} is not a whole number")
+    return str(value.numerator)
+
+
+def expression_steps(expr: str) -> tuple[list[str], str]:
+    """The lines `a op b = c` that evaluate expr, and its value. Every intermediate value must be a
+    whole number (arith builds its divisions from their quotients)."""
+    steps = []
+
+    def evaluate(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return Fraction(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+            left, right = evaluate(node.left), evaluate(node.right)
+            symbol, apply = OPERATORS[type(node.op)]
+            if symbol == "/" and right == 0:
+                raise ValueError(f"{expr!r} divides by zero")
+            value = apply(left, right)
+            steps.append(f"{_number(left)} {symbol} {_number(right)} = {_number(value)}")
+            return value
+        raise ValueError(f"{expr!r}: only whole numbers and + - * / are allowed")
+
+    value = evaluate(ast.parse(expr, mode="eval").body)
+    return steps, _number(value)
+
+
+def worked_solution(example) -> str:
+    """The worked solution of one example, ending in `Answer: <gold>`."""
+    if example.task == "arith":
+        steps, value = expression_steps(example.meta["expr"])
+        return "\n".join([*steps, f"Answer: {value}"])
+    if example.task == "gsm8k" and example.meta.get("solution"):
+        text = CALCULATOR_ANNOTATION.sub("", example.meta["solution"])
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return "\n".join([*lines, f"Answer: {example.answer}"])
+    raise WorkedSolutionMissing(
+        f"task {example.task!r} carries no worked solution (arith and gsm8k do)"
+    )
