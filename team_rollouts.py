@@ -10,6 +10,7 @@ peer_solutions    - the frozen peers' round-0 solutions to some questions (MLPO'
 peer_pool         - MLPO's offline pool of frozen peers' solutions, easy questions filtered out
 right_solutions   - --target sft's data: the backbone's own right solutions (rejection sampling)
 worked_solutions  - --target sft's data: the task's worked solutions (data/worked.py)
+refine_examples   - --target sft's REFINE data: sampled contexts, the worked solution as target
 trained_team      - the weights train_llm.py trains (whole models or LoRA adapters) and the team
                     of engines that samples the rollouts from them; validate (greedy accuracy
                     on held-out questions), save_trained (adapter files or HF directories)
@@ -207,6 +208,39 @@ def worked_solutions(engine, cfg):
         ]  # fmt: skip
     except WorkedSolutionMissing as e:
         raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
+
+
+def refine_examples(engine, cfg, rank, world):
+    """--refine-contexts: one REFINE example per training question. Its prompt is the game's refine
+    prompt with the agent's own solution and its cfg.agents - 1 peers' answers, all sampled (at
+    --temperature) from the base model with the adapter file --refine-contexts names; its target is
+    the worked solution, whether the sampled answer was right or wrong, so that an agent learns to
+    answer right after reading its peers. Each rank samples its shard; every rank gets them all,
+    in the questions' order."""
+    try:
+        adapter = lora.load_adapter(engine.model, load_file(cfg.refine_contexts, "adapter"))
+    except lora.AdapterMismatch as e:
+        raise FileRefused(f"{cfg.refine_contexts}: {e}") from None
+    questions, _ = training_questions(cfg)
+    mine = list(enumerate(questions))[rank::world]
+    calls = [(q, ex, i) for q, ex in mine for i in range(cfg.agents)]
+    completions = engine.generate(
+        [engine.chat(deliberate.solve_prompt(ex)) for _, ex, _ in calls],
+        [call_seed(cfg.seed, ex.id, i, "refine-context") for _, ex, i in calls],
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        adapters=[adapter] * len(calls),
+    )
+    teams = {}
+    for (q, ex, i), c in zip(calls, completions):
+        teams.setdefault(q, []).append(parse_solution(c.text, ex.task))
+    eos = engine.tokenizer.eos_token_id
+    examples = [
+        (q, engine.encode(engine.chat(deliberate.refine_prompt(ex, teams[q], 0))),
+         engine.encode(worked_solution(ex)) + [eos])
+        for q, ex in mine
+    ]  # fmt: skip
+    return [(prompt, target) for _, prompt, target in sorted(all_gather_list(examples))]
 
 
 def trained_team(cfg, device, rank):

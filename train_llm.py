@@ -128,6 +128,10 @@ class Config:
     solutions: str = "worked"
     """--target sft: worked (the task's own worked solutions, data/worked.py: arith, gsm8k) |
     sampled (rejection sampling: the backbone's own right answers)"""
+    refine_contexts: str = ""
+    """--target sft --solutions worked: also one REFINE example per training question, its own
+    solution and its peers' answers sampled from the base model with this adapter file (e.g. one
+    trained on worked solutions), the worked solution its target"""
     samples: int = 4
     """--target sft --solutions sampled: solutions sampled per training question"""
     epochs: int = 30
@@ -404,6 +408,10 @@ def train_sft(cfg, rank, world, device):
     models, team = team_rollouts.trained_team(cfg, device, rank)
     if cfg.solutions == "worked":
         kept = team_rollouts.worked_solutions(team.first, cfg)
+        if cfg.refine_contexts:
+            contexts = make_engine(cfg, rank, device)
+            kept += team_rollouts.refine_examples(contexts, cfg, rank, world)
+            del contexts
     else:
         kept = team_rollouts.right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
     if len(kept) < cfg.batch_size:
@@ -477,6 +485,11 @@ def check(cfg, world):
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
+    if cfg.refine_contexts and (cfg.target != "sft" or cfg.solutions != "worked"):
+        raise UsageError("--refine-contexts: REFINE examples go with --target sft --solutions "
+                         "worked")  # fmt: skip
+    if cfg.refine_contexts:
+        load_file(cfg.refine_contexts, "adapter")
     if cfg.init_adapter:
         if not cfg.lora_rank:
             raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")

@@ -4,6 +4,7 @@ the default backbone): plain python vs a 2-process torchrun, and a run killed wi
 resumed."""
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import softrank
 import state as S
 import team_rollouts
 import train_llm
+from data.worked import worked_solution
 from llm import backbone, lora
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
@@ -104,6 +106,31 @@ def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_mo
         assert completion[-1] == engine.tokenizer.eos_token_id
         solution = engine.tokenizer.decode(completion[:-1])
         assert solution.endswith(f"Answer: {ex.answer}") and " = " in solution
+
+
+def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_path, tiny_model_dir):
+    """A REFINE example per question: the refine prompt over the solutions sampled from the
+    adapter the flag names (the agent's own, its peers' answers), the worked solution as target."""
+    model, _ = backbone.load_model(tiny_model_dir)
+    lora.add_lora(model, 2, 8.0, adapters=1)
+    path = tmp_path / "contexts.pt"
+    torch.save(lora.adapter_state(model, 0, "tiny"), path)
+    cfg = train_llm.Config(target="sft", questions=3, val_n=2, seed=1, agents=3,
+                           refine_contexts=str(path), max_new_tokens=8)  # fmt: skip
+    engine = Engine(model_path=tiny_model_dir)
+    pairs = team_rollouts.refine_examples(engine, cfg, 0, 1)
+    questions, _ = team_rollouts.training_questions(cfg)
+    assert len(pairs) == 3
+    for ex, (prompt, target) in zip(questions, pairs):
+        text = engine.tokenizer.decode(prompt)
+        assert ex.question in text and "Your previous solution:" in text
+        assert "Agent 2:" in text and "Agent 3:" in text and "Agent 1:" not in text
+        assert engine.tokenizer.decode(target[:-1]) == worked_solution(ex)
+    # a file that is not an adapter is refused by name
+    torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
+    bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
+    with pytest.raises(common.FileRefused, match="bad.pt"):
+        team_rollouts.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
 
 
 def sft_args(tmp_path, model_dir, *extra):
