@@ -1,8 +1,8 @@
 """SoftRankPO: rank-based advantages and the policy losses that use them (docs/design.md §6).
 
 Read top to bottom:
-  1. Advantages - softrank_advantages (paper Eq. 2), and the baselines grpo_advantages,
-                  mean_baseline_advantages (MAGRPO), rloo_advantages.
+  1. Advantages - softrank_advantages (paper Eq. 2), and the baselines rank_advantages (GOPO),
+                  grpo_advantages, mean_baseline_advantages (MAGRPO), rloo_advantages (C3).
   2. Losses over the whole action set - softrank_loss (paper Eq. 3: the expected advantage,
                   bounded, with its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and
                   the unbounded literal form unweighted_softrank_loss, kept to show why it is not
@@ -55,6 +55,19 @@ def flat_groups(rewards, mask=None):
     return hi == lo
 
 
+def _average_ranks(rewards, m):
+    """(0-based ascending rank of each reward among the existing ones of its group, tied rewards
+    sharing their average rank; K, the group's count of existing entries, keepdim)."""
+    # pairwise comparison, O(K^2): K is the number of actions or rollouts, a handful
+    r_k = rewards.unsqueeze(-1)  # (..., K, 1) the reward being ranked
+    r_j = rewards.unsqueeze(-2)  # (..., 1, K) the rewards it is compared with
+    m_j = m.unsqueeze(-2)
+    below = ((r_j < r_k) & m_j).sum(-1).to(rewards.dtype)
+    equal = ((r_j == r_k) & m_j).sum(-1).to(rewards.dtype)  # counts r_k itself
+    # the average of the tied ranks below .. below + equal - 1
+    return below + (equal - 1) / 2, m.sum(-1, keepdim=True).to(rewards.dtype)
+
+
 def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
     """SoftRank advantages (paper Eq. 2), within each group of the last dim:
 
@@ -71,17 +84,24 @@ def softrank_advantages(rewards, tau=0.5, eps=1e-6, mask=None):
     rewards: float (..., K); mask: optional bool (..., K), K is then the count of existing actions.
     """
     m = _mask_like(rewards, mask)
-    # Ranks by pairwise comparison, O(K^2): K is the number of actions or rollouts, a handful.
-    r_k = rewards.unsqueeze(-1)  # (..., K, 1) the reward being ranked
-    r_j = rewards.unsqueeze(-2)  # (..., 1, K) the rewards it is compared with
-    m_j = m.unsqueeze(-2)
-    below = ((r_j < r_k) & m_j).sum(-1).to(rewards.dtype)
-    equal = ((r_j == r_k) & m_j).sum(-1).to(rewards.dtype)  # counts r_k itself
-    rank = below + (equal - 1) / 2  # average of the tied ranks below .. below + equal - 1
-    K = m.sum(-1, keepdim=True).to(rewards.dtype)
+    rank, K = _average_ranks(rewards, m)
     p = ((rank + 0.5) / K) ** tau
     a_star = torch.special.ndtri(p)
     A = (a_star - _mean(a_star, m)) / (_std(a_star, m) + eps)
+    return torch.where(flat_groups(rewards, m) | ~m, 0, A)
+
+
+def rank_advantages(rewards, mask=None):
+    """GOPO's plain ranks (arXiv 2602.03876): evenly spaced from -2 (the worst) to +2 (the best),
+
+        A_k = -2 + 4 rank_k / (K - 1)          rank_k as in softrank_advantages (ties averaged)
+
+    Like SoftRank it sees the rewards' order only; unlike SoftRank's normal quantiles, the gaps
+    between neighbours are equal, so the extremes weigh no more than the middle. The mean is 0.
+    All-equal groups, and groups of one, get zeros."""
+    m = _mask_like(rewards, mask)
+    rank, K = _average_ranks(rewards, m)
+    A = -2 + 4 * rank / (K - 1).clamp(min=1)
     return torch.where(flat_groups(rewards, m) | ~m, 0, A)
 
 
@@ -104,7 +124,9 @@ def mean_baseline_advantages(rewards, mask=None):
 
 def rloo_advantages(rewards, mask=None):
     """REINFORCE leave-one-out:  A_k = r_k - mean_{j != k} r_j = K / (K - 1) * (r_k - mean r).
-    The baseline excludes r_k, so it is independent of the sample it corrects (unbiased).
+    The baseline excludes r_k, so it is independent of the sample it corrects (unbiased). Over a
+    state's counterfactual action rewards it is C3's credit (arXiv 2603.06859): each alternative
+    replayed in the same context, against the mean of the others.
     All-equal groups, and groups of one, get zeros."""
     m = _mask_like(rewards, mask)
     K = m.sum(-1, keepdim=True).to(rewards.dtype)

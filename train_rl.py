@@ -76,7 +76,14 @@ from corpus import (
 from policy import check_team, load_policy, save_policy
 from state import n_actions
 
-ALGOS = ("softrank", "grpo", "ppo", "reinforce")
+# the algorithms that score every action of a state (the corpus knows each one's reward)
+FULL_SET_ADVANTAGES = {
+    "softrank": None,
+    "grpo": softrank.grpo_advantages,
+    "ranks": softrank.rank_advantages,
+    "loo": softrank.rloo_advantages,
+}
+ALGOS = (*FULL_SET_ADVANTAGES, "ppo", "reinforce")
 OBJECTIVES = ("expected", "unweighted", "eq4")
 
 
@@ -85,11 +92,13 @@ class Config:
     init: str = "runs/sft/policy.pt"
     """pi_sft (sft.py's policy.pt): the starting policy and pi_ref"""
     algo: str = "softrank"
-    """softrank | grpo | ppo | reinforce (the last three: the paper's ablations on the same
-    corpus)"""
+    """softrank | grpo (the z-scored rewards) | ranks (GOPO's evenly spaced ranks) | loo (C3's
+    leave-one-out baseline) | ppo | reinforce (the last two on the behaviour action only): the
+    paper's ablations and two later baselines, on the same corpus"""
     objective: str = "expected"
-    """softrank and grpo: expected (-sum_k pi_k A_k + KL - entropy, bounded) | eq4 (rank matching,
-    paper Eq. 4) | unweighted (the literal -sum_k A_k log pi_k, unbounded, for comparison)"""
+    """softrank, grpo, ranks, loo: expected (-sum_k pi_k A_k + KL - entropy, bounded) | eq4 (rank
+    matching, paper Eq. 4) | unweighted (the literal -sum_k A_k log pi_k, unbounded, for
+    comparison)"""
     tau: float = 0.5
     """SoftRank temperature of the quantiles (the study's choice; the paper's best: 0.8)"""
     beta: float = 0.05
@@ -170,10 +179,10 @@ def transform_rewards(rewards, cfg):
 
 
 def action_advantages(rewards, cfg):
-    """The advantage of every action of each state: SoftRank's (paper Eq. 2) or GRPO's z-score."""
+    """The advantage of every action of each state: SoftRank's (paper Eq. 2), or a baseline's."""
     if cfg.algo == "softrank":
         return softrank.softrank_advantages(rewards, cfg.tau)
-    return softrank.grpo_advantages(rewards)
+    return FULL_SET_ADVANTAGES[cfg.algo](rewards)
 
 
 def full_action_set_loss(logits, advantages, ref_logits, cfg):
@@ -188,7 +197,7 @@ def full_action_set_loss(logits, advantages, ref_logits, cfg):
 def rl_loss(logits, batch, cfg):
     """The loss of a batch of corpus states (mean over states) and its statistics."""
     rewards = transform_rewards(batch["rewards"], cfg)
-    if cfg.algo in ("softrank", "grpo"):
+    if cfg.algo in FULL_SET_ADVANTAGES:
         loss, stats = full_action_set_loss(
             logits, action_advantages(rewards, cfg), batch["ref_logits"], cfg
         )
@@ -218,7 +227,7 @@ def corpus_objective(logits, tensors, cfg):
     """The objective over the whole corpus at `logits`, and its analytic minimum
     (softrank.optimal_policy; the expected-advantage objective only, else (None, None)): the bound
     the loss approaches."""
-    if cfg.algo not in ("softrank", "grpo") or cfg.objective != "expected":
+    if cfg.algo not in FULL_SET_ADVANTAGES or cfg.objective != "expected":
         return None, None
     advantages = action_advantages(transform_rewards(tensors["rewards"], cfg), cfg)
     ref = tensors["ref_logits"]

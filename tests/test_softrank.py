@@ -22,6 +22,7 @@ from softrank import (
     pg_normalizer,  # noqa: E402
     policy_gradient_loss,
     ppo_clip_loss,
+    rank_advantages,
     rank_matching_loss,
     rloo_advantages,
     softrank_advantages,
@@ -32,7 +33,7 @@ from softrank import (
 DTYPES = [torch.float32, torch.float64]
 NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=NO_GPU)]
-BASELINES = [grpo_advantages, mean_baseline_advantages, rloo_advantages]
+BASELINES = [grpo_advantages, mean_baseline_advantages, rloo_advantages, rank_advantages]
 phi_inv = NormalDist().inv_cdf
 
 
@@ -183,6 +184,27 @@ def test_hand_K3_tau_half():
 # --------------------------------------------------------------------------------------------------
 # Baselines: hand values
 # --------------------------------------------------------------------------------------------------
+
+
+def test_plain_ranks_hand_values_and_scipy_reference():
+    """GOPO: evenly spaced from -2 (worst) to +2 (best); ties share their average rank."""
+    r = torch.tensor([0.1, 5.0, -3.0, 2.0], dtype=torch.float64)
+    torch.testing.assert_close(
+        rank_advantages(r), torch.tensor([-2 / 3, 2.0, -2.0, 2 / 3]).double()
+    )
+    tied = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(rank_advantages(tied), torch.tensor([1.0, 1.0, -2.0]).double())
+    masked = torch.tensor([1.0, 9.0, 3.0], dtype=torch.float64)
+    mask = torch.tensor([True, False, True])
+    assert rank_advantages(masked, mask=mask).tolist() == [-2.0, 0.0, 2.0]
+    rows = tied_rewards((40, 6), seed=12) + distinct_rewards((40, 6), seed=13).round()
+    for row, A in zip(rows, rank_advantages(rows)):
+        ranks = rankdata(row.numpy(), method="average") - 1
+        expected = [0.0] * 6 if len(set(row.tolist())) == 1 else -2 + 4 * ranks / 5
+        torch.testing.assert_close(A, torch.tensor(expected, dtype=torch.float64))
+    # the order only, as SoftRank: any increasing transform gives the same advantages
+    assert torch.equal(rank_advantages(rows.exp()), rank_advantages(rows))
+    assert rank_advantages(rows).sum(-1).abs().max() < 1e-12
 
 
 def test_baselines_hand_values():
