@@ -230,35 +230,62 @@ LLM_PIECES = {
 }
 
 # issue 54: agents trained on the task's own worked solutions (train_llm.py --target sft
-# --solutions worked, adapters), easy arith; a small sweep of the adapters' rank and layers
+# --solutions worked, adapters): a small sweep of the adapters' rank and layers on easy arith, and
+# the chosen adapter's settings trained on harder levels (members of a team that differ in skill)
 WORKED_SFT = (
-    "--target sft --solutions worked --task arith --level 1 --questions 1024 --batch-size 32 "
+    "--target sft --solutions worked --task arith --questions 1024 --batch-size 32 "
     "--micro-batch 16 --epochs 1 --eval-every 8 --val-n 64 --save-every 4 --max-new-tokens 96"
 ).split()
 WORKED_SWEEP = {"r8": ["--lora-rank", "8"], "r4": ["--lora-rank", "4"],
                 "r16-attn": ["--lora-rank", "16", "--lora-targets", "self_attn"]}  # fmt: skip
+WORKED_RUNS = [(1, name) for name in WORKED_SWEEP] + [(2, "r8"), (3, "r8")]
 
 
-def worked_adapter(name):
-    return f"results/agents/worked-L1-{name}-seed0.pt"
+def worked_adapter(level, name):
+    return f"results/agents/worked-L{level}-{name}-seed0.pt"
 
 
 LLM_PIECES |= {
     **{
-        f"llm-worked-L1-{name}-seed0": llm_run(
-            f"worked-L1-{name}-seed0", [*WORKED_SFT, *flags, "--seed", "0"], adapter=True
+        f"llm-worked-L{level}-{name}-seed0": llm_run(
+            f"worked-L{level}-{name}-seed0",
+            [*WORKED_SFT, "--level", str(level), *WORKED_SWEEP[name], "--seed", "0"],
+            adapter=True,
         )
-        for name, flags in WORKED_SWEEP.items()
+        for level, name in WORKED_RUNS
     },
     # each adapter's greedy answer (vanilla: agent 0 of a team of the adapter) on 300 test
     # questions of every level
     **{
-        f"after-worked-L1-{name}-seed0-level{level}": after(
-            f"worked-L1-{name}-seed0-level{level}",
-            ["--level", str(level), "--rounds", "1", "--protocols", "vanilla"],
-            adapter=worked_adapter(name),
+        f"after-worked-L{level}-{name}-seed0-level{test}": after(
+            f"worked-L{level}-{name}-seed0-level{test}",
+            ["--level", str(test), "--rounds", "1", "--protocols", "vanilla"],
+            adapter=worked_adapter(level, name),
         )
-        for name in WORKED_SWEEP
-        for level in (1, 2, 3, 4)
+        for level, name in WORKED_RUNS
+        for test in (1, 2, 3, 4)
+    },
+}
+# the easy-arith adapter trained on, besides fresh worked solutions, one REFINE example per question
+# (its own sampled solution and two peers' answers, the worked solution as target), from itself;
+# then one REFINE round's effect on the vote of a team of each adapter
+WORKED_REFINE = "worked-refine-L1-r8-seed0"
+LLM_PIECES |= {
+    f"llm-{WORKED_REFINE}": {
+        **llm_run(
+            WORKED_REFINE,
+            [*WORKED_SFT, "--level", "1", *WORKED_SWEEP["r8"], "--seed", "1"]
+            + ["--init-adapter", worked_adapter(1, "r8")]
+            + ["--refine-contexts", worked_adapter(1, "r8")],
+            adapter=True,
+        ),
+        "needs": [worked_adapter(1, "r8")],
+    },
+    **{
+        f"after-{run}-{part}": after(
+            f"{run}-{part}", AFTER_PARTS[part], adapter=f"results/agents/{run}.pt"
+        )
+        for run in ("worked-L1-r8-seed0", WORKED_REFINE)
+        for part in AFTER_PARTS
     },
 }
