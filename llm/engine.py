@@ -89,7 +89,6 @@ class Engine(Prefill):
         device="cpu",
         batch_size=128,
         cache_dir=None,
-        rank=0,
         model=None,
         tokenizer=None,
         prefill_tokens=2048,
@@ -115,7 +114,6 @@ class Engine(Prefill):
             "device": device,
             "batch_size": batch_size,
             "cache_dir": cache_dir,
-            "rank": rank,
             "progress": progress,
         }
         # the cache key names the weights and the dtype: both change the text
