@@ -152,9 +152,10 @@ def resolve_engine_dtype(cfg, device="cpu"):
 
 
 def make_engine(cfg, rank, device="cpu"):
-    """The generation engine of one rank on its device: its own cache file, a progress bar on rank
-    0. With --models, a llm.team.Team: one engine per distinct base model, each agent's adapter
-    loaded into its base's engine (the file read as data: common.load_file)."""
+    """The generation engine of one rank on its device: the cache file that every rank shares, a
+    progress bar on rank 0. With --models, a llm.team.Team: one engine per distinct base model,
+    each agent's adapter loaded into its base's engine (the file read as data:
+    common.load_file)."""
     if getattr(cfg, "models", ""):
         engines, adapters, members = {}, {}, []
         for base, adapter in team_entries(cfg.models, cfg.agents):
@@ -175,7 +176,6 @@ def make_engine(cfg, rank, device="cpu"):
         device=str(device),
         batch_size=cfg.engine_batch_size,
         cache_dir=cfg.cache_dir or None,
-        rank=rank,
         progress=rank == 0,
     )
 

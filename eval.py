@@ -7,7 +7,7 @@
 `mpdf=PATH` for a trained policy, `leader=PATH` for MLPO (the agents answer, the leader model at
 PATH reads them and answers; `leader=default`: the untrained backbone leads; `--rounds` more rounds
 let the agents revise after reading the leader's answer). Generations are cached on disk
-(`--cache-dir`), so a second identical evaluation makes no LLM call.
+(`--cache-dir`/generations.db), so a second identical evaluation makes no LLM call.
 """
 
 import dataclasses

@@ -243,7 +243,7 @@ def refine_examples(engine, cfg, rank, world):
     return [(prompt, target) for _, prompt, target in sorted(all_gather_list(examples))]
 
 
-def trained_team(cfg, device, rank):
+def trained_team(cfg, device):
     """(the trained models, the team whose rollouts they sample). Full fine-tuning (--lora-rank 0):
     one model for every agent, or one per agent (--separate-agents). Otherwise one frozen base with
     one LoRA adapter, or one per agent, that the engine runs in one batch. No generation cache:
@@ -253,7 +253,7 @@ def trained_team(cfg, device, rank):
     n_trained = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
     engines = [
         Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
-               batch_size=cfg.engine_batch_size, rank=rank)
+               batch_size=cfg.engine_batch_size)
         for _ in range(1 if cfg.lora_rank else n_trained)
     ]  # fmt: skip
     models = [e.model for e in engines]
@@ -272,7 +272,7 @@ def trained_team(cfg, device, rank):
     if cfg.dtype == "bfloat16":
         engines = [
             Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
-                   device=str(device), batch_size=cfg.engine_batch_size, rank=rank)
+                   device=str(device), batch_size=cfg.engine_batch_size)
             for m, e in zip(models, engines)
         ]  # fmt: skip
     members = [

@@ -325,7 +325,7 @@ def train_agents_or_leader(cfg, rank, world, device):
             (out / "pool.json").write_text(json.dumps(pool_stats))
     else:
         pool = training_pool(cfg)[cfg.val_n :]
-    models, team = team_rollouts.trained_team(cfg, device, rank)
+    models, team = team_rollouts.trained_team(cfg, device)
     params = [p for m in models for p in m.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
     # one state dict for the checkpoint: the adapters only (MBs), or the whole models
@@ -405,7 +405,7 @@ def train_sft(cfg, rank, world, device):
     default."""
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    models, team = team_rollouts.trained_team(cfg, device, rank)
+    models, team = team_rollouts.trained_team(cfg, device)
     if cfg.solutions == "worked":
         kept = team_rollouts.worked_solutions(team.first, cfg)
         if cfg.refine_contexts:

@@ -1,6 +1,7 @@
 """The pieces of the engine's speed measurements (experiments/bench.py, profile_decode.py,
-kernels.py); experiments/pieces.py holds them with every other piece (the same dict form:
-"command", "outputs"). Each is a timing: run it on a quiet machine; its JSON records the machine."""
+kernels.py) and of the generation cache's (cache_bench.py); experiments/pieces.py holds them with
+every other piece (the same dict form: "command", "outputs"). Each is a timing: run it on a quiet
+machine; its JSON records the machine."""
 
 from llm_pieces import PY
 
@@ -51,4 +52,10 @@ BENCH_PIECES = {
     "profile-bf16": profile("profile-bf16", ["--bf16"]),
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
     "profile-onednn": profile("profile-onednn", ["--before", "6989e4b"]),
+    # issue 57: the generation cache, the JSONL files against the SQLite database, at 10k, 100k
+    # and 1M entries (the JSONL cache of 1M entries takes several GB of memory to open)
+    "bench-cache": {
+        "command": [PY, "experiments/cache_bench.py", "--out", "results/bench/cache.json"],
+        "outputs": ["results/bench/cache.json"],
+    },
 }

@@ -11,8 +11,8 @@ Beside it (their names are importable from here too):
   prefill.py          - how Engine runs prompts (its base class Prefill): prefix sharing
                         (prefix_groups: a debate's agents prefill their shared prompt prefix once)
                         and padded chunks of rows of similar length (padded_chunks)
-  cache.py            - the on-disk cache keyed by model, prompt, params, seed (GenerationCache),
-                        call_seed and weights_fingerprint
+  cache.py            - the on-disk cache keyed by model, prompt, params, seed (GenerationCache, one
+                        SQLite file), call_seed and weights_fingerprint
   kvcache.py          - what the engine puts under the model: its KV cache layer and, on CPU,
                         oneDNN linears
   lora.py             - low-rank adapters: rows of one batch may each run with their own adapter
@@ -79,7 +79,8 @@ class Engine(Prefill):
     Continuous batching: up to batch_size rows decode together; a row stops on its own (EOS, a stop
     string or the token budget) and frees its slot, and the next prompts of the queue are prefilled
     into the free slots, so the batch stays full until the queue is empty. Results are cached on
-    disk when `cache_dir` is given."""
+    disk when `cache_dir` is given (`cache_dir`/generations.db, one file that every process and
+    torchrun rank shares)."""
 
     def __init__(
         self,
@@ -88,7 +89,6 @@ class Engine(Prefill):
         device="cpu",
         batch_size=128,
         cache_dir=None,
-        rank=0,
         model=None,
         tokenizer=None,
         prefill_tokens=2048,
@@ -114,7 +114,6 @@ class Engine(Prefill):
             "device": device,
             "batch_size": batch_size,
             "cache_dir": cache_dir,
-            "rank": rank,
             "progress": progress,
         }
         # the cache key names the weights and the dtype: both change the text
@@ -130,7 +129,7 @@ class Engine(Prefill):
         probe = DynamicCache(config=model.config)
         self.continuous = all(type(layer) is DynamicLayer for layer in probe.layers)
         self.n_layers = len(probe.layers)
-        self.cache = GenerationCache(cache_dir, rank) if cache_dir else None
+        self.cache = GenerationCache(cache_dir) if cache_dir else None
         # the fp32 CPU Linear layers run through oneDNN inside the engine's forward passes (faster
         # than the default MKL path for the engine's skinny matmuls: README, "The engine")
         self.linears = (
@@ -228,14 +227,15 @@ class Engine(Prefill):
             self.stats["completion_tokens"] += out.n_generated
 
         if todo:
-            self.sample(
-                [ids for _, _, ids in todo],
-                [seeds[i] for i, _, _ in todo],
-                **params,
-                keep_eos=return_tokens,
-                on_finish=finished,
-                adapters=[adapters[i] for i, _, _ in todo],
-            )
+            with self._saving():
+                self.sample(
+                    [ids for _, _, ids in todo],
+                    [seeds[i] for i, _, _ in todo],
+                    **params,
+                    keep_eos=return_tokens,
+                    on_finish=finished,
+                    adapters=[adapters[i] for i, _, _ in todo],
+                )
         return results
 
     def continuation_logprobs(self, prompts, continuations):
@@ -255,28 +255,30 @@ class Engine(Prefill):
         ]
         results, todo = self._lookup(keys, prompts)
         keep = max(map(len, conts))  # the logits of each row's last `keep` positions are needed
-        for chunk in (todo[k : k + self.batch_size] for k in range(0, len(todo), self.batch_size)):
-            # one row per distinct prompt + continuation[:-1]:
-            # one-token continuations share the prompt's row
-            rows = sorted({tuple(ids + c[:-1]) for _, _, ids in chunk for c in conts})
-            with torch.inference_mode():
-                logprobs = torch.log_softmax(
-                    self.prefill([list(r) for r in rows], keep=keep).float(), -1
-                )
-            row_of = {r: k for k, r in enumerate(rows)}
-            for i, key, ids in chunk:
-                # the logits at a row's last len(c) positions predict the tokens of c
-                results[i] = [
-                    logprobs[row_of[tuple(ids + c[:-1])], keep - len(c) :]
-                    .gather(-1, torch.tensor(c)[:, None])
-                    .sum()
-                    .item()
-                    for c in conts
-                ]
-                if self.cache:
-                    self.cache.put(key, results[i])
-                self.stats["calls"] += 1
-                self.stats["prompt_tokens"] += len(ids)
+        with self._saving():
+            for start in range(0, len(todo), self.batch_size):
+                chunk = todo[start : start + self.batch_size]
+                # one row per distinct prompt + continuation[:-1]:
+                # one-token continuations share the prompt's row
+                rows = sorted({tuple(ids + c[:-1]) for _, _, ids in chunk for c in conts})
+                with torch.inference_mode():
+                    logprobs = torch.log_softmax(
+                        self.prefill([list(r) for r in rows], keep=keep).float(), -1
+                    )
+                row_of = {r: k for k, r in enumerate(rows)}
+                for i, key, ids in chunk:
+                    # the logits at a row's last len(c) positions predict the tokens of c
+                    results[i] = [
+                        logprobs[row_of[tuple(ids + c[:-1])], keep - len(c) :]
+                        .gather(-1, torch.tensor(c)[:, None])
+                        .sum()
+                        .item()
+                        for c in conts
+                    ]
+                    if self.cache:
+                        self.cache.put(key, results[i])
+                    self.stats["calls"] += 1
+                    self.stats["prompt_tokens"] += len(ids)
         return torch.tensor(results)
 
     def next_token_logprobs(self, prompts, token_ids):
@@ -287,7 +289,7 @@ class Engine(Prefill):
     def _lookup(self, keys, prompts, use_cache=True, fresh=lambda value: True):
         """Cached values (None where absent or not `fresh`) and the misses as (index, key, token
         ids), sorted by token order so that prompts sharing a prefix end up side by side."""
-        hits = [self.cache.get(key) if self.cache and use_cache else None for key in keys]
+        hits = self.cache.get_many(keys) if self.cache and use_cache else [None] * len(keys)
         hits = [hit if hit is not None and fresh(hit) else None for hit in hits]
         self.stats["cache_hits"] += sum(hit is not None for hit in hits)
         todo = sorted(
@@ -295,6 +297,11 @@ class Engine(Prefill):
             key=lambda item: item[2],
         )
         return hits, todo
+
+    def _saving(self):
+        """with self._saving(): ... -- the block's cache entries written together (one transaction
+        per engine call)."""
+        return self.cache.batch() if self.cache else nullcontext()
 
     @torch.inference_mode()
     def sample(

@@ -222,16 +222,16 @@ class FakeEngine:
 
 def test_make_engine_arguments(monkeypatch):
     """One engine: the model (None for the default), dtype, device as text, batch size, cache
-    directory (None for none), rank, and a progress bar on rank 0 only."""
+    directory (None for none), and a progress bar on rank 0 only."""
     monkeypatch.setattr(corpus, "Engine", FakeEngine)
     cfg = SimpleNamespace(model="m", dtype="bfloat16", engine_batch_size=7, cache_dir="c")
     assert corpus.make_engine(cfg, 0, torch.device("cpu")).kw == dict(
-        model_path="m", dtype="bfloat16", device="cpu", batch_size=7, cache_dir="c", rank=0,
+        model_path="m", dtype="bfloat16", device="cpu", batch_size=7, cache_dir="c",
         progress=True,
     )  # fmt: skip
     cfg = SimpleNamespace(model="", dtype="float32", engine_batch_size=2, cache_dir="", models="")
     assert corpus.make_engine(cfg, 1).kw == dict(
-        model_path=None, dtype="float32", device="cpu", batch_size=2, cache_dir=None, rank=1,
+        model_path=None, dtype="float32", device="cpu", batch_size=2, cache_dir=None,
         progress=False,
     )  # fmt: skip
 
@@ -254,7 +254,7 @@ def test_make_engine_of_a_team(monkeypatch):
     engines = [m.engine for m in team.members]
     assert engines[0] is engines[2] and engines[1] is engines[3] and engines[0] is not engines[1]
     assert [e.kw["model_path"] for e in engines] == [None, "b", None, "b"]
-    assert all(e.kw["rank"] == 1 and e.kw["device"] == "cuda:1" for e in engines)
+    assert all(e.kw["device"] == "cuda:1" for e in engines)
     assert all(e.kw["progress"] is False and e.kw["batch_size"] == 3 for e in engines)
     assert [m.adapter for m in team.members] == [
         "adapter a.pt as adapter",

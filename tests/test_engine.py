@@ -8,6 +8,7 @@ Run: python -m pytest -q tests/test_engine.py
 
 import json
 import math
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -363,26 +364,48 @@ def test_cache_second_call_makes_no_llm_call(tiny_model_dir, tmp_path):
     assert mixed[0].text == first[0].text
 
 
-def test_cache_skips_a_torn_last_line(tiny_model_dir, tmp_path):
-    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
-    prompts = tiny_prompts(engine)[:3]
-    first = engine.generate(prompts, seeds=[0, 1, 2], **SAMPLING)
-    files = list(tmp_path.glob("*.jsonl"))
-    assert len(files) == 1
-    line = files[0].read_text().splitlines()[0]
-    with open(files[0], "a") as f:  # a process killed mid-write
-        f.write(line[: len(line) // 2])
+class JsonlCache:
+    """The cache's earlier form as the engine wrote it: a line {"key", "value"} per put to
+    gen-rank<r>.jsonl (logprobs=False: as before the engine kept log-probs), read by nobody."""
 
-    engine2 = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
-    assert engine2.cache.skipped == 1
-    again = engine2.generate(prompts, seeds=[0, 1, 2], **SAMPLING)
-    assert all(c.cached for c in again) and [c.text for c in again] == [c.text for c in first]
-    # appending after the torn line starts a fresh line: the new entry survives the next load
-    new = engine2.generate(["Something else"], seeds=[9], **SAMPLING)[0]
-    engine3 = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
-    assert engine3.cache.skipped == 1
-    hit = engine3.generate(["Something else"], seeds=[9], **SAMPLING)[0]
-    assert hit.cached and hit.text == new.text and engine3.stats["calls"] == 0
+    def __init__(self, path, logprobs=True):
+        self.path, self.logprobs = path, logprobs
+
+    def get_many(self, keys):
+        return [None] * len(keys)
+
+    def batch(self):
+        return nullcontext()
+
+    def put(self, key, value):
+        if not self.logprobs:
+            value = {k: v for k, v in value.items() if k != "token_logprobs"}
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"key": key, "value": value}) + "\n")
+
+
+def test_an_old_jsonl_cache_is_imported_once_with_the_same_hits(tiny_model_dir, tmp_path):
+    engine = Engine(model_path=tiny_model_dir)
+    prompts = tiny_prompts(engine)[:4]
+    engine.cache = JsonlCache(tmp_path / "gen-rank0.jsonl")
+    first = engine.generate(prompts[:2], seeds=[0, 1], **SAMPLING)
+    engine.cache = JsonlCache(tmp_path / "gen-rank1.jsonl")
+    first += engine.generate(prompts[2:], seeds=[2, 3], **SAMPLING)
+    line = (tmp_path / "gen-rank0.jsonl").read_text().splitlines()[0]
+    with open(tmp_path / "gen-rank0.jsonl", "a") as f:  # a process killed mid-write, then a new one
+        f.write(line[: len(line) // 2] + "\n\n")
+
+    strip = lambda c: (c.text, c.completion_tokens, c.finish, c.token_logprobs)  # noqa: E731
+    for _ in range(2):  # imported, then read from the database alone
+        again = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+        assert again.cache.skipped == 1
+        hits = again.generate(prompts, seeds=[0, 1, 2, 3], **SAMPLING)
+        assert all(c.cached for c in hits) and again.stats["calls"] == 0
+        assert [strip(c) for c in hits] == [strip(c) for c in first]
+    # a file that grew since (an older checkout still writing it) is imported again
+    engine.generate(["Something else"], seeds=[9], **SAMPLING)
+    new = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    assert new.generate(["Something else"], seeds=[9], **SAMPLING)[0].cached
 
 
 def test_cache_keys_depend_on_every_sampling_parameter(tiny_model_dir, tmp_path):
@@ -415,20 +438,6 @@ def test_cache_keys_depend_on_every_sampling_parameter(tiny_model_dir, tmp_path)
     assert k == key("m", "p", dict(base), 1)
     keys = {k, key("m2", "p", base, 1), key("m", "p2", base, 1), key("m", "p", base, 2)}
     assert len(keys | {key("m", "p", dict(base, top_p=0.5), 1)}) == 5
-
-
-def test_generation_cache_files_per_rank(tmp_path):
-    a, b = GenerationCache(tmp_path, rank=0), GenerationCache(tmp_path, rank=1)
-    a.put("k0", {"text": "zero"})
-    b.put("k1", {"text": "one"})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen-rank0.jsonl", "gen-rank1.jsonl"]
-    c = GenerationCache(tmp_path, rank=2)
-    assert (
-        c.get("k0") == {"text": "zero"} and c.get("k1") == {"text": "one"} and c.get("k2") is None
-    )
-    for path in tmp_path.iterdir():
-        for line in path.read_text().splitlines():
-            assert json.loads(line).keys() == {"key", "value"}
 
 
 def test_cache_does_not_mix_models_with_the_same_path(tiny_model, tmp_path):
@@ -773,16 +782,17 @@ def test_cache_returns_the_logprobs_it_stored_and_old_entries_are_misses(tiny_mo
     second = again.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
     assert all(c.cached for c in second) and again.stats["calls"] == 0
     assert [c.token_logprobs for c in second] == [c.token_logprobs for c in first]
-    # an entry from before the engine kept log-probs is recomputed, never returned without them
-    (path,) = tmp_path.glob("*.jsonl")
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for entry in lines:
-        del entry["value"]["token_logprobs"]
-    path.write_text("".join(json.dumps(entry) + "\n" for entry in lines))
-    old = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    # an entry from before the engine kept log-probs is recomputed, never returned without them,
+    # and replaced
+    (tmp_path / "old").mkdir()
+    engine.cache = JsonlCache(tmp_path / "old" / "gen-rank0.jsonl", logprobs=False)
+    engine.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
+    old = Engine(model_path=tiny_model_dir, cache_dir=tmp_path / "old")
     third = old.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING)
     assert not any(c.cached for c in third) and old.stats["calls"] == 4
     assert [c.token_logprobs for c in third] == [c.token_logprobs for c in first]
+    fourth = Engine(model_path=tiny_model_dir, cache_dir=tmp_path / "old")
+    assert all(c.cached for c in fourth.generate(prompts, seeds=[1, 2, 3, 4], **SAMPLING))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -50,8 +50,13 @@ def test_eval_cli_table_json_and_cache(tmp_path, tiny_model_dir):
     assert first["dtype_reason"].startswith("auto: ") and "(" in first["machine"]
     _, second = run_eval(tmp_path, tiny_model_dir)
     assert second["engine"]["calls"] == 0 and second["engine"]["cache_hits"] > 0  # zero LLM calls
+    # the cache off (protocols that share calls make them again): the same games, every text and
+    # token log-prob the same
+    _, off = run_eval(tmp_path, tiny_model_dir, "--cache-dir", "")
+    assert off["engine"]["calls"] > first["engine"]["calls"] and off["engine"]["cache_hits"] == 0
+    assert first["details"] == second["details"] == off["details"]
     for name in ("vanilla", "debate", "mpdf-oracle"):
-        assert second[name]["accuracy"] == first[name]["accuracy"]
+        assert second[name]["accuracy"] == off[name]["accuracy"] == first[name]["accuracy"]
         assert second[name]["tokens_per_question"] == first[name]["tokens_per_question"]
 
 

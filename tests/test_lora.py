@@ -355,7 +355,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     cfg = SimpleNamespace(agents=3, separate_agents=True, target="agents", model=tiny_model_dir,
                           engine_batch_size=8, lora_rank=4, lora_alpha=8.0, seed=0,
                           dtype="float32", init_adapter=str(path))  # fmt: skip
-    models, team = team_rollouts.trained_team(cfg, "cpu", 0)
+    models, team = team_rollouts.trained_team(cfg, "cpu")
     model = models[0]
     assert lora.n_adapters(model) == 3 and model.lora["names"] == [
         "unsaved0",
@@ -385,4 +385,4 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
     with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
         team_rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}),
-                                   "cpu", 0)  # fmt: skip
+                                   "cpu")  # fmt: skip

@@ -347,6 +347,8 @@ def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_d
     checkpoint = common.load_file(out / "checkpoint.pt", "checkpoint")
     assert checkpoint["config"]["target"] == "leader"
     assert Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
+    # the peers' generations of every rank in one database
+    assert {p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()} == {"generations.db"}
 
 
 def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):

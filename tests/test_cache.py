@@ -1,0 +1,184 @@
+"""The generation cache (llm/cache.py) on its own: values come back exactly, a batch is written in
+one transaction, and the database stays whole under two writers at once, a writer killed in the
+middle of a transaction and torchrun's ranks. The writers are subprocesses (no torch: quick)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import llm.cache
+from llm.cache import GenerationCache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def writer(code, *args):
+    """A python process running `code` with the repository importable and `args` as sys.argv[1:]:
+    it starts when a line reaches its stdin."""
+    script = "import sys\nsys.stdin.readline()\n" + code
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def whole(cache):
+    return cache.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_values_come_back_exactly_from_one_file(tmp_path):
+    cache = GenerationCache(tmp_path)
+    completion = {"text": "héllo\n", "prompt_tokens": 3, "completion_tokens": 3, "finish": "eos",
+                  "token_logprobs": [-0.1, -1e-300, -2.5000000000000004]}  # fmt: skip
+    cache.put("a", completion)
+    cache.put("b", [0.5, -1.25])  # continuation_logprobs' values: a list
+    cache.put("c", {"text": "x", "token_logprobs": None})
+    other = GenerationCache(tmp_path)  # another process, say
+    assert other.get("a") == completion and other.get("nothing") is None
+    assert other.get_many(["b", "x", "c", "a"]) == [[0.5, -1.25], None, cache.get("c"), completion]
+    # a put replaces (a stale entry recomputed)
+    cache.put("a", dict(completion, text="new"))
+    assert other.get("a")["text"] == "new"
+    # more keys than one query takes
+    keys = [f"k{i}" for i in range(1200)]
+    with cache.batch():
+        for i, key in enumerate(keys):
+            cache.put(key, i)
+    assert other.get_many(keys[::-1]) == list(range(1200))[::-1]
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == ["generations.db"]
+
+
+def test_a_batch_is_written_in_one_transaction_when_it_ends(tmp_path, monkeypatch):
+    cache, other = GenerationCache(tmp_path), GenerationCache(tmp_path)
+    with cache.batch():
+        for i in range(100):
+            cache.put(f"k{i}", {"i": i})
+        assert cache.get("k99") == {"i": 99}  # its own process sees it at once
+        assert other.get_many(["k0", "k99"]) == [None, None]
+    assert other.get_many([f"k{i}" for i in range(100)]) == [{"i": i} for i in range(100)]
+    # a long batch is also written every SAVE_EVERY_S seconds
+    monkeypatch.setattr(llm.cache, "SAVE_EVERY_S", 0)
+    with cache.batch():
+        cache.put("early", 1)
+        assert other.get("early") == 1
+
+
+WRITE = """
+from llm.cache import GenerationCache
+folder, first = sys.argv[1], int(sys.argv[2])
+cache = GenerationCache(folder)
+for start in range(first, first + 2000, 10):
+    with cache.batch():
+        for i in range(start, start + 10):
+            cache.put(f"k{i}", {"i": i, "writer": first})
+    cache.put(f"single{first}-{start}", start)
+"""
+
+
+def test_two_writers_at_once_lose_nothing_and_corrupt_nothing(tmp_path):
+    # keys 0-1999 and 1000-2999, 200 batches and 200 single puts each, on a fresh folder
+    writers = [writer(WRITE, tmp_path, first) for first in (0, 1000)]
+    for w in writers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    assert [w.wait(timeout=60) for w in writers] == [0, 0]
+    cache = GenerationCache(tmp_path)
+    values = cache.get_many([f"k{i}" for i in range(3000)])
+    assert [v["i"] for v in values] == list(range(3000))
+    assert {v["writer"] for v in values[1000:2000]} <= {0, 1000}
+    singles = [f"single{first}-{s}" for first in (0, 1000) for s in range(first, first + 2000, 10)]
+    assert None not in cache.get_many(singles) and whole(cache)
+
+
+KILLED = """
+import time
+from llm.cache import GenerationCache
+cache = GenerationCache(sys.argv[1])
+with cache.batch():
+    for i in range(100):
+        cache.put(f"kept{i}", i)
+calls = 0
+
+
+def pause():  # called by SQLite while a statement runs: here, the next batch's inserts
+    global calls
+    calls += 1
+    if calls == 20:
+        print("in the transaction", flush=True)
+        time.sleep(60)
+    return 0
+
+
+cache.db.set_progress_handler(pause, 100)
+with cache.batch():
+    for i in range(1000):
+        cache.put(f"lost{i}", i)
+"""
+
+
+def test_a_writer_killed_mid_transaction_loses_that_transaction_only(tmp_path):
+    w = writer(KILLED, tmp_path)
+    w.stdin.write("go\n")
+    w.stdin.flush()
+    assert w.stdout.readline() == "in the transaction\n"
+    os.kill(w.pid, signal.SIGKILL)
+    w.wait(timeout=10)
+    cache = GenerationCache(tmp_path)
+    assert cache.get_many([f"kept{i}" for i in range(100)]) == list(range(100))
+    assert cache.get_many([f"lost{i}" for i in range(1000)]) == [None] * 1000
+    assert whole(cache)
+    cache.put("after", 1)  # the killed writer's lock is gone
+    assert GenerationCache(tmp_path).get("after") == 1
+
+
+RANK = """
+import os
+from llm.cache import GenerationCache
+cache = GenerationCache(sys.argv[1])
+rank = int(os.environ["RANK"])
+with cache.batch():
+    for i in range(500):
+        cache.put(f"rank{rank}-{i}", i)
+        cache.put(f"shared{i}", i)
+"""
+
+
+def test_torchrun_ranks_share_one_database(tmp_path):
+    """Two ranks open one folder at once (the old JSONL file there imported once) and both write
+    into its one database."""
+    (tmp_path / "cache").mkdir()
+    lines = [json.dumps({"key": "old", "value": {"text": "before"}}), '{"key": "torn", "val']
+    (tmp_path / "cache" / "gen-rank0.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "rank.py").write_text("import sys\n" + RANK)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           str(tmp_path / "rank.py"), str(tmp_path / "cache")], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cache = GenerationCache(tmp_path / "cache")
+    keys = [f"{name}-{i}" for name in ("rank0", "rank1") for i in range(500)]
+    assert cache.get_many(keys) == list(range(500)) * 2
+    assert cache.get_many([f"shared{i}" for i in range(500)]) == list(range(500))
+    assert cache.get("old") == {"text": "before"} and cache.skipped == 1 and whole(cache)
+    assert sorted(p.name for p in (tmp_path / "cache").glob("*.db")) == ["generations.db"]
+
+
+def test_cache_bench_reports_every_figure(tmp_path):
+    """experiments/cache_bench.py on a small cache: both caches measured, each in its own process,
+    and every figure there."""
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "cache_bench.py"), "--sizes",
+                           "300", "--lookups", "50", "--inserts", "50", "--call", "10", "--out",
+                           str(tmp_path / "cache.json")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    size = json.loads((tmp_path / "cache.json").read_text())["sizes"]["300"]
+    assert size["entries"] == 300 and 1800 < size["jsonl_bytes_per_entry"] < 2300
+    assert size["import"]["open_s"] > 0 and size["sqlite_mb"] < size["jsonl_mb"]
+    figures = {"open_s", "open_peak_rss_mb", "rss_before_open_mb", "lookups_per_s",
+               "lookups_per_s_engine_call", "inserts_per_s", "inserts_per_s_engine_call",
+               "peak_rss_mb"}  # fmt: skip
+    for kind in ("sqlite", "jsonl"):
+        assert set(size[kind]) == figures and all(size[kind][f] > 0 for f in figures)
+        # no torch in the measuring process: its memory is the cache's
+        assert size[kind]["rss_before_open_mb"] < 100
