@@ -1,6 +1,7 @@
-"""What the speed scripts share (bench.py, profile_decode.py, cuda_check.py): the fixed batch of
-deliberation prompts they time, HF `generate` as the reference they are timed against, and the
-matmul FLOP counts that turn a time into a share of this machine's peak."""
+"""What the speed scripts share (bench.py, profile_decode.py, cuda_check.py, cuda_scale.py): the
+fixed batch of deliberation prompts they time, HF `generate` as the reference they are timed
+against, the matmul FLOP counts that turn a time into a share of this machine's peak, and randomly
+initialized Llamas over the default tokenizer (no weights need to travel to a GPU machine)."""
 
 import sys
 import time
@@ -90,3 +91,22 @@ def deliberation_prompts(engine, examples):
         ]
         prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
     return prompts
+
+
+def random_llama_dir(tokenizer_dir, out, dtype=torch.float32, **shape):
+    """A randomly initialized Llama over the tokenizer in `tokenizer_dir` (seed 0), saved as an HF
+    directory in `dtype`; `shape`: LlamaConfig's sizes (hidden_size, num_hidden_layers, ...)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        max_position_embeddings=1024, tie_word_embeddings=False, **shape,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)

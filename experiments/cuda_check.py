@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_common import hf_generate  # noqa: E402
+from bench_common import hf_generate, random_llama_dir  # noqa: E402
 
 from common import machine  # noqa: E402
 from llm import lora  # noqa: E402
@@ -44,21 +44,10 @@ PROMPTS = [f"What is {k} + {k * 7 % 13}? Explain step by step." * (1 + k % 4) fo
 
 def tiny_model_dir(tokenizer_dir, out):
     """tests/conftest.py's tiny random Llama, saved as an HF directory."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, hidden_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
-        max_position_embeddings=1024, tie_word_embeddings=False,
+    return random_llama_dir(
+        tokenizer_dir, out, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=128,
     )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return str(out)
 
 
 def engine_vs_hf(model_dir):
