@@ -4,7 +4,8 @@ results/cuda/.
 
   1. generate   the engine against HF generate, greedy, on the same batch of deliberation-sized
                 prompts: new tokens per second of each, and the rows whose tokens are identical
-                (in bf16 near-ties may flip: the first position where a row differs is kept)
+                (in bf16 near-ties may flip: the first position where a row differs is kept);
+                the equality again in fp32 on 16 rows
   2. train      two steps of `train_llm.py --target agents` (LoRA adapters, bf16 rollouts, the KL
                 term on, so every sequence is trained on although random weights earn no reward)
                 under `torchrun --nproc_per_node=1`: seconds per step, rollout seconds, peak GPU
@@ -60,9 +61,9 @@ def timed(fn):
     return out, time.time() - start
 
 
-def generate(model_dir, device, new_tokens):
-    engine = Engine(model_path=model_dir, dtype="bfloat16", device=device, batch_size=len(PROMPTS))
-    prompts = [engine.chat(p) for p in PROMPTS]
+def generate(model_dir, device, new_tokens, dtype="bfloat16", rows=len(PROMPTS)):
+    engine = Engine(model_path=model_dir, dtype=dtype, device=device, batch_size=rows)
+    prompts = [engine.chat(p) for p in PROMPTS[:rows]]
     ids = [engine.encode(p) for p in prompts]
     seeds = list(range(len(prompts)))
 
@@ -140,6 +141,10 @@ def main():
                                      **SIZES[args.size])  # fmt: skip
         report["generate"] = generate(model_dir, args.device, args.new_tokens)
         print("generate", json.dumps(report["generate"]), flush=True)
+        # random weights give near-uniform logits, whose near-ties bf16 rounding flips: the
+        # tokens' equality is checked in fp32, on fewer rows
+        report["generate_fp32"] = generate(model_dir, args.device, 32, "float32", rows=16)
+        print("generate_fp32", json.dumps(report["generate_fp32"]), flush=True)
         report["train"] = train(model_dir, tmp, args.device, args.new_tokens)
         print("train", json.dumps(report["train"]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
