@@ -58,12 +58,13 @@ def view(path, *extra):
 
 
 class Page(HTMLParser):
-    """What a test reads of a page: the game cards' attributes, the scripts, the body's attributes,
-    the text."""
+    """What a test reads of a page: the attributes of the game cards, the question sections and the
+    body, the scripts, the text."""
 
     def __init__(self, html):
         super().__init__()
-        self.games, self.scripts, self.body, self.text, self.count = [], [], {}, [], None
+        self.games, self.questions, self.scripts, self.text = [], [], [], []
+        self.body, self.count = {}, None
         self._in = None
         self.feed(html)
 
@@ -71,6 +72,8 @@ class Page(HTMLParser):
         attrs = dict(attrs)
         if tag == "div" and "game" in attrs.get("class", "").split():
             self.games.append(attrs)
+        if tag == "section":
+            self.questions.append(attrs)
         if tag == "body":
             self.body = attrs
         self._in = "script" if tag == "script" else "count" if attrs.get("id") == "count" else None
@@ -161,6 +164,8 @@ def test_the_page_in_a_browser_shows_every_game_and_filters_out_the_right_answer
     shown = [g for g in wrong.games if "hidden" not in g]
     assert len(shown) == int(wrong.count) == 18 - 6 - 1
     assert all(g["data-ok"] == "0" for g in shown)
+    # question 0, right everywhere, is hidden whole
+    assert ["hidden" in q for q in wrong.questions] == [True, False, False]
     # question 1 is the one where debate and vanilla disagree
     protocols = list(data["details"])
     pair = f"{protocols.index('debate')},{protocols.index('vanilla')}"
