@@ -25,7 +25,8 @@ model: $(STAMP)
 # The whole pipeline on small budgets (under 10 minutes on 2 CPU cores, cold cache): stage 1 and stage 2 on 16
 # training questions, then the project's committed full-size SoftRankPO policy (results/policies, trained on
 # 256 questions; results/README.md) beside the demo's own policies and the fixed protocols on the same held-out
-# questions, paired against the committed policy. Generations are cached under cache/, so a rerun is quick.
+# questions, paired against the committed policy, and view.py's page of those games. Generations are cached
+# under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
 COMMITTED := results/policies/arith-seed0-softrank.pt
 demo: model
@@ -35,11 +36,13 @@ demo: model
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 32 --seed 0 \
 		--protocols vanilla,mpdf-persist,sc,mpdf=$(COMMITTED),mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \
 		--reference mpdf=$(COMMITTED) --out runs/demo/results.json
+	$(PY) view.py runs/demo/results.json --out runs/demo/games.html
 	@echo
 	@echo "vanilla is one greedy answer, mpdf-persist the team's vote after round 0, sc self-consistency at debate's budget."
 	@echo "mpdf=$(COMMITTED) is the project's result: SoftRankPO trained on 256 questions (over 3 seeds"
 	@echo "and 300 test questions: README.md, Results). The runs/demo policies are trained in minutes on 16"
 	@echo "questions: they show that the pipeline runs end to end, not what the method can do."
+	@echo "Every game of the table, move by move: open runs/demo/games.html in a browser."
 
 test: model
 	$(VENV)/bin/ruff check .

@@ -61,12 +61,17 @@ def field_docs(config_class):
 
 
 def parse_config(config_class, argv=None, description=None):
-    """argparse flags built from a dataclass: --field-name, typed by the field's default."""
+    """argparse flags built from a dataclass: --field-name, typed by the field's default. The
+    fields the class names in POSITIONAL are the command's arguments instead (`view.py FILE`)."""
     parser = argparse.ArgumentParser(description=description)
     docs = field_docs(config_class)
+    positional = getattr(config_class, "POSITIONAL", ())
     for f in dataclasses.fields(config_class):
-        flag = "--" + f.name.replace("_", "-")
         text = docs.get(f.name, "").replace("%", "%%")  # argparse formats help strings with %
+        if f.name in positional:
+            parser.add_argument(f.name, type=type(f.default), help=text)
+            continue
+        flag = "--" + f.name.replace("_", "-")
         text = f"{text} (default: {f.default!r})"
         if isinstance(f.default, bool):
             action = argparse.BooleanOptionalAction

@@ -18,7 +18,7 @@ import torch
 import data
 from llm.engine import Engine, call_seed  # noqa: F401 (Engine: the scripts reach it from here)
 from llm.team import as_team
-from policy import FixedPolicy, make_policy
+from policy import FixedPolicy, MetaPolicy, make_policy
 from prompts import (  # noqa: F401 (re-exported: every prompt name stays importable from here)
     ANSWER_HINT,
     TRAILER,
@@ -245,7 +245,9 @@ def ask(engine, requests, cfg, critic):
 
 def decide(policy, games, t, cfg):
     """Every agent of every game observes the round-t state and picks its action; all decide before
-    any action executes. Returns (observations, actions), one list per game."""
+    any action executes. Returns (observations, actions, explained), one list per game; explained:
+    a learned policy's probabilities and state features behind each action (MetaPolicy.explain),
+    None for a fixed policy."""
     rows = [(g, i) for g in games for i in range(cfg.agents)]
     observations = [
         observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows
@@ -269,10 +271,14 @@ def decide(policy, games, t, cfg):
         [call_seed(cfg.seed, g.example.id, i, t, "act") / 2**60 for g, i in rows],
         dtype=torch.float64,
     )
-    actions = policy.act(
-        own, peers, torch.tensor([i for _, i in rows]), info, uniforms, greedy=cfg.greedy_policy
+    agent_index = torch.tensor([i for _, i in rows])
+    actions = policy.act(own, peers, agent_index, info, uniforms, greedy=cfg.greedy_policy)
+    explained = (
+        per_question(policy.explain(own, peers, agent_index), cfg.agents)
+        if isinstance(policy, MetaPolicy)
+        else [None] * len(games)
     )
-    return per_question(observations, cfg.agents), per_question(actions, cfg.agents)
+    return per_question(observations, cfg.agents), per_question(actions, cfg.agents), explained
 
 
 def play(engine, examples, policy, cfg, record_states=False, counterfactual=False, progress=None):
@@ -314,7 +320,7 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
         active = [g for g in games if not g.stopped]
         if not active:
             break
-        observations, actions = decide(policy, active, t, cfg)
+        observations, actions, explained = decide(policy, active, t, cfg)
         # execute: the REFINE calls first (of every agent,
         # for the counterfactual rewards), then the moves
         refine = [
@@ -338,7 +344,9 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
         costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
             refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
-        for g, acts, seen, mine, cost in zip(active, actions, observations, refined, costs):
+        for g, acts, seen, why, mine, cost in zip(
+            active, actions, observations, explained, refined, costs
+        ):
             before = g.solutions
             after = [outcome(before, i, a, mine) for i, a in enumerate(acts)]
             ex = g.example
@@ -353,6 +361,8 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
                 **g.vote_summary(after),
                 "stopped": all(a == PERSIST for a in acts),
             }
+            if why is not None:
+                record["policy"] = why
             if counterfactual:
                 record["reward_vectors"] = counterfactual_rewards(
                     before, after, mine, ex.answer, ex.task, cost
@@ -395,10 +405,15 @@ def lead(engine, leader, examples, cfg):
     results = [
         {
             "id": ex.id,
+            "question": ex.question,
             "gold": ex.answer,
             "tokens": sum(k for _, k in team),
             "calls": n,
             "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
+            # per round: the peers' answers the leader read, then the leader's answer
+            "peer_answers": [],
+            "peer_correct": [],
+            "leader_answers": [],
             "leader_correct": [],
             "texts": [],
         }
@@ -428,12 +443,16 @@ def lead(engine, leader, examples, cfg):
         ]
         led = run_llm(leader, requests, cfg, temperature=0.0)
         for q, (s, k) in enumerate(led):
-            results[q]["tokens"] += k
-            results[q]["calls"] += 1
-            results[q]["texts"].append(s.text)
-            results[q]["leader_correct"].append(
-                data.is_correct(s.answer, examples[q].answer, examples[q].task)
+            ex, r = examples[q], results[q]
+            r["tokens"] += k
+            r["calls"] += 1
+            r["texts"].append(s.text)
+            r["peer_answers"].append([p.answer for p in peers[q]])
+            r["peer_correct"].append(
+                [data.is_correct(p.answer, ex.answer, ex.task) for p in peers[q]]
             )
+            r["leader_answers"].append(s.answer)
+            r["leader_correct"].append(data.is_correct(s.answer, ex.answer, ex.task))
     for r, (s, _) in zip(results, led):
         r.update(pred=s.answer, correct=r["leader_correct"][-1])
     return results
@@ -468,12 +487,17 @@ def run_protocol(engine, examples, protocol, cfg, leader=None):
             results.append(
                 {
                     "id": ex.id,
+                    "question": ex.question,
                     "gold": ex.answer,
                     "pred": pred,
                     "correct": data.is_correct(pred, ex.answer, ex.task),
                     "tokens": sum(n for _, n in mine),
                     "calls": samples,
                     "texts": [s.text for s, _ in mine],
+                    "answers": [s.answer for s, _ in mine],
+                    "answer_correct": [
+                        data.is_correct(s.answer, ex.answer, ex.task) for s, _ in mine
+                    ],
                 }
             )
         return results

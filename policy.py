@@ -43,6 +43,9 @@ _SELF_REPORTED = (
     "consistent",
 )
 FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
+# What a transcript keeps of the state behind a learned policy's decision (eval.py's details, shown
+# by view.py): the agent's generation confidence and its agreement with the team.
+EXPLAINED_FEATURES = CONFIDENCE_SIGNALS + ("peer_agreement", "is_majority")
 
 
 def feature_mask(names, features):
@@ -130,6 +133,21 @@ class MetaPolicy(nn.Module):
         if greedy:
             return logits.argmax(-1).tolist()
         return sample_actions(torch.softmax(logits, -1), uniforms)
+
+    @torch.no_grad()
+    def explain(self, own, peers, agent_index):
+        """Per row, what a transcript shows of a decision: the action probabilities and the
+        EXPLAINED_FEATURES this policy reads (its feature set's), rounded to 4 digits."""
+        probs = torch.softmax(self(own, peers, agent_index), -1).tolist()
+        read = [(k, name) for k, name in enumerate(OWN_FEATURES) if name in EXPLAINED_FEATURES]
+        read = [(k, name) for k, name in read if self.own_mask[k]]
+        return [
+            {
+                "probs": [round(p, 4) for p in row],
+                "state": {name: round(float(features[k]), 4) for k, name in read},
+            }
+            for row, features in zip(probs, own)
+        ]
 
 
 def sample_actions(probs, uniforms):

@@ -12,7 +12,7 @@ import pytest
 from common import field_docs, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["sft.py", "train_rl.py", "train_llm.py", "eval.py", "experiments/bench.py"]
+SCRIPTS = ["sft.py", "train_rl.py", "train_llm.py", "eval.py", "view.py", "experiments/bench.py"]
 
 
 def config_of(script):
@@ -35,8 +35,12 @@ def test_every_flag_has_a_description_and_a_default(script):
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = "".join(proc.stdout.split())  # argparse wraps lines, at spaces and after hyphens
     for f in fields:
-        flag = "--" + f.name.replace("_", "-")
-        entry = "".join(f"{docs[f.name]} (default: {f.default!r})".split())
+        if f.name in getattr(config, "POSITIONAL", ()):
+            # an argument of the command: no flag, no default
+            flag, entry = f.name, "".join(docs[f.name].split())
+        else:
+            flag = "--" + f.name.replace("_", "-")
+            entry = "".join(f"{docs[f.name]} (default: {f.default!r})".split())
         assert flag in text and entry in text, (flag, entry)
 
 
@@ -53,3 +57,6 @@ def test_parse_config_reads_docstrings_types_and_booleans():
     assert field_docs(Config) == {"name": "the name, 100%", "steps": "how many", "on": "a switch"}
     cfg = parse_config(Config, ["--name", "b", "--steps", "5", "--no-on"])
     assert (cfg.name, cfg.steps, cfg.on) == ("b", 5, False)
+    Config.POSITIONAL = ("name",)
+    cfg = parse_config(Config, ["c", "--steps", "6"])
+    assert (cfg.name, cfg.steps, cfg.on) == ("c", 6, True)

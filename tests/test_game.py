@@ -309,6 +309,29 @@ def test_play_learned_policy_pays_for_the_critic_only_when_trained_with_it():
     assert out[0]["calls"] == 3 + sum(a == REFINE for a in out[0]["rounds"][1]["actions"])
 
 
+def test_play_keeps_what_a_learned_policy_saw_and_gave_each_action():
+    """A learned policy's round records keep, per agent, its action probabilities (the greedy
+    action the most likely) and the EXPLAINED_FEATURES of its feature set; a fixed policy's none."""
+    cfg = D.GameConfig(agents=3, rounds=1)
+    torch.manual_seed(0)
+    [game] = D.play(ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.MetaPolicy(), cfg)
+    record = game["rounds"][1]
+    for action, why in zip(record["actions"], record["policy"]):
+        assert len(why["probs"]) == 4 and sum(why["probs"]) == pytest.approx(1, abs=1e-3)
+        assert max(why["probs"]) == why["probs"][action]
+        assert tuple(why["state"]) == P.EXPLAINED_FEATURES
+    [game] = D.play(
+        ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.MetaPolicy(features="paper"), cfg
+    )
+    assert [tuple(w["state"]) for w in game["rounds"][1]["policy"]] == [
+        ("peer_agreement", "is_majority")
+    ] * 3
+    [game] = D.play(
+        ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.FixedPolicy("refine"), cfg
+    )
+    assert "policy" not in game["rounds"][1]
+
+
 def test_play_random_is_seeded():
     cfg = D.GameConfig(agents=3, rounds=3, seed=4)
     runs = [

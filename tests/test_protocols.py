@@ -94,10 +94,12 @@ def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt
     assert call["adapters"] == [10, 10]
     assert (call["temperature"], call["top_p"], call["max_new_tokens"]) == (0.0, 0.9, 64)
     assert results == [
-        {"id": "q/1", "gold": "5", "pred": "5", "correct": True, "tokens": CALL, "calls": 1,
-         "texts": ["Answer: 5"]},
-        {"id": "q/2", "gold": "8", "pred": "3", "correct": False, "tokens": CALL, "calls": 1,
-         "texts": ["Answer: 3"]},
+        {"id": "q/1", "question": "Question q/1?", "gold": "5", "pred": "5", "correct": True,
+         "tokens": CALL, "calls": 1, "texts": ["Answer: 5"], "answers": ["5"],
+         "answer_correct": [True]},
+        {"id": "q/2", "question": "Question q/2?", "gold": "8", "pred": "3", "correct": False,
+         "tokens": CALL, "calls": 1, "texts": ["Answer: 3"], "answers": ["3"],
+         "answer_correct": [False]},
     ]  # fmt: skip
 
 
@@ -128,6 +130,8 @@ def test_self_consistency_votes_as_many_samples_as_debate_makes():
     assert [r["calls"] for r in results] == [6, 6]
     assert [r["tokens"] for r in results] == [6 * CALL] * 2
     assert results[1]["texts"] == [f"Answer: {a}" for a in samples["q/2"]]
+    assert results[1]["answers"] == [str(a) for a in samples["q/2"]]
+    assert results[1]["answer_correct"] == [a == 8 for a in samples["q/2"]]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,6 +233,12 @@ def test_lead_shows_the_leader_every_peer_and_scores_its_last_answer():
         ("q/2", "8", "8", True),
     ]
     assert [r["leader_correct"] for r in results] == [[False, True, False], [True, False, True]]
+    # the transcript: per round, the peers' answers the leader read, then the leader's
+    assert [r["leader_answers"] for r in results] == [[str(a) for a in LEADER[q]] for q in GOLDS]
+    assert [r["peer_answers"] for r in results] == [
+        [[str(a) for a in said] for said in PEERS[q]] for q in GOLDS
+    ]
+    assert results[0]["peer_correct"] == [[False, False], [True, False], [True, True]]
     # round 0's peers: 3 vs 4 ties to agent 0's wrong 3; 8, 8 right
     assert [r["peer_vote_correct"] for r in results] == [False, True]
     assert [r["texts"] for r in results] == [
