@@ -156,7 +156,7 @@ def write_result(result, out):
 
 def machine():
     """What produced a result: the GPU when one is visible, else this CPU and the flags its matmul
-    speed depends on (bf16 is fast only with amx_bf16 or avx512_bf16)."""
+    speed depends on (bf16 in hardware: amx_bf16, avx512_bf16)."""
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
     flags = [flag for flag in backbone.MATMUL_CPU_FLAGS if flag in backbone.cpu_flags()]

@@ -146,8 +146,12 @@ def training_questions(cfg, iteration=0):
 def resolve_engine_dtype(cfg, device="cpu"):
     """(cfg with --dtype auto replaced by the dtype the engines run on `device`, why): the scripts
     record both in their files and print them with their results (a refused run prints only its
-    error line)."""
-    dtype, why = resolve_dtype(cfg.dtype, device)
+    error line). On a CPU, auto probes the model's shapes at --engine-batch-size rows (a team's:
+    its first agent's base model)."""
+    model = cfg.model
+    if getattr(cfg, "models", ""):
+        model = team_entries(cfg.models, cfg.agents)[0][0]
+    dtype, why = resolve_dtype(cfg.dtype, device, model or None, cfg.engine_batch_size)
     return replace(cfg, dtype=dtype), why
 
 

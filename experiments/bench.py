@@ -13,6 +13,8 @@ shared and noisy.
                    many
   bench_team     - round 0 of a team of LoRA adapters on one engine (each row its agent's adapter)
                    vs the plain homogeneous team and vs one engine per merged model
+  bench_probe    - `--dtype auto`'s probe of fp32 against bf16 matmuls, repeated, at a few batch
+                   sizes
 """
 
 import copy
@@ -44,7 +46,7 @@ from state import parse_solution  # noqa: E402
 @dataclass
 class Config:
     bench: str = "generate"
-    """generate | round | debate | slots | team (this file's docstring)"""
+    """generate | round | debate | slots | team | probe (this file's docstring)"""
     n: int = 0
     """questions (0: 64 generate, 200 round, 32 debate, 256 slots, 64 team)"""
     adapters: str = ""
@@ -55,7 +57,7 @@ class Config:
     """debate: the engine's dtype"""
     dtypes: str = ""
     """generate, round: the dtypes compared, comma-separated (empty: float32, and bfloat16 where
-    this machine multiplies bf16 natively)"""
+    `--dtype auto` chooses it)"""
     engine_batch_size: int = 128
     """engine slots (round, debate; slots: this and half as many)"""
     hf_batch_size: int = 64
@@ -77,14 +79,16 @@ class Config:
 
 
 def bench_dtypes(cfg):
-    """The dtypes to benchmark: --dtypes, else float32 and, where this machine multiplies bf16
-    natively (llm.backbone.resolve_dtype), bfloat16 (elsewhere a bf16 matmul crawls: hours)."""
+    """The dtypes to benchmark: --dtypes, else float32 and, where `--dtype auto` chooses it at the
+    engine's batch size (llm.backbone.resolve_dtype's probe), bfloat16 (where bf16 is emulated a
+    bf16 matmul crawls: hours)."""
     if cfg.dtypes:
         dtypes = [d.strip() for d in cfg.dtypes.split(",") if d.strip()]
         for dtype in dtypes:
             check_choice("--dtypes", dtype, ("float32", "bfloat16"))
         return dtypes
-    return ["float32"] + (["bfloat16"] if backbone.resolve_dtype("auto")[0] == "bfloat16" else [])
+    auto, _ = backbone.resolve_dtype("auto", "cpu", cfg.model or None, cfg.engine_batch_size)
+    return ["float32"] + (["bfloat16"] if auto == "bfloat16" else [])
 
 
 def bench_generate(cfg, repeats=2):
@@ -437,12 +441,34 @@ def bench_team(cfg, repeats=2):
     return write_result({**result, "machine": machine()}, cfg.out)
 
 
+def bench_probe(cfg, repeats=3):
+    """`--dtype auto`'s probe (llm.backbone.probe_matmuls) on the model's decode matmuls at 16, 64
+    and --engine-batch-size rows, `repeats` times each, uncached: its figures, the bf16 / fp32 speed
+    ratio and the dtype it chooses, and how long it took."""
+    from transformers import AutoConfig
+
+    shapes = backbone.decode_matmuls(
+        AutoConfig.from_pretrained(cfg.model or backbone.default_model_path())
+    )
+    runs = {}
+    for rows in (16, 64, cfg.engine_batch_size):
+        runs[rows] = []
+        for _ in range(repeats):
+            figures = backbone.probe_matmuls(shapes, rows)
+            speedup = figures["float32_ms"] / figures["bfloat16_ms"]
+            choice = "bfloat16" if speedup >= backbone.BF16_MIN_SPEEDUP else "float32"
+            runs[rows].append({**figures, "speedup": speedup, "choice": choice})
+    result = {"shapes": shapes, "min_speedup": backbone.BF16_MIN_SPEEDUP, "runs": runs}
+    return write_result({**result, "torch": torch.__version__, "machine": machine()}, cfg.out)
+
+
 BENCHMARKS = {
     "generate": bench_generate,
     "round": bench_round,
     "debate": bench_debate,
     "slots": bench_slots,
     "team": bench_team,
+    "probe": bench_probe,
 }
 
 if __name__ == "__main__":

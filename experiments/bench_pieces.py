@@ -43,6 +43,8 @@ BENCH_PIECES = {
         "round-dtypes",
     ),  # fmt: skip
     "profile": profile("profile", []),
+    # issue 56: `--dtype auto`'s probe, repeated at three batch sizes (the file records the CPU)
+    "bench-dtype-probe": bench("probe", [], "dtype-probe"),
     # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
     "bench-kernels": {
         "command": [PY, "experiments/kernels.py", "--out", "results/bench/kernels.json"],

@@ -6,9 +6,12 @@ any other `--model` directory.
 """
 
 import fcntl
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -98,11 +101,14 @@ DTYPES = {
 }
 
 
-# the CPU flags that decide how fast a bf16 matmul runs: AMX and AVX512_BF16 multiply bf16 in
-# hardware; without them oneDNN converts bf16 to fp32 first (on an AVX2-only EPYC a bf16 matmul ran
-# at 0.3 GFLOP/s against 200 in fp32)
+# the CPU flags a result file names beside the CPU (common.machine): how fast a matmul runs depends
+# on them, but they do not decide `--dtype auto` (a probe does: resolve_dtype)
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS)
+# `--dtype auto` on a CPU picks bf16 only where the probe finds it at least this much faster: bf16
+# changes the text, so a tie keeps fp32
+BF16_MIN_SPEEDUP = 1.3
+PROBE_FILE = "dtype-probe.json"
 
 
 def cpuinfo(field):
@@ -120,28 +126,142 @@ def cpu_flags():
     return set(cpuinfo("flags").split())
 
 
-def resolve_dtype(dtype, device="cpu"):
-    """(dtype, why): `auto` becomes bfloat16 where `device` multiplies bf16 natively (a CUDA GPU
-    with bf16, a CPU with AMX or AVX512_BF16), float32 elsewhere; any other dtype stays as given.
-    bf16 was measured against fp32 on the default backbone before it became a default
-    (docs/design.md §11)."""
+def decode_matmuls(config):
+    """[inputs, outputs, calls per step] of each Linear shape of one decode step of a decoder LM:
+    k and v, q, o, gate and up, down in every layer, and the LM head."""
+    hidden, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    mlp = getattr(config, "intermediate_size", None) or 4 * hidden
+    return [
+        [hidden, kv_heads * head_dim, 2 * layers],
+        [hidden, heads * head_dim, layers],
+        [heads * head_dim, hidden, layers],
+        [hidden, mlp, 2 * layers],
+        [mlp, hidden, layers],
+        [hidden, config.vocab_size, 1],
+    ]
+
+
+def probe_matmuls(shapes, rows, reps=5, budget_s=0.5, widest=8192):
+    """Milliseconds that one decode step's matmuls (`shapes`: decode_matmuls) take at `rows` rows
+    on this CPU, in fp32 and in bf16, the way the engine runs them (fp32 through oneDNN:
+    llm/kvcache.py). On one thread: the ratio of the two is a property of a core's kernels, and one
+    thread keeps it on a busy shared machine, where two threads spin-waiting for each other measure
+    the neighbours. Per shape the two dtypes take turns, so that a disturbance slows both alike,
+    and each keeps its fastest of `reps` calls after a warm-up. Smallest shapes first; no new shape
+    starts after `budget_s` seconds (a CPU that emulates bf16 takes seconds per call), and the
+    figures then cover the shapes measured."""
+    onednn, threads = torch.backends.mkldnn.is_available(), torch.get_num_threads()
+
+    def fp32(x, w):
+        if onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+        return torch.nn.functional.linear(x, w)
+
+    start = time.perf_counter()
+    figures = {"float32_ms": 0.0, "bfloat16_ms": 0.0, "shapes_measured": 0}
+    torch.set_num_threads(1)
+    try:
+        for inputs, outputs, calls in sorted(shapes, key=lambda s: s[0] * s[1]):
+            if figures["shapes_measured"] and time.perf_counter() - start > budget_s:
+                break
+            # constants: a matmul's speed does not depend on the values (denormals aside); an LM
+            # head is timed on its first `widest` outputs, its time growing in proportion beyond
+            width = min(outputs, widest)
+            x, w = torch.full((rows, inputs), 0.5), torch.full((width, inputs), 0.01)
+            runs = {
+                "float32_ms": (fp32, x, w),
+                "bfloat16_ms": (torch.nn.functional.linear, x.bfloat16(), w.bfloat16()),
+            }
+            best = dict.fromkeys(runs, float("inf"))
+            for rep in range(1 + reps):
+                for name, (linear, a, b) in runs.items():
+                    began = time.perf_counter()
+                    linear(a, b)
+                    if rep:
+                        best[name] = min(best[name], time.perf_counter() - began)
+            for name in runs:
+                figures[name] += calls * outputs / width * best[name] * 1e3
+            figures["shapes_measured"] += 1
+    finally:
+        torch.set_num_threads(threads)
+    figures["seconds"] = time.perf_counter() - start
+    return figures
+
+
+def dtype_probe(model_path, rows):
+    """(figures, cached): probe_matmuls for the model in `model_path` at `rows` rows, run once per
+    machine and kept in dtype-probe.json beside the model under the key of what they depend on: the
+    CPU's name and flags, torch's version, the shapes and rows. Entries of another CPU or
+    torch are dropped when this one is written (another torch, another machine on a shared disk:
+    probed anew). Where the folder cannot be written the probe runs every time."""
+    shapes = decode_matmuls(AutoConfig.from_pretrained(model_path))
+    flags = " ".join(sorted(cpu_flags()))
+    key = {
+        "cpu": cpuinfo("model name"),
+        "flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "torch": torch.__version__,
+        "rows": rows,
+        "shapes": shapes,
+    }
+    path = Path(model_path) / PROBE_FILE
+    try:
+        lock = open(path.with_suffix(".lock"), "w")
+    except OSError:
+        return probe_matmuls(shapes, rows), False
+    # concurrent ranks wait for the first one's probe instead of probing each other's noise
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError):
+            entries = []
+        for entry in entries:
+            if entry.get("key") == key:
+                return entry["figures"], True
+        figures = probe_matmuls(shapes, rows)
+        same_machine = [
+            entry
+            for entry in entries
+            if all(entry.get("key", {}).get(k) == key[k] for k in ("cpu", "flags", "torch"))
+        ]
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps([*same_machine, {"key": key, "figures": figures}], indent=1))
+        os.replace(tmp, path)
+    return figures, False
+
+
+def resolve_dtype(dtype, device="cpu", model_path=None, rows=128):
+    """(dtype, why): `auto` becomes bfloat16 on a CUDA GPU with bf16, and on a CPU where the probe
+    of the model's own decode matmuls at the engine's `rows` rows (dtype_probe, cached per machine)
+    finds bf16 at least BF16_MIN_SPEEDUP times faster than fp32; float32 elsewhere. The CPU flags
+    cannot tell: AVX512_BF16 without AMX made bf16 slower than fp32 on one Xeon and twice as fast
+    on an AMD Zen 4. Any other dtype stays as given (docs/design.md §11)."""
     if dtype != "auto":
         return dtype, "as asked (--dtype)"
     if str(device).startswith("cuda"):
         if torch.cuda.is_bf16_supported():
             return "bfloat16", f"auto: {torch.cuda.get_device_name(0)} runs bf16 natively"
         return "float32", f"auto: {torch.cuda.get_device_name(0)} has no native bf16"
-    native = [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()]
-    if native:
-        return "bfloat16", f"auto: this CPU multiplies bf16 natively ({', '.join(native)})"
-    return "float32", "auto: this CPU has no native bf16 (no amx_bf16 / avx512_bf16 flag)"
+    figures, cached = dtype_probe(model_path or default_model_path(), rows)
+    speedup = figures["float32_ms"] / figures["bfloat16_ms"]
+    measured = (
+        f"{'cached ' if cached else ''}probe of the model's decode matmuls at {rows} rows: "
+        f"fp32 {figures['float32_ms']:.1f} ms, bf16 {figures['bfloat16_ms']:.1f} ms per step"
+    )
+    if speedup >= BF16_MIN_SPEEDUP:
+        return "bfloat16", f"auto: bf16 is {speedup:.2f}x fp32 on this CPU ({measured})"
+    return "float32", (
+        f"auto: bf16 is {speedup:.2f}x fp32 on this CPU, under {BF16_MIN_SPEEDUP}x ({measured})"
+    )
 
 
 def load_model(path=None, dtype="float32", device="cpu"):
     """(model, tokenizer) from any HF causal-LM directory; None means the embedded default; dtype
     `auto`: resolve_dtype."""
     path = path or default_model_path()
-    dtype, _ = resolve_dtype(dtype, device)
+    dtype, _ = resolve_dtype(dtype, device, path)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)} or auto")
     if not Path(path).is_dir():

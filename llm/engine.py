@@ -96,9 +96,9 @@ class Engine(Prefill):
         progress=False,
     ):
         if model is None:
-            # auto: bf16 where the device multiplies it natively (resolve_dtype says why)
-            dtype, self.dtype_reason = resolve_dtype(dtype, device)
             model_path = model_path or default_model_path()
+            # auto: bf16 where it is clearly faster at this batch (resolve_dtype says why)
+            dtype, self.dtype_reason = resolve_dtype(dtype, device, model_path, batch_size)
             model, tokenizer = load_model(model_path, dtype, device)
             self.dtype = dtype
         else:

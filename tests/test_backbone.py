@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -273,38 +274,113 @@ def test_converted_checkpoint_is_the_gguf_model(background, default_engine):
     assert gguf["text"] == text and text.strip()
 
 
-@pytest.mark.parametrize(
-    "flags, expected",
-    [
-        ({"avx2", "avx512f", "amx_bf16", "avx512_bf16"}, "bfloat16"),  # Xeon with AMX
-        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),  # EPYC with AVX512_BF16
-        ({"avx2", "fma"}, "float32"),  # EPYC with AVX2 only: a bf16 matmul crawls
-        (set(), "float32"),  # flags unreadable (not Linux)
-    ],
-)
-def test_auto_dtype_follows_the_cpu_flags_and_says_why(monkeypatch, flags, expected):
-    monkeypatch.setattr(backbone, "cpu_flags", lambda: flags)
-    dtype, why = backbone.resolve_dtype("auto", "cpu")
-    assert dtype == expected and why.startswith("auto: ")
-    assert ("natively" in why) == (expected == "bfloat16")
-    # an explicit dtype is never changed, whatever the machine
-    assert backbone.resolve_dtype("float32", "cpu") == ("float32", "as asked (--dtype)")
-    assert backbone.resolve_dtype("bfloat16", "cpu")[0] == "bfloat16"
+# one decode step's matmuls (ms) as the probe found them on the kinds of machine this project ran on
+PROBES = {
+    "Xeon with AMX": (310.0, 95.0),
+    "AMD Zen 4 with AVX512_BF16": (200.0, 100.0),
+    "Xeon with AVX512_BF16, no AMX": (100.0, 190.0),
+    "EPYC with AVX2 only (bf16 emulated)": (100.0, 60000.0),
+    "a tie": (100.0, 80.0),
+}
+CHOICES = {"Xeon with AMX": "bfloat16", "AMD Zen 4 with AVX512_BF16": "bfloat16"}
 
 
-def test_auto_dtype_loads_and_keys_the_cache_by_what_it_chose(monkeypatch, tiny_model_dir):
+@pytest.fixture
+def probed_model_dir(tiny_model_dir, tmp_path, monkeypatch):
+    """A copy of the tiny model's folder (the probe's cache file goes beside it) and a planted
+    probe: it records the rows of each call in `.calls` and returns the figures in `.figures`."""
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    probe = SimpleNamespace(calls=[], figures=PROBES["Xeon with AMX"])
+
+    def planted(shapes, rows):
+        probe.calls.append(rows)
+        fp32, bf16 = probe.figures
+        return {"float32_ms": fp32, "bfloat16_ms": bf16, "shapes_measured": len(shapes)}
+
+    monkeypatch.setattr(backbone, "probe_matmuls", planted)
+    return folder, probe
+
+
+@pytest.mark.parametrize("machine", PROBES)
+def test_auto_dtype_follows_the_probe_and_says_why(probed_model_dir, machine):
+    folder, probe = probed_model_dir
+    probe.figures = PROBES[machine]
+    dtype, why = backbone.resolve_dtype("auto", "cpu", folder, 64)
+    assert dtype == CHOICES.get(machine, "float32") and why.startswith("auto: ")
+    fp32, bf16 = PROBES[machine]
+    assert f"fp32 {fp32:.1f} ms, bf16 {bf16:.1f} ms" in why and "at 64 rows" in why
+    assert ("under 1.3x" in why) == (dtype == "float32")
+
+
+def test_the_probe_is_cached_and_run_again_when_its_key_changes(probed_model_dir, monkeypatch):
+    folder, probe = probed_model_dir
+    assert "cached" not in backbone.resolve_dtype("auto", "cpu", folder, 64)[1]
+    # read back: no second probe, the same choice
+    assert backbone.resolve_dtype("auto", "cpu", folder, 64)[0] == "bfloat16"
+    assert "cached" in backbone.resolve_dtype("auto", "cpu", folder, 64)[1] and probe.calls == [64]
+    # another batch is another question; both answers stay
+    backbone.resolve_dtype("auto", "cpu", folder, 128)
+    assert (
+        probe.calls == [64, 128]
+        and len(json.loads((folder / backbone.PROBE_FILE).read_text())) == 2
+    )
+    # another torch (or CPU) probes anew, and its answer replaces the old machine's
+    probe.figures = PROBES["Xeon with AVX512_BF16, no AMX"]
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert (
+        backbone.resolve_dtype("auto", "cpu", folder, 64)[0] == "float32" and len(probe.calls) == 3
+    )
+    monkeypatch.setattr(backbone, "cpuinfo", lambda field: f"another CPU's {field}")
+    backbone.resolve_dtype("auto", "cpu", folder, 64)
+    entries = json.loads((folder / backbone.PROBE_FILE).read_text())
+    assert len(probe.calls) == 4 and [e["key"]["cpu"] for e in entries] == [
+        "another CPU's model name"
+    ]
+    # a cache file torn by a killed process is probed over, not fatal
+    (folder / backbone.PROBE_FILE).write_text('[{"key": ')
+    assert (
+        backbone.resolve_dtype("auto", "cpu", folder, 64)[0] == "float32" and len(probe.calls) == 5
+    )
+
+
+def test_explicit_dtypes_and_gpus_are_never_probed(probed_model_dir, monkeypatch):
+    folder, probe = probed_model_dir
+    for dtype in ("float32", "bfloat16", "float16", "int8"):
+        assert backbone.resolve_dtype(dtype, "cpu", folder) == (dtype, "as asked (--dtype)")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "GPU X")
+    assert backbone.resolve_dtype("auto", "cuda:0", folder) == (
+        "bfloat16",
+        "auto: GPU X runs bf16 natively",
+    )
+    assert probe.calls == [] and not (folder / backbone.PROBE_FILE).exists()
+
+
+def test_auto_dtype_loads_and_keys_the_cache_by_what_it_chose(probed_model_dir):
     from llm.engine import Engine
 
-    for flags, dtype, torch_dtype in (
-        ({"amx_bf16"}, "bfloat16", torch.bfloat16),
-        ({"avx2"}, "float32", torch.float32),
-    ):
-        monkeypatch.setattr(backbone, "cpu_flags", lambda flags=flags: flags)
-        engine = Engine(model_path=tiny_model_dir, dtype="auto")
-        assert engine.model.dtype == torch_dtype and engine.dtype == dtype
-        assert f":{dtype}:" in engine.model_id and "auto" not in engine.model_id
-        assert engine.dtype_reason.startswith("auto: ")
-        assert load_model(tiny_model_dir, dtype="auto")[0].dtype == torch_dtype
+    folder, probe = probed_model_dir
+    for machine, dtype in (("Xeon with AMX", "bfloat16"), ("a tie", "float32")):
+        (folder / backbone.PROBE_FILE).unlink(missing_ok=True)
+        probe.figures = PROBES[machine]
+        engine = Engine(model_path=str(folder), dtype="auto", batch_size=16)
+        assert str(engine.model.dtype) == f"torch.{dtype}" and engine.dtype == dtype
+        assert f":{dtype}:" in engine.model_id and ":auto:" not in engine.model_id
+        assert engine.dtype_reason.startswith("auto: ") and "at 16 rows" in engine.dtype_reason
+        assert str(load_model(folder, dtype="auto")[0].dtype) == f"torch.{dtype}"
+
+
+def test_the_probe_takes_under_a_second_on_the_default_model(default_model_dir):
+    from transformers import AutoConfig
+
+    shapes = backbone.decode_matmuls(AutoConfig.from_pretrained(default_model_dir))
+    assert [576, 49152, 1] in shapes and sum(calls for *_, calls in shapes) == 7 * 30 + 1
+    threads = torch.get_num_threads()
+    figures = backbone.probe_matmuls(shapes, 128)
+    assert figures["seconds"] < 1.0 and figures["shapes_measured"] == len(shapes)
+    assert figures["float32_ms"] > 0 and figures["bfloat16_ms"] > 0
+    assert torch.get_num_threads() == threads
 
 
 def test_machine_names_the_cpu_flags_matmul_speed_depends_on(monkeypatch):

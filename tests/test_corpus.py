@@ -21,7 +21,6 @@ import data
 import deliberate as D
 from common import FileRefused, UsageError
 from llm import lora
-from llm.backbone import resolve_dtype
 from state import PERSIST, REFINE, concede
 
 
@@ -192,18 +191,22 @@ def test_training_pool_and_questions(monkeypatch):
 
 
 def test_resolve_engine_dtype(monkeypatch):
-    resolved, why = corpus.resolve_engine_dtype(EngineConfig(dtype="auto", seed=1))
-    assert (resolved.dtype, why) == resolve_dtype("auto", "cpu") and resolved.seed == 1
-    resolved, why = corpus.resolve_engine_dtype(EngineConfig(dtype="float16"), "cuda:0")
-    assert (resolved.dtype, why) == ("float16", "as asked (--dtype)")
-    # the device is passed on (on a GPU, auto asks the GPU), "cpu" by default
-    monkeypatch.setattr(corpus, "resolve_dtype", lambda dtype, device: (f"{dtype} on {device}", ""))
-    assert corpus.resolve_engine_dtype(EngineConfig(dtype="auto"))[0].dtype == "auto on cpu"
-    resolved, _ = corpus.resolve_engine_dtype(EngineConfig(dtype="auto"), "cuda:1")
-    assert resolved.dtype == "auto on cuda:1"
+    resolved, why = corpus.resolve_engine_dtype(EngineConfig(dtype="float16", seed=1), "cuda:0")
+    assert (resolved.dtype, why) == ("float16", "as asked (--dtype)") and resolved.seed == 1
+    # auto asks the device (the GPU on a GPU, "cpu" by default) and, on a CPU, the probe of the
+    # model the engines run (a team's: its first agent's base) at the engine's batch size
+    monkeypatch.setattr(corpus, "resolve_dtype", lambda dtype, *args: (f"{dtype} on {args}", "why"))
+    assert corpus.resolve_engine_dtype(EngineConfig(dtype="auto"))[0].dtype == (
+        "auto on ('cpu', None, 1)"
+    )
+    resolved, why = corpus.resolve_engine_dtype(
+        EngineConfig(dtype="auto", engine_batch_size=64, model="M"), "cuda:1"
+    )
+    assert (resolved.dtype, why) == ("auto on ('cuda:1', 'M', 64)", "why")
+    team = EngineConfig(dtype="auto", models="A+a0.pt,default+a1.pt")
+    assert corpus.resolve_engine_dtype(team)[0].dtype == "auto on ('cpu', 'A', 1)"
 
 
-# ------------------------------------------------------------------------------------ make_engine
 @dataclass
 class EngineConfig:
     model: str = ""
