@@ -22,6 +22,13 @@ def profile(name, args):
     return {"command": [PY, "experiments/profile_decode.py", *args, "--out", out], "outputs": [out]}
 
 
+def static_decode(name, args):
+    """A compiled static-shape decode step against the engine's (experiments/static_decode.py)."""
+    out = f"results/bench/{name}.json"
+    command = [PY, "experiments/static_decode.py", *args, "--out", out]
+    return {"command": command, "outputs": [out]}
+
+
 BENCH_PIECES = {
     # issue 16: the engine against HF generate (run each on a quiet machine: they are timings)
     "bench-generate": bench("generate", []),
@@ -45,6 +52,9 @@ BENCH_PIECES = {
     "profile": profile("profile", []),
     # issue 56: `--dtype auto`'s probe, repeated at three batch sizes (the file records the CPU)
     "bench-dtype-probe": bench("probe", [], "dtype-probe"),
+    # issue 56: a static-shape decode step compiled once against the engine's eager step
+    "bench-static-decode": static_decode("static-decode", []),
+    "bench-static-decode-1thread": static_decode("static-decode-1thread", ["--threads", "1"]),
     # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
     "bench-kernels": {
         "command": [PY, "experiments/kernels.py", "--out", "results/bench/kernels.json"],
