@@ -378,7 +378,8 @@ def test_the_probe_takes_under_a_second_on_the_default_model(default_model_dir):
     assert [576, 49152, 1] in shapes and sum(calls for *_, calls in shapes) == 7 * 30 + 1
     threads = torch.get_num_threads()
     figures = backbone.probe_matmuls(shapes, 128)
-    assert figures["seconds"] < 1.0 and figures["shapes_measured"] == len(shapes)
+    # CPU time: wall time also counts whatever else a shared machine runs
+    assert figures["cpu_seconds"] < 1.0 and figures["shapes_measured"] == len(shapes)
     assert figures["float32_ms"] > 0 and figures["bfloat16_ms"] > 0
     assert torch.get_num_threads() == threads
 
