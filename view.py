@@ -284,7 +284,7 @@ body {{ font: 13px system-ui, sans-serif; margin: 0 1em; color: #222; }}
 [hidden] {{ display: none !important; }}
 table {{ border-collapse: collapse; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 5px; vertical-align: top; text-align: left; }}
-.summary td:not(:first-child) {{ font-family: monospace; }}
+.summary td:not(:first-child) {{ font-family: monospace; white-space: nowrap; }}
 #filters {{ position: sticky; top: 0; z-index: 1; background: #f4f4f4; padding: 6px;
   border-bottom: 1px solid #aaa; }}
 #filters label {{ margin-right: 1em; white-space: nowrap; }}
