@@ -19,7 +19,14 @@ def config_of(script):
     spec = importlib.util.spec_from_file_location(Path(script).stem + "_cli", ROOT / script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # inspect finds a class's source through its module
-    spec.loader.exec_module(module)  # the scripts run nothing on import (a __main__ guard)
+    # as `python SCRIPT` does: the script's folder first on the path (experiments/ has modules of
+    # its own)
+    folder = str((ROOT / script).parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)  # the scripts run nothing on import (a __main__ guard)
+    finally:
+        sys.path.remove(folder)
     return module.Config
 
 
