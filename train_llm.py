@@ -314,6 +314,22 @@ def learners_of(models, cfg, device):
     ]  # fmt: skip
 
 
+def resumed(models, cfg, out, rank, device, extendable):
+    """The optimizer of the trained weights, the module holding them for the checkpoint (the
+    adapters only, MBs, or the whole models), the counters a checkpoint in `out` resumes from
+    (`extendable`: the config field a resumed run may raise), the metrics log and the Learners."""
+    params = [p for m in models for p in m.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
+    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
+    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=(extendable,))
+    counters = counters or {"step": 0}
+    log = MetricsLog(out, rank, counters["step"])
+    for m in models:
+        if cfg.gradient_checkpointing:
+            m.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
+    return optimizer, holder, counters, log, learners_of(models, cfg, device)
+
+
 def train_agents_or_leader(cfg, rank, world, device):
     """MAGRPO (agents) and MLPO (leader): the same on-policy token-level loop; only the rollouts
     differ."""
@@ -326,17 +342,7 @@ def train_agents_or_leader(cfg, rank, world, device):
     else:
         pool = training_pool(cfg)[cfg.val_n :]
     models, team = team_rollouts.trained_team(cfg, device)
-    params = [p for m in models for p in m.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
-    # one state dict for the checkpoint: the adapters only (MBs), or the whole models
-    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
-    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("steps",))
-    counters = counters or {"step": 0}
-    log = MetricsLog(out, rank, counters["step"])
-    for m in models:
-        if cfg.gradient_checkpointing:
-            m.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
-    learners = learners_of(models, cfg, device)
+    optimizer, holder, counters, log, learners = resumed(models, cfg, out, rank, device, "steps")
     pad = team.first.tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
     # the leader is validated over its peers' solutions
@@ -419,15 +425,7 @@ def train_sft(cfg, rank, world, device):
             f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
             "raise --questions (or --samples), or lower --batch-size"
         )
-    params = [p for m in models for p in m.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=learning_rate(cfg), weight_decay=cfg.weight_decay)
-    holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
-    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=("epochs",))
-    counters = counters or {"step": 0}
-    log = MetricsLog(out, rank, counters["step"])
-    if cfg.gradient_checkpointing:
-        models[0].activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
-    learners = learners_of(models, cfg, device)
+    optimizer, holder, counters, log, learners = resumed(models, cfg, out, rank, device, "epochs")
     tokenizer = team.first.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     # validation: each held-out question's greedy answer alone (a team of one, no deliberation)
