@@ -276,7 +276,9 @@ LLM_PIECES |= {
             WORKED_REFINE,
             [*WORKED_SFT, "--level", "1", *WORKED_SWEEP["r8"], "--seed", "1"]
             + ["--init-adapter", worked_adapter(1, "r8")]
-            + ["--refine-contexts", worked_adapter(1, "r8")],
+            + ["--refine-contexts", worked_adapter(1, "r8")]
+            # a continued adapter at the fresh one's 2e-3 lost its solo accuracy within 24 steps
+            + ["--lr", "5e-4"],
             adapter=True,
         ),
         "needs": [worked_adapter(1, "r8")],

@@ -95,22 +95,36 @@ TEAMS = {
     "revisers": ",".join(["default+results/agents/magrpo-debate-L1-seed0.pt"] * 3),
     "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
     "default+results/agents/magrpo-debate-L1-seed0.pt",
+    # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
+    "worked": ",".join(["default+results/agents/worked-L1-r8-seed0.pt"] * 3),
 }
 # softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default
 # 0.5 per 1000 tokens makes a REFINE pay only where it changes the outcome): does a policy free to
 # REFINE find the states where it pays?
 TEAM_RL_ALGOS = ("softrank", "grpo", "softrank-cost0")
+# the competent teams' tables add plain ranks (GOPO) and a leave-one-out baseline (C3), each on the
+# same corpus
+COMPETENT_RL_ALGOS = (*TEAM_RL_ALGOS, "ranks", "loo")
 # train_rl.py flags of each RL policy name
 RL_FLAGS = {
-    **{algo: ["--algo", algo] for algo in ("softrank", "grpo", "ppo")},
+    **{algo: ["--algo", algo] for algo in ("softrank", "grpo", "ppo", "ranks", "loo")},
     "softrank-cost0": ["--algo", "softrank", "--refine-cost", "0"],
 }
-TEAM_PROTOCOLS = {
-    "persist": "mpdf-persist",
-    **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *TEAM_RL_ALGOS)},
-    "sc": "sc",
-    "debate": "debate",
-}
+
+
+def team_rl_algos(team):
+    """The RL algorithms of a team's table: issue 35's teams of weak agents, or a competent one."""
+    return TEAM_RL_ALGOS if team in ("revisers", "mixed") else COMPETENT_RL_ALGOS
+
+
+def team_protocols(team):
+    """A team's table protocols: the vote, each learned policy, self-consistency and debate."""
+    return {
+        "persist": "mpdf-persist",
+        **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *team_rl_algos(team))},
+        "sc": "sc",
+        "debate": "debate",
+    }
 
 
 def scaling_protocols(agents):
@@ -239,12 +253,12 @@ def team_pieces(team, seed):
             "outputs": [f"results/refine/{name}-{algo}.json"],
             "needs": [table_policy("arith", algo, seed, team), *team_adapters(team)],
         }
-        for algo in ("sft", *TEAM_RL_ALGOS)
+        for algo in ("sft", *team_rl_algos(team))
     }
     return {
-        **policy_pieces("arith", seed, TEAM_RL_ALGOS, team),
+        **policy_pieces("arith", seed, team_rl_algos(team), team),
         **vanilla,
-        **table_pieces(name, "arith", seed, TEAM_PROTOCOLS, team=team),
+        **table_pieces(name, "arith", seed, team_protocols(team), team=team),
         **values,
     }
 
