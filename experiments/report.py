@@ -47,6 +47,7 @@ from tables import (  # noqa: E402
 )
 from team_tables import (  # noqa: E402
     action_value_table,
+    competent_team_table,
     debate_training_sentence,
     refine_table,
     refine_value_table,
@@ -254,13 +255,18 @@ TABLES = {
     "action-values": lambda: action_value_table(TEAMS),
     "refine-value": lambda: refine_value_table(TEAMS),
     **{
+        f"team-{team}": lambda team=team: competent_team_table(team)
+        for team in TEAMS
+        if team not in ("revisers", "mixed")
+    },
+    **{
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",
             [*team_fixed_protocols(team), "sft", "grpo", "softrank-cost0", "softrank"],
             "softrank",
             pictures=True,
         )
-        for team in TEAMS
+        for team in ("revisers", "mixed")
     },
     "corpus-arith-demo": lambda: corpus_table(
         ["arith-demo-sft", "arith-demo-grpo", "arith-demo-softrank", "arith-demo-softrank-long"]

@@ -2,8 +2,8 @@
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
-from pieces import TEAM_RL_ALGOS, team_members
-from tables import by_seed, load, mean, missing, pooled, summary_of
+from pieces import team_members, team_rl_algos
+from tables import by_seed, fmt, load, mean, missing, pictures_of, pooled, summary_of
 
 from stats import format_paired, paired_difference, sample_std
 
@@ -13,6 +13,7 @@ DEBATE_ADAPTERS = "magrpo-debate-L1-seed{}"  # MAGRPO on debate from the base
 TEAM_LABELS = {
     "revisers": "three agents trained by MAGRPO on debate",
     "mixed": "member 0 the untrained backbone, 1 an agent trained on parallel answers, 2 on debate",
+    "worked": "three copies of the adapter trained on easy arith's worked solutions",
 }
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
@@ -157,7 +158,7 @@ def action_value_table(teams, seeds=(0, 1, 2)):
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
-def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", *TEAM_RL_ALGOS)):
+def refine_value_table(teams, seeds=(0, 1, 2)):
     """Per team, seed and learned policy (results/refine/, experiments/refine_value.py): in its own
     test games, how often it REFINEs and CONCEDEs and what those decisions gain over PERSIST in the
     counterfactual rewards (mean [95% CI] (decisions)), and what REFINE would have gained at every
@@ -178,7 +179,7 @@ def refine_value_table(teams, seeds=(0, 1, 2), algos=("sft", *TEAM_RL_ALGOS)):
     absent = []
     for team in teams:
         for seed in seeds:
-            for algo in algos:
+            for algo in ("sft", *team_rl_algos(team)):
                 path = f"refine/arith300-team-{team}-seed{seed}-{algo}.json"
                 result = load(path)
                 if result is None:
@@ -254,3 +255,89 @@ def team_sentence(team):
         f"REFINEs on {free_share:.0%} of its decisions and each REFINE gains {gain} over PERSIST "
         "in the test games' counterfactual rewards."
     )
+
+
+def competent_team_table(team, seeds=(0, 1, 2)):
+    """Issue 54's table of a competent team: each member alone, the team's vote, self-consistency,
+    debate, the oracle (any member right in round 0: the ceiling of selection) and every learned
+    policy, over the seeds. Per protocol: accuracy (mean ± sample std), tokens per question, actions
+    p/r/c, the paired difference to the team's strongest fixed protocol (highest mean accuracy;
+    pooled over the seeds both have), the share of the gap from the vote to the oracle it closes
+    ((accuracy - vote) / (oracle - vote), pooled) and its accuracy on the questions where the
+    vote is wrong."""
+    fixed = team_fixed_protocols(team)
+    learned = ["sft", *team_rl_algos(team)]
+    name = f"arith300-team-{team}"
+    runs = {part: by_seed(name, part, seeds) for part in (*fixed, *learned)}
+    absent = [
+        f"tables/{name}-seed{seed}-{part}.json"
+        for part, found in runs.items()
+        for seed in seeds
+        if seed not in found
+    ]
+    runs = {part: found for part, found in runs.items() if found}
+    votes = runs.get("persist", {})
+    if not votes or not any(part in runs for part in fixed if part != "persist"):
+        return missing(*absent)
+    accuracy = {part: mean([s["accuracy"] for s in found.values()]) for part, found in runs.items()}
+    strongest = max((part for part in fixed if part in runs), key=accuracy.get)
+    oracle = {seed: s["any_agent_right_round0"] for seed, s in votes.items()}
+    lines = [
+        f"| protocol | seeds | accuracy, mean ± sample std | tokens/q | actions p/r/c | vs "
+        f"{fixed_name(strongest)} [95% CI] (disagree) | gap vote → oracle closed | accuracy where "
+        "the vote is wrong |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for part, found in runs.items():
+        shared = [seed for seed in found if seed in votes]
+        vote_acc = mean([votes[seed]["accuracy"] for seed in shared])
+        gap = mean([oracle[seed] for seed in shared]) - vote_acc
+        own = mean([found[seed]["accuracy"] for seed in shared])
+        closed = f"{(own - vote_acc) / gap:+.2f}" if gap > 0 and part != "persist" else ""
+        wrong = [
+            ok
+            for seed in shared
+            for ok, voted in zip(*aligned(found[seed], votes[seed]))
+            if not voted
+        ]
+        theirs = runs[strongest]
+        both = [seed for seed in found if seed in theirs]
+        paired = (
+            format_paired(
+                paired_difference(
+                    pooled({k: found[k] for k in both}), pooled({k: theirs[k] for k in both})
+                )
+            )
+            if both and part != strongest
+            else ""
+        )
+        actions = (
+            "/".join(
+                f"{mean([s['actions'][k] for s in found.values()]):.2f}"
+                for k in ("persist", "refine", "concede")
+            )
+            if "actions" in next(iter(found.values()))
+            else ""
+        )
+        values = [s["accuracy"] for s in found.values()]
+        spread = f"{sample_std(values):.3f}" if len(values) > 1 else "–"
+        lines.append(
+            f"| {fixed_name(part) if part in fixed else part} | {len(found)} | "
+            f"{mean(values):.3f} ± {spread} | "
+            f"{mean([s['tokens_per_question'] for s in found.values()]):.0f} | {actions} | "
+            f"{paired} | {closed} | {fmt(mean(wrong) if wrong else None)} ({len(wrong)}) |"
+        )
+    ceiling = list(oracle.values())
+    spread = f"{sample_std(ceiling):.3f}" if len(ceiling) > 1 else "–"
+    lines.append(
+        f"| oracle: any member right in round 0 | {len(ceiling)} | {mean(ceiling):.3f} ± "
+        f"{spread} | | | | +1.00 | |"
+    )
+    text = "\n".join(lines) + "\n\n" + pictures_of(name, runs)
+    return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def aligned(summary, reference):
+    """(correct, reference's correct) of the same questions, in summary's order."""
+    theirs = dict(zip(reference["question_ids"], reference["correct"]))
+    return summary["correct"], [theirs[q] for q in summary["question_ids"]]
