@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
 from common import parse_config, write_result  # noqa: E402
-from llm.engine import Engine  # noqa: E402
+from corpus import make_engine  # noqa: E402
+from llm.team import as_team  # noqa: E402
 from state import CONFIDENCE_SIGNALS  # noqa: E402
 from stats import auroc  # noqa: E402
 
@@ -40,6 +41,11 @@ class Config:
     temperature: float = 0.7
     max_new_tokens: int = 192
     model: str = ""
+    # a team of adapters, as eval.py's --models ("default+results/agents/x.pt,..."): the round-0
+    # solutions are its agents'; the critic is its first agent's base model, as in the game
+    models: str = ""
+    dtype: str = "float32"
+    engine_batch_size: int = 128
     cache_dir: str = "cache/generations"
     out: str = ""
 
@@ -69,7 +75,8 @@ def first_token_critic(engine, items):
 def main(cfg):
     split = cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
-    engine = Engine(model_path=cfg.model or None, cache_dir=cfg.cache_dir or None, progress=True)
+    team = make_engine(cfg, rank=0)
+    engine = as_team(team).first
     game = deliberate.GameConfig(
         agents=cfg.agents,
         temperature=cfg.temperature,
@@ -77,7 +84,7 @@ def main(cfg):
         seed=cfg.seed,
     )
     calls = deliberate.solve_calls(examples, game)
-    solutions = [s for s, _ in deliberate.run_llm(engine, calls, game)]
+    solutions = [s for s, _ in deliberate.run_llm(team, calls, game)]
     items = [(ex, s) for (ex, *_), s in zip(calls, solutions)]
     labels = [data.is_correct(s.answer, ex.answer, ex.task) for ex, s in items]
     scores = {"critic_first_token": first_token_critic(engine, items)}

@@ -319,6 +319,14 @@ PIECES = {
     # from wrong (200 round-0 questions x 3 agents each)
     "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
     "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),
+    # issue 54: the same signals on the competent team's agents, at the game's temperature
+    "auroc-arith-team-worked": {
+        **auroc(
+            "arith-team-worked",
+            ["--task", "arith", "--n", "200", *team_flags("worked"), "--temperature", "0.5"],
+        ),
+        "needs": team_adapters("worked"),
+    },
     # issue 17: the demo-budget policies under the bounded
     # objective, then the protocols on 200 arith questions
     "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN),
