@@ -97,6 +97,11 @@ TEAMS = {
     "default+results/agents/magrpo-debate-L1-seed0.pt",
     # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
     "worked": ",".join(["default+results/agents/worked-L1-r8-seed0.pt"] * 3),
+    # and three adapters of its sweep that differ in capacity: rank 8, rank 4, rank 16 on the
+    # attention projections alone
+    "varied": ",".join(
+        f"default+results/agents/worked-L1-{name}-seed0.pt" for name in ("r8", "r4", "r16-attn")
+    ),
 }
 # softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default
 # 0.5 per 1000 tokens makes a REFINE pay only where it changes the outcome): does a policy free to
@@ -438,6 +443,19 @@ PIECES = {
         )
         for a, r in SCALING
     ),  # fmt: skip
+    # issue 54: the paper's scaling claim on the competent team: its seed-0 SoftRankPO policy
+    # (trained at 3 rounds), its vote and debate at 1, 2, 4 and 5 rounds (3 rounds: its table)
+    **merged(
+        table_pieces(
+            f"scaling-worked-a3-r{rounds}",
+            "arith",
+            0,
+            scaling_protocols(3),
+            game=["--agents", "3", "--rounds", str(rounds)],
+            team="worked",
+        )
+        for rounds in (1, 2, 4, 5)
+    ),
     # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
     **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the

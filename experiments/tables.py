@@ -244,10 +244,14 @@ def weight_gap(algo, variant):
     return f"{max((mine[k] - reference[k]).abs().max().item() for k in reference):.1e}"
 
 
-def scaling_table(settings, protocols=("persist", "softrank", "debate")):
+def scaling_file(agents, rounds, protocol):
+    return f"tables/scaling-a{agents}-r{rounds}-{protocol}.json"
+
+
+def scaling_table(settings, protocols=("persist", "softrank", "debate"), file=scaling_file):
     """Table d: the team's vote, the seed-0 SoftRankPO policy and debate with each (agents, rounds)
-    on the same 300 questions (tables/scaling-a<agents>-r<rounds>-<protocol>.json), the policy
-    paired with the vote."""
+    on the same 300 questions (file(agents, rounds, protocol): tables/scaling-a<agents>-r<rounds>-
+    <protocol>.json), the policy paired with the vote."""
     lines = [
         "| agents | rounds | "
         + " | ".join(f"{p}: accuracy (tokens/q)" for p in protocols)
@@ -256,12 +260,10 @@ def scaling_table(settings, protocols=("persist", "softrank", "debate")):
     ]
     absent = []
     for agents, rounds in settings:
-        found = {
-            p: summary_of(load(f"tables/scaling-a{agents}-r{rounds}-{p}.json")) for p in protocols
-        }
+        found = {p: summary_of(load(file(agents, rounds, p))) for p in protocols}
         # debate runs with 3 agents only (experiments/run.py scaling_protocols)
         absent += [
-            f"tables/scaling-a{agents}-r{rounds}-{p}.json"
+            file(agents, rounds, p)
             for p, s in found.items()
             if not s and (p != "debate" or agents == 3)
         ]
