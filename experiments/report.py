@@ -248,9 +248,11 @@ TABLES = {
     # the competent team's seed-0 policy trained at 3 rounds, played at 1-5 (3: its table)
     "scaling-worked": lambda: scaling_table(
         [(3, rounds) for rounds in (1, 2, 3, 4, 5)],
-        file=lambda agents, rounds, p: f"tables/arith300-team-worked-seed0-{p}.json"
-        if rounds == 3
-        else f"tables/scaling-worked-a{agents}-r{rounds}-{p}.json",
+        file=lambda agents, rounds, p: (
+            f"tables/arith300-team-worked-seed0-{p}.json"
+            if rounds == 3
+            else f"tables/scaling-worked-a{agents}-r{rounds}-{p}.json"
+        ),
     ),
     "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
     "llm-mlpo": lambda: llm_curves("mlpo-L1", "MLPO run"),
