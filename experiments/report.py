@@ -24,6 +24,7 @@ from pieces import TEAMS  # noqa: E402
 from studies import (  # noqa: E402
     after_table,
     bench_table,
+    cache_table,
     llm_curves,
     lora_table,
     profile_table,
@@ -221,6 +222,7 @@ TABLES = {
     "study-temperature": temperature_table,
     "study-levers": study_table,
     "bench": bench_table,
+    "cache-bench": cache_table,
     "profile": profile_table,
     "dtype-bench": dtype_bench_table,
     "dtype-accuracy": dtype_accuracy_table,

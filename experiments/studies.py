@@ -456,3 +456,36 @@ def lora_table():
     if not lines and not team:
         return missing("after/magrpo-lora-lr1e-4-L1-seed0-parallel.json", "bench/team.json")
     return "\n".join(lines).strip("\n")
+
+
+def cache_table():
+    """The generation cache, the JSONL files read whole at start against the SQLite database
+    (experiments/cache_bench.py): per size, the time and peak memory to open, lookups and inserts
+    per second (per engine call), and the lookups a process must make before the open time the
+    database saves is spent on its slower lookups."""
+    bench = load("bench/cache.json")
+    if not bench:
+        return missing("bench/cache.json")
+    lines = [
+        "| entries | open s: JSONL / SQLite | peak MB at open: JSONL / SQLite | lookups/s per "
+        "engine call: JSONL / SQLite | inserts/s per engine call: JSONL / SQLite | break-even "
+        "lookups |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, size in bench["sizes"].items():
+        old, new = size["jsonl"], size["sqlite"]
+        lookup = "lookups_per_s_engine_call"
+        saved = old["open_s"] - new["open_s"]
+        break_even = saved / (1 / new[lookup] - 1 / old[lookup])
+        lines.append(
+            f"| {int(n):,} | {old['open_s']:.2f} / {new['open_s']:.3f} | "
+            f"{old['open_peak_rss_mb']:.0f} / {new['open_peak_rss_mb']:.0f} | "
+            f"{old[lookup]:,} / {new[lookup]:,} | {old['inserts_per_s_engine_call']:,} / "
+            f"{new['inserts_per_s_engine_call']:,} | {break_even:,.0f} |"
+        )
+    entry = next(iter(bench["sizes"].values()))["jsonl_bytes_per_entry"]
+    return (
+        "\n".join(lines) + f"\n\nSynthetic entries of {entry} bytes of JSON, engine calls of "
+        f"{bench['config']['call']} keys; {bench['machine']}, load average "
+        f"{bench['load_average_before']:.1f} before the run."
+    )
