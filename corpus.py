@@ -155,16 +155,17 @@ def resolve_engine_dtype(cfg, device="cpu"):
     return replace(cfg, dtype=dtype), why
 
 
-def make_engine(cfg, rank, device="cpu"):
+def make_engine(cfg, rank, device="cpu", models=None):
     """The generation engine of one rank on its device: the cache file that every rank shares, a
-    progress bar on rank 0. With --models, a llm.team.Team: one engine per distinct base model,
-    each agent's adapter loaded into its base's engine (the file read as data:
-    common.load_file)."""
-    if getattr(cfg, "models", ""):
+    progress bar on rank 0. With --models (or `models`, a list of the same form), a llm.team.Team:
+    one engine per distinct base model, each agent's adapter loaded into its base's engine (the
+    file read as data: common.load_file)."""
+    models = getattr(cfg, "models", "") if models is None else models
+    if models:
         engines, adapters, members = {}, {}, []
-        for base, adapter in team_entries(cfg.models, cfg.agents):
+        for base, adapter in team_entries(models, cfg.agents):
             if base not in engines:
-                engines[base] = make_engine(replace(cfg, model=base, models=""), rank, device)
+                engines[base] = make_engine(replace(cfg, model=base), rank, device, models="")
             if adapter and (base, adapter) not in adapters:
                 try:
                     adapters[base, adapter] = lora.load_adapter(

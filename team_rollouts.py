@@ -128,7 +128,9 @@ def peer_solutions(examples, cfg, rank, world, device):
     """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
     generates its shard through the engine and its cache (the game's own calls), then every rank
     gets all of them."""
-    engine = make_engine(dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank, device)
+    engine = make_engine(
+        dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank, device, models=cfg.peers
+    )
     game = deliberate.game_config(cfg, greedy_policy=True)
     mine = list(range(rank, len(examples), world))
     outputs = deliberate.run_llm(

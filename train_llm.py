@@ -58,7 +58,7 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from corpus import check_game, check_model, make_engine, training_pool
+from corpus import check_game, check_model, check_models, make_engine, training_pool
 from llm import lora
 from llm.logprobs import completion_batch, completion_logprobs, without_dropout
 
@@ -122,6 +122,9 @@ class Config:
     """recompute activations in the backward (less memory, more time)"""
     peers_model: str = ""
     """--target leader: the frozen peers' HF directory; empty: the same as --model"""
+    peers: str = ""
+    """--target leader: the frozen peers as a team, one entry per peer as eval.py's --models
+    (a model directory or default, + an adapter file or not); empty: --peers-model for every peer"""
     filter_easy: float = 0.75
     """--target leader: drop questions where at least this fraction of the peers is right (0: keep
     all)"""
@@ -481,6 +484,10 @@ def check(cfg, world):
     check_at_least(cfg, 0, "lr", "lora_rank")
     if not 0 <= cfg.filter_easy <= 1:
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
+    if cfg.peers:
+        if cfg.target != "leader" or cfg.peers_model:
+            raise UsageError("--peers: the frozen peers of --target leader, not with --peers-model")
+        check_models("--peers", cfg.peers, cfg.agents, cfg.max_new_tokens)
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
     if cfg.refine_contexts and (cfg.target != "sft" or cfg.solutions != "worked"):

@@ -8,7 +8,7 @@ of git).
 """
 
 from bench_pieces import BENCH_PIECES
-from llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS
+from llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS, llm_run
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
@@ -268,6 +268,39 @@ def team_pieces(team, seed):
     }
 
 
+# the MLPO leader over a competent team as its frozen peers (train_llm.py --target leader --peers):
+# MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one
+LEADER_FLAGS = (
+    "--target leader --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
+    "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
+    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
+    "--init-adapter results/agents/worked-L1-r8-seed0.pt"
+).split()
+
+
+def leader_pieces(team, seed):
+    """A competent team's MLPO leader of one seed (its adapter committed), then its answer over
+    the team's round-0 solutions on the seed's 300 test questions (the table's `leader` row)."""
+    run = f"mlpo-team-{team}-seed{seed}"
+    adapter = f"results/agents/{run}.pt"
+    name = f"arith300-team-{team}-seed{seed}-leader"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed)]
+    return {
+        f"llm-{run}": {
+            **llm_run(run, [*LEADER_FLAGS, "--peers", TEAMS[team], "--seed", str(seed)], True),
+            "needs": team_adapters(team),
+        },
+        f"table-{name}": {
+            **table(
+                name,
+                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags(team)]
+                + [*test, "--protocols", f"leader=default+{adapter}"],
+            ),
+            "needs": [adapter, *team_adapters(team)],
+        },
+    }
+
+
 def dtype_piece(seed, dtype):
     """Table a's game on the seed's 300 test questions with the engine in `dtype`: vanilla, the
     team's vote and the seed's SoftRankPO policy in one eval.py JSON (results/dtype/)."""
@@ -458,6 +491,12 @@ PIECES = {
     ),
     # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
     **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
+    **merged(
+        leader_pieces(team, seed)
+        for seed in TABLE_SEEDS
+        for team in TEAMS
+        if team_rl_algos(team) == COMPETENT_RL_ALGOS
+    ),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

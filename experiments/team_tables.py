@@ -266,7 +266,7 @@ def competent_team_table(team, seeds=(0, 1, 2)):
     ((accuracy - vote) / (oracle - vote), pooled) and its accuracy on the questions where the
     vote is wrong."""
     fixed = team_fixed_protocols(team)
-    learned = ["sft", *team_rl_algos(team)]
+    learned = ["sft", *team_rl_algos(team), "leader"]
     name = f"arith300-team-{team}"
     runs = {part: by_seed(name, part, seeds) for part in (*fixed, *learned)}
     absent = [

@@ -369,7 +369,7 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         return outputs
 
     monkeypatch.setattr(team_rollouts, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank, device: None)
+    monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank, device, models: None)
     monkeypatch.setattr(team_rollouts.deliberate, "run_llm", run_llm)
     cfg = train_llm.Config(target="leader", agents=3, questions=3, val_n=0)
     pool, stats = team_rollouts.peer_pool(cfg, 0, 1, "cpu")
@@ -378,6 +378,33 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     keep_all = train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0)
     pool, _ = team_rollouts.peer_pool(keep_all, 0, 1, "cpu")
     assert len(pool) == 3
+
+
+def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
+    """--peers: the frozen peers' engine is built from that team (one entry per peer), and the flag
+    is refused beside --peers-model, for another target, or with one entry too few."""
+    built = {}
+
+    def make_engine(cfg, rank, device, models):
+        built.update(models=models, model=cfg.model)
+
+    monkeypatch.setattr(team_rollouts, "make_engine", make_engine)
+    monkeypatch.setattr(
+        team_rollouts.deliberate,
+        "run_llm",
+        lambda engine, calls, game: [(S.parse_solution("Answer: 5", "arith"), 1) for _ in calls],
+    )
+    examples = [data.Example(question="q", answer="5", task="arith", id="t/0")]
+    adapter = tmp_path / "a.pt"
+    adapter.write_bytes(b"")
+    peers = f"default+{adapter},default"
+    cfg = train_llm.Config(target="leader", agents=2, peers=peers)
+    train_llm.check(cfg, 1)
+    [(example, solutions)] = team_rollouts.peer_solutions(examples, cfg, 0, 1, "cpu")
+    assert built == {"models": peers, "model": ""} and len(solutions) == 2
+    for wrong in ({"peers_model": str(tmp_path)}, {"target": "agents"}, {"agents": 3}):
+        with pytest.raises(common.UsageError, match="--peers:"):
+            train_llm.check(dataclasses.replace(cfg, **wrong), 1)
 
 
 @pytest.mark.slow
