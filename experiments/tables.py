@@ -38,7 +38,9 @@ def fmt(value, digits=3):
 
 
 def auroc_table():
-    found = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps")}
+    """Each confidence signal's AUROC on the untrained backbone's round-0 solutions (arith, mawps)
+    and on the competent team's (arith-team-worked: agents trained on worked solutions)."""
+    found = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps", "arith-team-worked")}
     runs = {task: r for task, r in found.items() if r}
     if not runs:
         return missing(*(f"auroc/{t}.json" for t in found))
