@@ -300,6 +300,9 @@ def competent_team_table(team, seeds=(0, 1, 2)):
             for ok, voted in zip(*aligned(found[seed], votes[seed]))
             if not voted
         ]
+        where_wrong = (
+            f"{fmt(mean(wrong) if wrong else None)} ({len(wrong)})" if part != "persist" else ""
+        )
         theirs = runs[strongest]
         both = [seed for seed in found if seed in theirs]
         paired = (
@@ -325,7 +328,7 @@ def competent_team_table(team, seeds=(0, 1, 2)):
             f"| {fixed_name(part) if part in fixed else part} | {len(found)} | "
             f"{mean(values):.3f} ± {spread} | "
             f"{mean([s['tokens_per_question'] for s in found.values()]):.0f} | {actions} | "
-            f"{paired} | {closed} | {fmt(mean(wrong) if wrong else None)} ({len(wrong)}) |"
+            f"{paired} | {closed} | {where_wrong} |"
         )
     ceiling = list(oracle.values())
     spread = f"{sample_std(ceiling):.3f}" if len(ceiling) > 1 else "–"
