@@ -14,6 +14,8 @@ TEAM_LABELS = {
     "revisers": "three agents trained by MAGRPO on debate",
     "mixed": "member 0 the untrained backbone, 1 an agent trained on parallel answers, 2 on debate",
     "worked": "three copies of the adapter trained on easy arith's worked solutions",
+    "varied": "three adapters trained on worked solutions: rank 8, rank 4, rank 16 on attention "
+    "alone",
 }
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
@@ -245,15 +247,22 @@ def team_sentence(team):
     else:
         means = [g["mean_gain"] for g in gains if g["decisions"]]
         gain = f"{mean(means):+.3f} (sample std {sample_std(means):.3f} over the seeds)"
+    vote = mean([runs["persist"][s]["accuracy"] for s in seeds])
+    oracle = mean([runs["persist"][s]["any_agent_right_round0"] for s in seeds])
+    closed = (
+        f"closing {(accuracy['softrank'] - vote) / (oracle - vote):+.0%} of the gap from the "
+        f"team's vote ({vote:.3f}) to the oracle (any member right in round 0, {oracle:.3f}), "
+        if oracle > vote
+        else ""
+    )
     return (
         f"**Team `{team}`** ({TEAM_LABELS[team]}; 300 test questions × {len(seeds)} "
         f"seed{'s' if len(seeds) > 1 else ''}): SoftRankPO {accuracy['softrank']:.3f} against the "
         f"team's strongest fixed protocol ({fixed_name(strongest)}, {accuracy[strongest]:.3f}): "
-        f"{gap}, "
-        f"REFINE on {refine_share:.0%} of its decisions; trained with REFINE free of its token "
-        f"cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against the same), "
-        f"REFINEs on {free_share:.0%} of its decisions and each REFINE gains {gain} over PERSIST "
-        "in the test games' counterfactual rewards."
+        f"{gap}, {closed}REFINE on {refine_share:.0%} of its decisions; trained with REFINE free "
+        f"of its token cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against the "
+        f"same), REFINEs on {free_share:.0%} of its decisions and each REFINE gains {gain} over "
+        "PERSIST in the test games' counterfactual rewards."
     )
 
 
