@@ -23,10 +23,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import parse_config, write_result  # noqa: E402
+from common import (  # noqa: E402
+    GameConfig,  # noqa: E402
+    parse_config,
+    write_result,
+)
+from deliberate import CONFIDENCE_SIGNALS  # noqa: E402
+from eval import auroc  # noqa: E402
 from llm.engine import Engine  # noqa: E402
-from state import CONFIDENCE_SIGNALS  # noqa: E402
-from stats import auroc  # noqa: E402
 
 
 @dataclass
@@ -70,7 +74,7 @@ def main(cfg):
     split = cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
     engine = Engine(model_path=cfg.model or None, cache_dir=cfg.cache_dir or None, progress=True)
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents,
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import policy as P
+import deliberate as D
 from common import UsageError, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def init_for(name, tmp_path):
     if name != "train_rl.py":
         return []
     path = tmp_path / "pi.pt"
-    P.save_policy(P.MetaPolicy(agents=3), path)
+    D.save_policy(D.MetaPolicy(agents=3), path)
     return ["--init", str(path)]
 
 
@@ -111,14 +111,14 @@ def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):
 
 def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):
     path = tmp_path / "separate.pt"
-    P.save_policy(P.MetaPolicy(agents=3, separate=True), path)
+    D.save_policy(D.MetaPolicy(agents=3, separate=True), path)
     for agents in ("4", "5"):
         said = refusal("eval.py", ["--agents", agents, "--protocols", f"mpdf={path}"])
         assert f"for 3 agents cannot play {agents} agents" in said
         said = refusal("train_rl.py", ["--agents", agents, "--init", str(path)])
         assert f"for 3 agents cannot play {agents} agents" in said
     shared = tmp_path / "shared.pt"
-    P.save_policy(P.MetaPolicy(agents=3), shared)
+    D.save_policy(D.MetaPolicy(agents=3), shared)
     module = script("eval.py")  # a shared policy plays any team size: no refusal
     module.check(parse_config(module.Config, ["--agents", "5", "--protocols", f"mpdf={shared}"]))
 

@@ -238,7 +238,7 @@ def test_split_val_is_the_validation_slice_training_holds_out():
     validates on (corpus.training_questions), never the ones it trains on, and never test
     questions."""
     import eval as evaluate
-    from corpus import training_questions
+    from data import training_questions
 
     val = evaluate.load_examples(evaluate.Config(task="arith", split="val", n=16, seed=3))
     train, held_out = training_questions(
@@ -295,7 +295,7 @@ def test_summary_action_shares_by_round_on_hand_made_games():
     """actions_by_round: each decision round's shares of PERSIST / REFINE / CONCEDE, counting only
     the games still playing (one game here stops after its first decision round)."""
     import eval as evaluate
-    from state import PERSIST, REFINE, concede
+    from deliberate import PERSIST, REFINE, concede
 
     def round_record(actions):
         return {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import stats
+import eval as stats
 
 ROOT = Path(__file__).resolve().parents[1]
 

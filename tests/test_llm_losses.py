@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-import team_rollouts
+from llm import rollouts
 import train_llm
 from llm.logprobs import completion_batch, completion_logprobs
 from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
@@ -199,7 +199,7 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
 
     # 2 questions x 2 rollouts x 2 agents; completions of 1..7 tokens, agent 1's longer
     sequences = [
-        team_rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
+        rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
         for q in range(2) for k in range(2) for a in range(2)
     ]  # fmt: skip
     # small advantages: every gradient norm stays under the clip (1.0), so clipping changes nothing

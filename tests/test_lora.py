@@ -167,7 +167,7 @@ def play_debate(engine, cfg, n=3):
 
 
 def test_a_team_of_one_base_plays_the_homogeneous_game_bit_for_bit(tiny_model_dir):
-    from corpus import make_engine
+    from llm.team import make_engine
 
     alone = play_debate(make_engine(team_game({"model": tiny_model_dir}), 0), team_game({}))
     cfg = team_game({"models": ",".join([tiny_model_dir] * 3)})
@@ -181,7 +181,7 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     model. Each agent's round-0 text is what its own model and adapter write alone."""
     import data
     import deliberate
-    from corpus import make_engine
+    from llm.team import make_engine
 
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
     other = copy.deepcopy(tiny_model[0])
@@ -236,7 +236,7 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
 def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     """--separate-agents on adapters: llm_step gives adapter e the gradient of agent e's loss over
     its own sequences, as whole separate models get (test_llm_losses), here summed on one model."""
-    import team_rollouts
+    from llm import rollouts
     import train_llm
     from llm.logprobs import completion_batch, completion_logprobs
 
@@ -244,7 +244,7 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     pad = tiny_model[1].pad_token_id
     g = torch.Generator().manual_seed(45)
     sequences = [
-        team_rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a],
+        rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a],
                                torch.randint(10, 200, (1 + 2 * a + q + k,), generator=g).tolist())
         for q in range(2) for k in range(2) for a in range(2)
     ]  # fmt: skip
@@ -345,7 +345,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     a file of another rank or alpha, or for another base, is refused in one line."""
     from types import SimpleNamespace
 
-    import team_rollouts
+    from llm import rollouts
     import train_llm
     from common import FileRefused, UsageError
 
@@ -355,7 +355,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     cfg = SimpleNamespace(agents=3, separate_agents=True, target="agents", model=tiny_model_dir,
                           engine_batch_size=8, lora_rank=4, lora_alpha=8.0, seed=0,
                           dtype="float32", init_adapter=str(path))  # fmt: skip
-    models, team = team_rollouts.trained_team(cfg, "cpu")
+    models, team = rollouts.trained_team(cfg, "cpu")
     model = models[0]
     assert lora.n_adapters(model) == 3 and model.lora["names"] == [
         "unsaved0",
@@ -384,5 +384,5 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     foreign = tmp_path / "foreign.pt"
     torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
     with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
-        team_rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}),
+        rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}),
                                    "cpu")  # fmt: skip

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import deliberate as D
 import common
-import policy as P
-import state as S
 import train_rl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +24,8 @@ GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2",
 def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
     g = torch.Generator().manual_seed(0)
     own, peers = (
-        torch.rand(n, len(S.OWN_FEATURES), generator=g),
-        torch.rand(n, 2, len(S.PEER_FEATURES), generator=g),
+        torch.rand(n, len(D.OWN_FEATURES), generator=g),
+        torch.rand(n, 2, len(D.PEER_FEATURES), generator=g),
     )
     return {
         "own": own,
@@ -50,7 +49,7 @@ def rl_loss(policy, batch, cfg):
 )
 def test_every_algo_moves_toward_the_best_action(algo, objective):
     torch.manual_seed(0)
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     # Eq. 4 regresses beta * log(pi / pi_ref) onto A: at beta = 0 it has nothing to fit
     cfg = train_rl.Config(
         algo=algo, objective=objective, beta=0.1 if objective == "eq4" else 0.0, lam=0.0
@@ -95,7 +94,7 @@ def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
 
 
 def test_all_equal_rewards_teach_nothing_and_are_counted():
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
     for algo in ("softrank", "grpo", "ppo"):
         loss, stats = rl_loss(policy, batch, train_rl.Config(algo=algo, beta=0.0, lam=0.0))
@@ -106,7 +105,7 @@ def test_all_equal_rewards_teach_nothing_and_are_counted():
 
 
 def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(0.0, 1.0, 0.5, -1.0))
 
     def loss(algo, scale, transform):

@@ -15,9 +15,9 @@ from test_train import metrics, run
 import common
 import data
 import deliberate
+import deliberate as D
 import softrank
-import state as S
-import team_rollouts
+from llm import rollouts
 import train_llm
 from data.worked import worked_solution
 from llm import backbone, lora
@@ -98,8 +98,8 @@ def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_
 def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_model_dir):
     engine = Engine(model_path=tiny_model_dir)
     cfg = train_llm.Config(target="sft", questions=3, val_n=2, seed=1)
-    pairs = team_rollouts.worked_solutions(engine, cfg)
-    questions, _ = team_rollouts.training_questions(cfg)
+    pairs = rollouts.worked_solutions(engine, cfg)
+    questions, _ = rollouts.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, completion) in zip(questions, pairs):
         assert prompt == engine.encode(engine.chat(deliberate.solve_prompt(ex)))
@@ -118,8 +118,8 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     cfg = train_llm.Config(target="sft", questions=3, val_n=2, seed=1, agents=3,
                            refine_contexts=str(path), max_new_tokens=8)  # fmt: skip
     engine = Engine(model_path=tiny_model_dir)
-    pairs = team_rollouts.refine_examples(engine, cfg, 0, 1)
-    questions, _ = team_rollouts.training_questions(cfg)
+    pairs = rollouts.refine_examples(engine, cfg, 0, 1)
+    questions, _ = rollouts.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, target) in zip(questions, pairs):
         text = engine.tokenizer.decode(prompt)
@@ -130,7 +130,7 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
     bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
     with pytest.raises(common.FileRefused, match="bad.pt"):
-        team_rollouts.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
+        rollouts.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
 
 
 def sft_args(tmp_path, model_dir, *extra):
@@ -364,19 +364,19 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         for ex, *_ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
             outputs.append(
-                (S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
             )
         return outputs
 
     monkeypatch.setattr(team_rollouts, "training_pool", lambda cfg: examples)
     monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank, device: None)
-    monkeypatch.setattr(team_rollouts.deliberate, "run_llm", run_llm)
+    monkeypatch.setattr(rollouts.deliberate, "run_llm", run_llm)
     cfg = train_llm.Config(target="leader", agents=3, questions=3, val_n=0)
-    pool, stats = team_rollouts.peer_pool(cfg, 0, 1, "cpu")
+    pool, stats = rollouts.peer_pool(cfg, 0, 1, "cpu")
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
     keep_all = train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0)
-    pool, _ = team_rollouts.peer_pool(keep_all, 0, 1, "cpu")
+    pool, _ = rollouts.peer_pool(keep_all, 0, 1, "cpu")
     assert len(pool) == 3
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from policy import MetaPolicy, save_policy
+from deliberate import MetaPolicy, save_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 # a completion that would run, and mark the page, if the page did not escape it

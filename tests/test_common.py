@@ -1,0 +1,389 @@
+"""common.py's checks and files, llm/team.py's engine from flags and data's training questions, by
+hand, in process and without a model: the game's flags that check_game refuses and the one line it
+says (task, --path, level, agents, rounds, temperature, token budget, vote, dtype, --model /
+--models, checkpoint directories, context), team_entries, the training pool and its validation /
+iteration slices, make_engine's arguments (and a team's engines and adapters), rows as tensors, the
+settings a corpus is saved with and refused under, the data order of every epoch and the rows each
+rank takes. Fast, so the mutation runs of common.py and llm/ use them (experiments/mutation.py)."""
+
+import json
+import random
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import common
+import data
+from common import FileRefused, GameConfig, UsageError
+import llm.team as teams
+from llm import lora
+
+
+def model_dir(
+    tmp_path, name="model", context=64, key="max_position_embeddings", tok="tokenizer.json"
+):
+    """A directory that passes for an HF checkpoint: config.json (with a context length) and a
+    tokenizer file."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({key: context} if key else {}))
+    if tok:
+        (folder / tok).write_text("{}")
+    return folder
+
+
+def game(tmp_path, **kw):
+    """A valid game's flags (a checkpoint directory of context 64), `kw` changed."""
+    settings = dict(
+        task="arith",
+        path="",
+        level=0,
+        agents=2,
+        rounds=1,
+        temperature=0.0,
+        val_n=0,
+        max_new_tokens=63,
+        engine_batch_size=1,
+        vote="mean_prob",
+        dtype="auto",
+        models="",
+        model=str(tmp_path / "model"),
+        top_p=1.0,
+        refine_cost=0.0,
+    )
+    if not (tmp_path / "model").exists():
+        model_dir(tmp_path)
+    return SimpleNamespace(**{**settings, **kw})
+
+
+def refused(cfg, message, **kw):
+    with pytest.raises(UsageError) as error:
+        common.check_game(cfg, **kw)
+    assert str(error.value) == message
+
+
+# ------------------------------------------------------------------------------------ check_game
+def test_check_game_accepts_the_edges(tmp_path):
+    """Levels 0 and 4, 2 agents and 1 round (the defaults' minimums), temperature and val_n 0, one
+    token below the context, each dtype, a config without val_n or models."""
+    for kw in (
+        {},
+        {"level": 4},
+        {"dtype": "float32"},
+        {"dtype": "bfloat16"},
+        {"vote": "index"},
+        {"max_new_tokens": 1, "engine_batch_size": 1},
+    ):
+        common.check_game(game(tmp_path, **kw))
+    common.check_game(game(tmp_path, agents=1, rounds=0), min_agents=1, min_rounds=0)
+    data_file = tmp_path / "q.jsonl"
+    data_file.write_text("")
+    common.check_game(game(tmp_path, task="gsm8k", path=str(data_file)))
+
+
+def test_check_game_refuses_in_one_line(tmp_path):
+    tmp = str(tmp_path)
+    data_file = tmp_path / "q.jsonl"
+    data_file.write_text("")
+    cases = [
+        ({"task": "chess"}, "unknown --task 'chess': choose one of " + ", ".join(data.TASKS)),
+        ({"task": "gsm8k"}, "--task gsm8k reads a data file: pass it with --path"),
+        ({"task": "gsm8k", "path": tmp + "/none"}, f"--path {tmp + '/none'!r}: no such file"),
+        (
+            {"path": str(data_file)},
+            f"--path {str(data_file)!r}: task arith is generated and reads no file",
+        ),
+        ({"level": 5}, "--level 5: choose 1..4 (0: the task's default)"),
+        ({"level": -1}, "--level -1: choose 1..4 (0: the task's default)"),
+        ({"agents": 1}, "--agents 1: must be at least 2"),
+        ({"rounds": 0}, "--rounds 0: must be at least 1"),
+        ({"temperature": -0.5}, "--temperature -0.5: must be at least 0"),
+        ({"refine_cost": -1}, "--refine-cost -1: must be at least 0"),
+        ({"top_p": 0}, "--top-p 0: must be in (0, 1]"),
+        ({"top_p": 1.5}, "--top-p 1.5: must be in (0, 1]"),
+        ({"max_new_tokens": 0}, "--max-new-tokens 0: must be at least 1"),
+        ({"engine_batch_size": 0}, "--engine-batch-size 0: must be at least 1"),
+        (
+            {"vote": "loudest"},
+            "unknown --vote 'loudest': choose one of min_prob, mean_prob, tail_prob, index",
+        ),
+        (
+            {"dtype": "int4"},
+            "unknown --dtype 'int4': choose one of auto, float32, bfloat16, float16, int8",
+        ),
+        (
+            {"models": "default,default"},
+            "--model and --models: pass one (--models names every agent's model)",
+        ),
+        (
+            {"max_new_tokens": 64},
+            "--max-new-tokens 64: the model's context holds 64 tokens, prompt included",
+        ),
+        ({"model": tmp}, f"--model {tmp!r}: not an HF checkpoint directory (no config.json)"),
+        (
+            {"model": "", "models": f"{tmp}/model,{tmp}/model+{tmp}/none.pt"},
+            f"--models: no adapter file {tmp + '/none.pt'!r}",
+        ),
+        (
+            {"model": "", "models": f"{tmp}/model"},
+            "--models: 1 entries for 2 agents (one per agent)",
+        ),
+        (
+            {"model": "", "models": f"{tmp}/model,{tmp}"},
+            f"--models {tmp!r}: not an HF checkpoint directory (no config.json)",
+        ),
+    ]
+    for kw, message in cases:
+        refused(game(tmp_path, **kw), message)
+    refused(game(tmp_path, agents=2), "--agents 2: must be at least 3", min_agents=3)
+    refused(game(tmp_path, rounds=1), "--rounds 1: must be at least 2", min_rounds=2)
+
+
+def test_check_model_reads_the_context_and_the_tokenizer_files(tmp_path):
+    """The context is max_position_embeddings, else n_positions; none: any budget. Any one of the
+    three tokenizer files will do; none is refused. The budget is checked against the --models
+    entries' context too (an adapter that exists passes)."""
+    for tok in ("tokenizer.json", "tokenizer.model", "vocab.json"):
+        common.check_model("--model", str(model_dir(tmp_path, tok, tok=tok)), 63)
+    gpt2 = model_dir(tmp_path, "gpt2", context=32, key="n_positions", tok="vocab.json")
+    common.check_model("--model", str(gpt2), 31)
+    with pytest.raises(UsageError, match="^--max-new-tokens 32: the model's context holds 32 "):
+        common.check_model("--model", str(gpt2), 32)
+    common.check_model("--model", str(model_dir(tmp_path, "open", key=None)), 10**6)
+    bare = model_dir(tmp_path, "bare", tok=None)
+    with pytest.raises(UsageError) as error:
+        common.check_model("--models", str(bare), 1)
+    assert str(error.value) == (
+        f"--models {str(bare)!r}: no tokenizer files (tokenizer.json) in the directory"
+    )
+    adapter = tmp_path / "a.pt"
+    adapter.write_text("")
+    common.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 31)
+    with pytest.raises(UsageError, match="^--max-new-tokens 32: "):
+        common.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 32)
+    cfg = game(tmp_path, model="", models=f"{gpt2},{gpt2}", max_new_tokens=32)
+    refused(cfg, "--max-new-tokens 32: the model's context holds 32 tokens, prompt included")
+
+
+def test_team_entries():
+    """One (base, adapter) per agent, blanks around an entry dropped, `default` the embedded
+    backbone (""), the flag named in the refusal."""
+    assert common.team_entries(" default , m1+a.pt,m2 ", 3) == [
+        ("", ""),
+        ("m1", "a.pt"),
+        ("m2", ""),
+    ]
+    for call, flag in (
+        (lambda: common.team_entries("a,b", 3), "--models"),
+        (lambda: common.team_entries("a,b", 3, "--team"), "--team"),
+        (lambda: common.check_models("--team", "a,b", 3, 1), "--team"),
+    ):
+        with pytest.raises(UsageError) as error:
+            call()
+        assert str(error.value) == f"{flag}: 2 entries for 3 agents (one per agent)"
+
+
+# ----------------------------------------------------------------------- the training questions
+def test_training_pool_and_questions(monkeypatch):
+    """The pool is the train split shuffled by the seed (level 0: the task's default level, 1);
+    validation comes first, then `questions` per iteration; one question too many is refused."""
+    cfg = SimpleNamespace(task="arith", path="", level=0, seed=3, val_n=4, questions=5)
+    pool = data.load_task("arith", split="train", level=1)
+    random.Random(3).shuffle(pool)
+    assert data.training_pool(cfg) == pool
+    mixed = data.load_task("arith", split="train", level=3)
+    random.Random(3).shuffle(mixed)
+    assert data.training_pool(SimpleNamespace(**{**vars(cfg), "level": 3})) == mixed
+    assert data.training_questions(cfg) == (pool[4:9], pool[:4])
+    # a file task: the file's train split
+    asked = []
+    monkeypatch.setattr(data, "load_task", lambda *a, **kw: asked.append((a, kw)) or list(range(6)))
+    file_cfg = SimpleNamespace(task="gsm8k", path="g.jsonl", level=2, seed=3)
+    assert sorted(data.training_pool(file_cfg)) == list(range(6))
+    assert asked == [(("gsm8k",), {"path": "g.jsonl", "split": "train", "level": 2})]
+    monkeypatch.undo()
+    assert data.training_questions(cfg, 2) == (pool[14:19], pool[:4])
+    # a pool of 19: iterations 0..2 fit exactly, iteration 3 does not
+    monkeypatch.setattr(data, "training_pool", lambda cfg: list(range(19)))
+    assert data.training_questions(cfg, 2) == ([14, 15, 16, 17, 18], [0, 1, 2, 3])
+    with pytest.raises(data.DataError) as error:
+        data.training_questions(cfg, 3)
+    assert str(error.value) == (
+        "task 'arith' has 19 training questions: not enough for val_n=4 + questions=5 per "
+        "iteration over 4 iteration(s)"
+    )
+
+
+def test_resolve_engine_dtype(monkeypatch):
+    resolved, why = teams.resolve_engine_dtype(EngineConfig(dtype="float16", seed=1), "cuda:0")
+    assert (resolved.dtype, why) == ("float16", "as asked (--dtype)") and resolved.seed == 1
+    # auto asks the device (the GPU on a GPU, "cpu" by default) and, on a CPU, the probe of the
+    # model the engines run (a team's: its first agent's base) at the engine's batch size
+    monkeypatch.setattr(teams, "resolve_dtype", lambda dtype, *args: (f"{dtype} on {args}", "why"))
+    assert teams.resolve_engine_dtype(EngineConfig(dtype="auto"))[0].dtype == (
+        "auto on ('cpu', None, 1)"
+    )
+    resolved, why = teams.resolve_engine_dtype(
+        EngineConfig(dtype="auto", engine_batch_size=64, model="M"), "cuda:1"
+    )
+    assert (resolved.dtype, why) == ("auto on ('cuda:1', 'M', 64)", "why")
+    team = EngineConfig(dtype="auto", models="A+a0.pt,default+a1.pt")
+    assert teams.resolve_engine_dtype(team)[0].dtype == "auto on ('cpu', 'A', 1)"
+
+
+@dataclass
+class EngineConfig:
+    model: str = ""
+    models: str = ""
+    agents: int = 2
+    dtype: str = "float32"
+    engine_batch_size: int = 1
+    cache_dir: str = ""
+    seed: int = 0
+
+
+class FakeEngine:
+    def __init__(self, **kw):
+        self.kw, self.model = kw, f"weights of {kw['model_path']}"
+
+
+def test_make_engine_arguments(monkeypatch):
+    """One engine: the model (None for the default), dtype, device as text, batch size, cache
+    directory (None for none), and a progress bar on rank 0 only."""
+    monkeypatch.setattr(teams, "Engine", FakeEngine)
+    cfg = SimpleNamespace(
+        model="m", models="", dtype="bfloat16", engine_batch_size=7, cache_dir="c"
+    )
+    assert teams.make_engine(cfg, 0, torch.device("cpu")).kw == dict(
+        model_path="m", dtype="bfloat16", device="cpu", batch_size=7, cache_dir="c", progress=True
+    )
+    cfg = SimpleNamespace(model="", dtype="float32", engine_batch_size=2, cache_dir="", models="")
+    assert teams.make_engine(cfg, 1).kw == dict(
+        model_path=None, dtype="float32", device="cpu", batch_size=2, cache_dir=None, progress=False
+    )
+
+
+def test_make_engine_of_a_team(monkeypatch):
+    """--models: one engine per distinct base (on the rank and device given), each distinct
+    (base, adapter) loaded once into its base's engine; a mismatched adapter is refused naming the
+    file."""
+    monkeypatch.setattr(teams, "Engine", FakeEngine)
+    loads = []
+
+    def load_adapter(model, state):
+        loads.append((model, state))
+        return f"adapter {state}"
+
+    monkeypatch.setattr(teams.lora, "load_adapter", load_adapter)
+    monkeypatch.setattr(teams, "load_file", lambda path, what: f"{path} as {what}")
+    cfg = EngineConfig(models="default+a.pt,b,default+a.pt,b+c.pt", agents=4, engine_batch_size=3)
+    team = teams.make_engine(cfg, 1, "cuda:1")
+    engines = [m.engine for m in team.members]
+    assert engines[0] is engines[2] and engines[1] is engines[3] and engines[0] is not engines[1]
+    assert [e.kw["model_path"] for e in engines] == [None, "b", None, "b"]
+    assert all(e.kw["device"] == "cuda:1" for e in engines)
+    assert all(e.kw["progress"] is False and e.kw["batch_size"] == 3 for e in engines)
+    assert [m.adapter for m in team.members] == [
+        "adapter a.pt as adapter",
+        None,
+        "adapter a.pt as adapter",
+        "adapter c.pt as adapter",
+    ]
+    assert loads == [("weights of None", "a.pt as adapter"), ("weights of b", "c.pt as adapter")]
+
+    def mismatch(model, state):
+        raise lora.AdapterMismatch("rank 8 there, 4 here")
+
+    monkeypatch.setattr(teams.lora, "load_adapter", mismatch)
+    with pytest.raises(FileRefused) as error:
+        teams.make_engine(replace(cfg, models="b+x.pt,b", agents=2), 0)
+    assert str(error.value) == "x.pt: rank 8 there, 4 here"
+
+
+# -------------------------------------------------------------------------- the corpus as tensors
+def test_stack_rows():
+    rows = [
+        {"own": [0, 1], "peers": [[2]], "agent": a, "action": 3 - a, "rewards": r, "x": None}
+        for a, r in ((0, [1, 2]), (1, [3.5, 4]))
+    ]
+    t = common.stack_rows(rows, floats=("own", "peers", "rewards"), ints=("agent", "action"))
+    assert list(t) == ["own", "peers", "rewards", "agent", "action"]
+    assert t["own"].dtype == t["peers"].dtype == t["rewards"].dtype == torch.float32
+    assert t["own"].tolist() == [[0, 1], [0, 1]] and t["peers"].tolist() == [[[2]], [[2]]]
+    assert t["agent"].tolist() == [0, 1] and t["action"].tolist() == [3, 2]
+    assert t["rewards"].tolist() == [[1, 2], [3.5, 4]]
+    assert t["action"].dtype == t["agent"].dtype == torch.int64
+
+
+# ------------------------------------------------------------------------- saving and loading one
+def test_corpus_settings_save_and_load(tmp_path):
+    """The settings of a corpus: every game flag but the engine's batch size and cache, and the
+    names a script adds; a missing file is None; a file without settings, or with a setting
+    changed, is refused in one line; a setting the file does not have (an older script's) is not
+    compared; only rank 0 writes."""
+    cfg = SimpleNamespace(**vars(GameConfig(seed=1)), questions=4, crash_at_step=3)
+    settings = common.corpus_settings(cfg, "questions")
+    game = [name for name in vars(GameConfig()) if name not in ("engine_batch_size", "cache_dir")]
+    assert list(settings) == game + ["questions"] and settings["seed"] == 1
+    assert settings["questions"] == 4 and settings["temperature"] == 0.5
+    path = tmp_path / "corpus.pt"
+    assert common.load_made_under(path, settings, "corpus") is None
+    common.save_made_under([{"key": 1}], path, settings, 1)
+    assert not path.exists()
+    small = {"task": "arith", "seed": 1, "temperature": 0.5}
+    common.save_made_under([{"key": 1}], path, small, 0)
+    assert torch.load(path)["settings"] == small
+    assert common.load_made_under(path, small, "corpus") == [{"key": 1}]
+    assert common.load_made_under(path, settings, "corpus") == [{"key": 1}]
+    fewer = {"task": "arith", "seed": 1}
+    assert common.load_made_under(path, fewer, "corpus") == [{"key": 1}]
+    with pytest.raises(UsageError) as error:
+        common.load_made_under(path, {**small, "seed": 2, "temperature": 0.9}, "corpus")
+    assert str(error.value) == (
+        f"{path} was collected with other settings (seed: 1 there, 2 now, temperature: 0.5 "
+        "there, 0.9 now): rerun with the same flags, or pass another --out-dir"
+    )
+    with pytest.raises(FileRefused, match=f"^{tmp_path}: cannot read the corpus file"):
+        common.load_made_under(tmp_path, small, "corpus")
+    for old in ([{"key": 1}], {"rows": [{"key": 1}]}):
+        torch.save(old, path)
+        with pytest.raises(UsageError) as error:
+            common.load_made_under(path, small, "corpus")
+        assert str(error.value) == (
+            f"{path}: a corpus without its settings (an older version): delete it"
+        )
+
+
+# ---------------------------------------------------------------- the data order, rows per rank
+def test_every_epoch_takes_its_own_data_order():
+    """batch_schedule: each epoch shuffles with its own seed (seed, tag, epoch), so epochs differ,
+    while the same (seed, tag) gives the same schedule; the last partial batch is dropped."""
+    batches = common.batch_schedule(12, 4, 3, seed=0, tag="sft")
+    assert len(batches) == 9 and all(len(b) == 4 for b in batches)
+    epochs = [torch.cat(batches[e * 3 : (e + 1) * 3]).tolist() for e in range(3)]
+    assert all(sorted(order) == list(range(12)) for order in epochs)
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
+    again = common.batch_schedule(12, 4, 3, seed=0, tag="sft")
+    assert all(torch.equal(a, b) for a, b in zip(batches, again))
+    other = common.batch_schedule(12, 4, 3, seed=1, tag="sft")
+    assert [b.tolist() for b in other] != [b.tolist() for b in batches]
+    assert len(common.batch_schedule(13, 4, 2, seed=0, tag="x")) == 6
+    assert len(common.batch_schedule(3, 4, 2, seed=0, tag="x")) == 2
+
+
+def test_rows_shard_over_ranks_without_dropping_any():
+    """shard_rows: rank r takes rows r::world of the global batch, the last rows included when they
+    do not divide evenly; each rank's weight is its share of the rows times the world size, so the
+    ranks' weighted means add up to the batch mean."""
+    tensors = {"x": torch.arange(10.0) * 10}
+    rows = torch.tensor([9, 8, 7, 6, 5, 4, 3])
+    shards = [common.shard_rows(tensors, rows, r, 3, "cpu") for r in range(3)]
+    assert [s["x"].tolist() for s, _ in shards] == [[90, 60, 30], [80, 50], [70, 40]]
+    assert sorted(v for s, _ in shards for v in s["x"].tolist()) == sorted((rows * 10).tolist())
+    assert [w for _, w in shards] == [pytest.approx(9 / 7), pytest.approx(6 / 7), 6 / 7]
+    means = sum(s["x"].mean() * w for s, w in shards) / 3
+    assert means.item() == pytest.approx((rows * 10.0).mean().item())
+    with pytest.raises(ValueError, match="a batch of 2 rows cannot be split over 3 ranks"):
+        common.shard_rows(tensors, rows[:2], 0, 3, "cpu")
