@@ -47,7 +47,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
 from llm import backbone
-from llm.engine import ContextTooLong, call_seed
+from llm.cache import call_seed
+from llm.engine import ContextTooLong
 
 
 # --------------------------------------------------------------------------------------------------

@@ -99,8 +99,7 @@ class Solution:
 
 
 # Generation confidence (docs/design.md §2; the paper has none): statistics of the probabilities the
-# model gave the tokens it sampled, free because the engine returns them with the text. Each is a
-# probability in [0, 1]; 0.5 when unknown (a hand-made solution).
+# model gave the tokens it sampled, free with the text; 0.5 when unknown (a hand-made solution).
 # The answer line ("Answer: 42" and EOS) is the last few tokens.
 TAIL_TOKENS = 8
 CONFIDENCE_SIGNALS = ("mean_prob", "min_prob", "tail_prob")
@@ -346,8 +345,7 @@ def observe(solutions, agent, round_index, rounds, changed, last_actions):
 # Which state features a policy reads; the others are zeroed before its first layer.
 #   all        every feature
 #   paper      the paper's: no generation confidence (mean_prob, min_prob, tail_prob)
-#   confidence the generation confidence and the team's agreement, no self-report, critic or text
-#              statistics
+#   confidence the generation confidence and the team's agreement (no self-report, critic, text)
 _SELF_REPORTED = tuple(f for f in PROFILE_FEATURES[1:] if f not in CONFIDENCE_SIGNALS)
 FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
 # What a transcript keeps of the state behind a learned policy's decision (shown by view.py): the
@@ -447,8 +445,7 @@ class MetaPolicy(nn.Module):
 
 def sample_actions(probs, uniforms):
     """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest
-    of the batch, so sharding questions over ranks, or batching them differently, samples the same
-    actions."""
+    of the batch (sharding questions over ranks, or batching them otherwise, samples the same)."""
     cdf = probs.cumsum(-1)
     return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
 
@@ -457,8 +454,7 @@ FIXED_POLICIES = ("persist", "random", "refine", "oracle")
 
 
 class FixedPolicy:
-    """persist: always PERSIST. random: uniform over the K actions. refine: always REFINE
-    (LLM-Debate)."""
+    """persist: always PERSIST. random: uniform over the K actions. refine: REFINE (Debate)."""
 
     reads_critic = False
 

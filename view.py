@@ -78,7 +78,7 @@ def peers_of(agent, agents):
 
 
 def action_name(action, agent, agents):
-    """deliberate.py's action encoding: PERSIST, REFINE, then CONCEDE to each peer in agent order."""
+    """deliberate.py's actions: PERSIST, REFINE, then CONCEDE to each peer in agent order."""
     if action < 2:
         return KINDS[action].upper()
     return f"CONCEDE→A{peers_of(agent, agents)[action - 2]}"

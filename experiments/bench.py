@@ -48,7 +48,8 @@ from common import (  # noqa: E402
 from deliberate import parse_solution  # noqa: E402
 from eval import run_protocol  # noqa: E402
 from llm import backbone, lora  # noqa: E402
-from llm.engine import Engine, call_seed  # noqa: E402
+from llm.cache import call_seed  # noqa: E402
+from llm.engine import Engine  # noqa: E402
 
 
 @dataclass

@@ -9,8 +9,8 @@ The round-0 solutions are the game's own calls (deliberate.solve_calls: same pro
 eval.py, so they come from the generation cache when eval.py made them). Signals: the critic as it
 was (p(Correct) from the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs
 `In`), the critic as it is (deliberate.run_critic: each verdict scored by its whole token sequence),
-and the free generation-confidence signals (state.generation_confidence). AUROC 0.5 is chance; below
-0.5 the signal points the wrong way.
+and the free generation-confidence signals (deliberate.generation_confidence). AUROC 0.5 is
+chance; below 0.5 the signal points the wrong way.
 """
 
 import dataclasses

@@ -29,7 +29,8 @@ from common import (  # noqa: E402
     write_result,
 )
 from deliberate import majority_vote  # noqa: E402
-from llm.engine import Engine, call_seed  # noqa: E402
+from llm.cache import call_seed  # noqa: E402
+from llm.engine import Engine  # noqa: E402
 
 GROUPS = (2, 4, 8)
 

@@ -1,4 +1,4 @@
-"""Mutation testing, one module of the method at a time (issue 43).
+"""Mutation testing, one module of the method or of its plumbing at a time.
 
 mutmut makes many small edits of a module's code (a mutant each: `<` for `<=`, `i` for `i + 1`, a
 dropped argument), and runs the tests that reach the edited function against each one. A mutant the
@@ -8,7 +8,7 @@ edit cannot change any result). A development tool, run outside `make test` and 
 requirements.txt:
 
     pip install mutmut==3.3.1
-    python experiments/mutation.py policy      # -> results/mutation/policy.json
+    python experiments/mutation.py deliberate  # -> results/mutation/deliberate.json
     python experiments/mutation.py --list      # the modules and the tests that cover each
 
 Each run works in a fresh scratch copy of the repository, runs/mutation/<module>/ (`mutmut browse`
@@ -38,24 +38,17 @@ VERSION = "3.3.1"
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
 MODULES = {
     "softrank": ("softrank.py", ["tests/test_softrank.py", "tests/test_llm_losses.py"], []),
-    "state": ("state.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
-    "policy": (
-        "policy.py",
-        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_safe_loading.py"],
-        ["tiny_model", "a_script_refuses"],
-    ),
+    # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
+    # load and a training run for each mutant its tests reach
     "deliberate": (
         "deliberate.py",
-        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_protocols.py"],
-        ["tiny_model"],
-    ),
-    # corpus: in-process tests only (3.5 minutes for all 685 mutants on two busy cores).
-    # tests/test_train.py runs sft.py / train_rl.py as subprocesses, a model load and a training run
-    # for each mutant its tests reach; what they rely on of corpus.py tests/test_corpus.py pins in
-    # process
-    "corpus": (
-        "corpus.py",
-        ["tests/test_meaning.py", "tests/test_safe_loading.py", "tests/test_corpus.py"],
+        [
+            "tests/test_meaning.py",
+            "tests/test_game.py",
+            "tests/test_protocols.py",
+            "tests/test_corpus.py",
+            "tests/test_safe_loading.py",
+        ],
         ["tiny_model", "a_script_refuses"],
     ),
     "answers": (
@@ -63,6 +56,31 @@ MODULES = {
         ["tests/test_data.py", "tests/test_meaning.py", "tests/test_answers.py"],
         [],
     ),
+    # the plumbing: what tests/test_common.py pins in process (the scripts' subprocess runs, resume
+    # after SIGKILL and torchrun, left out as above)
+    "common": (
+        "common.py",
+        ["tests/test_common.py", "tests/test_safe_loading.py", "tests/test_cli.py"],
+        ["a_script_refuses", "every_flag_has"],
+    ),
+    "llm.team": ("llm/team.py", ["tests/test_common.py", "tests/test_protocols.py"], []),
+    "llm.rollouts": (
+        "llm/rollouts.py",
+        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
+        ["default_model", "sigkill", "torchrun", "lowers_the_loss", "trains_"],
+    ),
+    "llm.cache": ("llm/cache.py", ["tests/test_cache.py", "tests/test_engine.py"], ["torchrun"]),
+    "llm.sampling": ("llm/sampling.py", ["tests/test_engine.py"], []),
+    "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
+    "llm.logprobs": (
+        "llm/logprobs.py",
+        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
+        [],
+    ),
+    "llm.lora": ("llm/lora.py", ["tests/test_lora.py"], []),
+    "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
+    "llm.engine": ("llm/engine.py", ["tests/test_engine.py"], []),
+    "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)

@@ -16,8 +16,8 @@ import torch
 
 import common
 import data
-from common import FileRefused, GameConfig, UsageError
 import llm.team as teams
+from common import FileRefused, GameConfig, UsageError
 from llm import lora
 
 

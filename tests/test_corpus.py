@@ -1,6 +1,6 @@
-"""The corpus of a training stage by hand, in process and without a model: the states
-deliberate.collect_states keeps of the games it asks play for, action_distribution, and train_rl.py's
-corpus_statistics, best_action_kinds and validation on hand-built numbers."""
+"""The corpus of a training stage by hand, in process and without a model: the states that
+deliberate.collect_states keeps of the games it asks play for, action_distribution, and
+train_rl.py's corpus_statistics, best_action_kinds and validation on hand-built numbers."""
 
 from types import SimpleNamespace
 

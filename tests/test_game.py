@@ -13,10 +13,10 @@ import data
 import deliberate as D
 import eval as E
 import train_rl
-from common import GameConfig
-from common import UsageError
-from llm.engine import Engine, call_seed
+from common import GameConfig, UsageError
 from deliberate import PERSIST, REFINE
+from llm.cache import call_seed
+from llm.engine import Engine
 
 
 def sol(answer, confidence=0.5, text=None):

@@ -8,7 +8,6 @@ reach, the policy's sampling distribution, and answer comparison edge cases.
 No model: the engine is a lookup of each call's reply by its seed."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,8 +19,9 @@ import eval as E
 import sft
 import train_rl
 from common import GameConfig
-from llm.engine import Completion, call_seed
 from deliberate import PERSIST, REFINE, concede
+from llm.cache import call_seed
+from llm.engine import Completion
 
 GOLD = "5"
 
@@ -237,7 +237,7 @@ def test_best_action_kinds_by_hand():
 
 
 # --------------------------------------------------------------------------------------------------
-# (d) every feature of the observation (docs/design.md §2; state.OWN_FEATURES, PEER_FEATURES)
+# (d) every feature of the observation (docs/design.md §2; deliberate.OWN_FEATURES, PEER_FEATURES)
 # --------------------------------------------------------------------------------------------------
 def test_every_observed_feature_by_hand():
     # agent 0: a full trailer, one operation shown ("3 * 4"; "8/10" is not one), its last "= 12" is
@@ -399,7 +399,7 @@ def test_is_correct_edge_cases(pred, gold, task, expected):
 
 
 # --------------------------------------------------------------------------------------------------
-# policy.py's mutants the tests above let survive (python experiments/mutation.py policy)
+# the policies' mutants the tests above let survive (python experiments/mutation.py deliberate)
 # --------------------------------------------------------------------------------------------------
 def test_inverse_cdf_edges():
     # action k owns u in [cdf_(k-1), cdf_k): a u equal to a CDF value goes to the next action, so an

@@ -22,9 +22,9 @@ import deliberate as D
 import eval as E
 import train_rl
 from common import GameConfig
-from llm.engine import call_seed
-from llm.team import Member, Team
 from deliberate import PERSIST, REFINE, concede
+from llm.cache import call_seed
+from llm.team import Member, Team
 
 PROMPT, COMPLETION, CRITIC = 100, 10, 7
 CALL = PROMPT + COMPLETION  # the tokens one LLM call counts
@@ -97,13 +97,31 @@ def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt
     assert call["adapters"] == [10, 10]
     assert (call["temperature"], call["top_p"], call["max_new_tokens"]) == (0.0, 0.9, 64)
     assert results == [
-        {"id": "q/1", "question": "Question q/1?", "gold": "5", "pred": "5", "correct": True,
-         "tokens": CALL, "calls": 1, "texts": ["Answer: 5"], "answers": ["5"],
-         "answer_correct": [True]},
-        {"id": "q/2", "question": "Question q/2?", "gold": "8", "pred": "3", "correct": False,
-         "tokens": CALL, "calls": 1, "texts": ["Answer: 3"], "answers": ["3"],
-         "answer_correct": [False]},
-    ]  # fmt: skip
+        {
+            "id": "q/1",
+            "question": "Question q/1?",
+            "gold": "5",
+            "pred": "5",
+            "correct": True,
+            "tokens": CALL,
+            "calls": 1,
+            "texts": ["Answer: 5"],
+            "answers": ["5"],
+            "answer_correct": [True],
+        },
+        {
+            "id": "q/2",
+            "question": "Question q/2?",
+            "gold": "8",
+            "pred": "3",
+            "correct": False,
+            "tokens": CALL,
+            "calls": 1,
+            "texts": ["Answer: 3"],
+            "answers": ["3"],
+            "answer_correct": [False],
+        },
+    ]
 
 
 def test_self_consistency_votes_as_many_samples_as_debate_makes():

@@ -11,13 +11,23 @@ from pathlib import Path
 import pytest
 import torch
 
-import deliberate as D
 import common
+import deliberate as D
 import train_rl
 
 ROOT = Path(__file__).resolve().parents[1]
-GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2",
-        "--max-new-tokens", "8"]  # fmt: skip
+GAME = [
+    "--questions",
+    "8",
+    "--val-n",
+    "4",
+    "--agents",
+    "3",
+    "--rounds",
+    "2",
+    "--max-new-tokens",
+    "8",
+]
 
 
 # ---------------------------------------------------------------- losses and helpers, in process
@@ -257,9 +267,27 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
     outs = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
         outs[name] = tmp_path / name
-        run([str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
-             "--algo", algo, "--epochs", "3", "--batch-size", "16", "--lam", "0.05",
-             "--out-dir", str(outs[name])], tmp_path, torchrun, scripted=True)  # fmt: skip
+        run(
+            [
+                str(ROOT / "train_rl.py"),
+                "--init",
+                str(sft_runs["single"] / "policy.pt"),
+                *GAME,
+                "--algo",
+                algo,
+                "--epochs",
+                "3",
+                "--batch-size",
+                "16",
+                "--lam",
+                "0.05",
+                "--out-dir",
+                str(outs[name]),
+            ],
+            tmp_path,
+            torchrun,
+            scripted=True,
+        )
     a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
     rest, key_bias = ddp_difference(a, b)
     assert rest < 1e-4 and key_bias < 1e-3
@@ -306,9 +334,24 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
 def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     """Two online iterations on non-flat corpora, killed inside the second and resumed:
     bit-identical."""
-    args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
-            "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4",
-            "--lam", "0.05", "--algo", algo]  # fmt: skip
+    args = [
+        str(ROOT / "train_rl.py"),
+        "--init",
+        str(sft_runs["single"] / "policy.pt"),
+        *GAME,
+        "--iterations",
+        "2",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--save-every",
+        "4",
+        "--lam",
+        "0.05",
+        "--algo",
+        algo,
+    ]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["corpus"]["frac_zero_std"] < 0.9
