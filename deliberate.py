@@ -803,17 +803,17 @@ def play(engine, examples, policy, cfg, greedy=True, refine_all=False, progress=
 def collect_states(engine, examples, policy, cfg, rank, world, more, refine_all=False, desc=""):
     """Every rank's (agent, round) states visited by `policy` (actions sampled), each rank playing
     its shard, in a canonical order (a corpus does not depend on the number of ranks): the
-    observation, the action taken, and more(game, move, agent)'s fields."""
+    observation, the action taken, and the fields more(game, move) gives each agent."""
     bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=rank != 0, leave=False)
     shard = examples[rank::world]
     games = play(engine, shard, policy, cfg, greedy=False, refine_all=refine_all, progress=bar)
     bar.close()
     rows = [
         {"key": (g.example.id, m.round, i), "own": own, "peers": peers, "agent": i}
-        | {"action": m.actions[i], **more(g, m, i)}
+        | {"action": m.actions[i], **fields}
         for g in games
         for m in g.moves
-        for i, (own, peers) in enumerate(m.observations)
+        for i, ((own, peers), fields) in enumerate(zip(m.observations, more(g, m)))
     ]
     rows = sorted(all_gather_list(rows), key=lambda r: r["key"])
     if not rows:

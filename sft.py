@@ -98,11 +98,14 @@ def labelled_states(engine, questions, behaviour, cfg, rank, world):
     """The states of games played by the behaviour policy (actions sampled), each labelled with the
     oracle's action in the state the agent decided in (`before`), never the round's outcome."""
 
-    def label(game, move, agent):
+    def labels(game, move):
         before = game.rounds[move.round - 1]
-        return {"label": oracle_action(agent, before["agent_correct"], before["confidence"])}
+        return [
+            {"label": oracle_action(i, before["agent_correct"], before["confidence"])}
+            for i in range(cfg.agents)
+        ]
 
-    return collect_states(engine, questions, behaviour, cfg, rank, world, label)
+    return collect_states(engine, questions, behaviour, cfg, rank, world, labels)
 
 
 def check(cfg, world):

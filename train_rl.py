@@ -172,12 +172,12 @@ def scored_states(engine, questions, behaviour, cfg, rank, world, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
     sample drawn), each with its counterfactual reward vector."""
 
-    def rewards(game, move, agent):
+    def rewards(game, move):
         ex = game.example
         vectors = counterfactual_rewards(
             move.before, move.after, move.refined, ex.answer, ex.task, move.costs
         )
-        return {"rewards": vectors[agent]}
+        return [{"rewards": vector} for vector in vectors]
 
     return collect_states(
         engine, questions, behaviour, cfg, rank, world, rewards, refine_all=True, desc=desc

@@ -387,3 +387,167 @@ def test_rows_shard_over_ranks_without_dropping_any():
     assert means.item() == pytest.approx((rows * 10.0).mean().item())
     with pytest.raises(ValueError, match="a batch of 2 rows cannot be split over 3 ranks"):
         common.shard_rows(tensors, rows[:2], 0, 3, "cpu")
+
+
+# --------------------------------------------------------------------------- the rest of common.py
+@dataclass
+class Sub(GameConfig):
+    agents: int = 4
+    """the subclass's own words"""
+    extra: bool = False
+    """a flag of the script"""
+
+
+def test_a_scripts_config_extends_the_game_and_its_docstrings():
+    """field_docs reads the base class's docstrings too, a subclass's winning; parse_config makes a
+    flag of every field, the game's included, in the base's order first."""
+    docs = common.field_docs(Sub)
+    assert docs["agents"] == "the subclass's own words" and docs["extra"] == "a flag of the script"
+    assert docs["task"].startswith("arith (built-in)") and docs["cache_dir"].startswith("the gen")
+    assert set(docs) == {f for f in vars(Sub())}
+    cfg = common.parse_config(
+        Sub, ["--task", "gsm8k", "--extra", "--agents", "2", "--top-p", "0.5"]
+    )
+    assert (cfg.task, cfg.extra, cfg.agents, cfg.top_p, cfg.rounds) == ("gsm8k", True, 2, 0.5, 3)
+    assert common.parse_config(Sub, []) == Sub()
+
+
+def test_checks_name_the_flag_and_the_value():
+    cfg = SimpleNamespace(steps=0, lr=0.0, tau=-1.0, ok=1)
+    with pytest.raises(UsageError, match=r"^--steps 0: must be at least 1$"):
+        common.check_at_least(cfg, 1, "ok", "steps")
+    common.check_at_least(cfg, 0, "steps")
+    with pytest.raises(UsageError, match=r"^--lr 0\.0: must be > 0$"):
+        common.check_positive(cfg, "ok", "lr")
+    with pytest.raises(UsageError, match=r"^--tau -1\.0: must be > 0$"):
+        common.check_positive(cfg, "tau")
+    with pytest.raises(UsageError, match=r"^unknown --x 'c': choose one of a, 1$"):
+        common.check_choice("--x", "c", ("a", 1))
+    common.check_choice("--x", 1, ("a", 1))
+
+
+def test_user_errors_end_in_one_line(capsys):
+    """A user's mistake: its line on stderr, exit status 2; Ctrl-C: how to resume, status 130."""
+    for error in (UsageError("bad flag"), FileRefused("bad file"), data.DataError("bad data")):
+        with pytest.raises(SystemExit) as stop, common.user_errors("runs/x"):
+            raise error
+        assert stop.value.code == 2 and capsys.readouterr().err == f"error: {error}\n"
+    with pytest.raises(SystemExit) as stop, common.user_errors("runs/x"):
+        raise KeyboardInterrupt
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == (
+        "\ninterrupted: rerun the same command to resume from the last checkpoint in runs/x\n"
+    )
+    with pytest.raises(SystemExit), common.user_errors():
+        raise KeyboardInterrupt
+    assert capsys.readouterr().err.endswith("to resume (finished generations are cached)\n")
+    with pytest.raises(ValueError, match="a bug"), common.user_errors():
+        raise ValueError("a bug")
+
+
+def test_one_process_without_torchrun(tmp_path, monkeypatch):
+    """Under plain python: rank 0 of 1 on the CPU (no GPU here), out_dir created, collectives that
+    are the identity, DDP wrapping and gradient averaging that do nothing."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert common.launch_world_size() == 3
+    monkeypatch.delenv("WORLD_SIZE")
+    assert common.launch_world_size() == 1
+    with common.distributed(tmp_path / "out" / "run") as (rank, world, device):
+        assert (rank, world, device) == (0, 1, torch.device("cpu"))
+        assert (tmp_path / "out" / "run").is_dir()
+        assert common.world_size() == 1
+        assert common.all_reduce_sum([1, 2.5], device) == [1.0, 2.5]
+        assert common.all_gather_list((3, 1)) == [3, 1]
+        assert common.global_mean({"b": 2.0, "a": 4.0}, 5, device) == {"a": 4.0, "b": 2.0}
+        model = torch.nn.Linear(2, 1)
+        assert common.wrap_ddp(model, device, find_unused=False) is model
+        model(torch.ones(1, 2)).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        common.average_gradients(list(model.parameters()), 1)
+        common.average_gradients(list(model.parameters()), 2)
+        assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads))
+        with common.accumulating(model, last=False):
+            pass
+        common.barrier()
+    assert common.peak_memory_mb(torch.device("cpu")) > 10
+    assert common.machine().startswith("cpu: ")
+
+
+def test_metrics_log_is_rank_0s_and_drops_the_redone_steps(tmp_path):
+    log = common.MetricsLog(tmp_path, 0, 0)
+    for step in (1, 2, 3):
+        log.write(step=step, loss=step / 2)
+    common.MetricsLog(tmp_path, 1, 0).write(step=9)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"step": s, "loss": s / 2} for s in (1, 2, 3)]
+    # a run resumed from step 2's checkpoint redoes step 3: its old line goes; rank 1 keeps it all
+    common.MetricsLog(tmp_path, 1, 0)
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    (tmp_path / "metrics.jsonl").write_text(
+        (tmp_path / "metrics.jsonl").read_text() + '\n{"val": 1}\n'
+    )
+    common.MetricsLog(tmp_path, 0, 2).write(step=3, loss=0.0)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"step": 1, "loss": 0.5},
+        {"step": 2, "loss": 1.0},
+        {"val": 1},
+        {"step": 3, "loss": 0.0},
+    ]
+
+
+@dataclass
+class Run:
+    seed: int = 0
+    epochs: int = 2
+    lr: float = 0.1
+    cache_dir: str = "a"
+    crash_at_step: int = 0
+
+
+def test_a_checkpoint_resumes_only_its_own_run(tmp_path, capsys):
+    """Rank 0 writes, every rank may read; a missing checkpoint is {}; another setting is refused
+    naming it, but the free ones (cache, crash switch) and a grown `extendable` count pass."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    assert common.load_checkpoint(tmp_path, model, optimizer, 0, Run()) == {}
+    common.save_checkpoint(tmp_path, model, optimizer, {"step": 4}, Run(), rank=1)
+    assert not (tmp_path / "checkpoint.pt").exists()
+    common.save_checkpoint(tmp_path, model, optimizer, {"step": 4}, Run(), rank=0)
+    assert not list(tmp_path.glob("*.tmp"))
+    resumed = common.load_checkpoint(tmp_path, model, optimizer, 0, Run(cache_dir="b"))
+    assert resumed == {"step": 4}
+    assert (
+        capsys.readouterr().err == f"resuming from {tmp_path / 'checkpoint.pt'} at {{'step': 4}}\n"
+    )
+    assert common.load_checkpoint(tmp_path, model, optimizer, 1, Run(crash_at_step=9)) == {
+        "step": 4
+    }
+    assert capsys.readouterr().err == ""
+    common.load_checkpoint(tmp_path, model, optimizer, 0, Run(epochs=5), extendable=("epochs",))
+    assert capsys.readouterr().err.endswith("extending the run: --epochs 2 -> 5\n")
+    for changed, extendable in ((Run(epochs=1), ("epochs",)), (Run(epochs=5), ())):
+        with pytest.raises(UsageError, match=r"with other settings \(epochs: 2 there, "):
+            common.load_checkpoint(tmp_path, model, optimizer, 0, changed, extendable=extendable)
+    with pytest.raises(UsageError) as error:
+        common.load_checkpoint(tmp_path, model, optimizer, 0, Run(seed=1, lr=0.5))
+    assert str(error.value) == (
+        f"{tmp_path / 'checkpoint.pt'} was written with other settings (seed: 0 there, 1 now, lr: "
+        "0.1 there, 0.5 now): rerun with the same flags, or pass another --out-dir"
+    )
+
+
+def test_the_crash_switch_and_a_result_file(tmp_path, monkeypatch, capsys):
+    kills = []
+    monkeypatch.setattr(common.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    for crash_at, step in ((0, 0), (0, 3), (3, 2), (3, 4)):
+        common.crash_if_asked(Run(crash_at_step=crash_at), step)
+    assert kills == []
+    common.crash_if_asked(Run(crash_at_step=3), 3)
+    assert kills == [(common.os.getpid(), common.signal.SIGKILL)]
+    result = common.write_result({"a": 1}, str(tmp_path / "deep" / "r.json"))
+    assert result == {"a": 1} and capsys.readouterr().out == '{"a": 1}\n'
+    assert json.loads((tmp_path / "deep" / "r.json").read_text()) == {"a": 1}
+    common.write_result({"b": 2}, "")
+    assert capsys.readouterr().out == '{"b": 2}\n'

@@ -47,8 +47,8 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     monkeypatch.setattr(D, "tqdm", lambda **kw: bars.append(kw) or Bar(kw["total"]))
     cfg = GameConfig(agents=2, rounds=2, seed=5)
 
-    def more(game, move, agent):
-        return {"t": (game.example.id, move.round, agent)}
+    def more(game, move):
+        return [{"t": (game.example.id, move.round, agent)} for agent in range(2)]
 
     rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, 1, 2, more, refine_all=True)
     assert asked == [("E", ["b"], "pi", cfg, False, True, 2)]

@@ -202,8 +202,8 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     cfg = GameConfig(agents=3, rounds=3, seed=0)
     examples = [example("q/wrong"), example("q/right")]
 
-    def nothing(game, move, agent):
-        return {}
+    def nothing(game, move):
+        return [{}] * 3
 
     rows = D.collect_states(engine, examples, D.Oracle(), cfg, 0, 1, nothing)
     keys = [("q/right", 1, i) for i in range(3)]
