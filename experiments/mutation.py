@@ -129,15 +129,6 @@ UNREAD_COST = (
     "a cost is read only for an agent that REFINEs (times a == REFINE), or in counterfactual play, "
     "after every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
 )
-LED_FIRST = "round 0 (t = 0) assigns `led` before any later round reads it"
-STATES_AXIS = (
-    "rewards are (states, K), the stacked kinds (states, 3): axis 1 is axis -1 (stacking 1-D "
-    "tensors, dim 1 is dim -1 too)"
-)
-NO_MODELS = (
-    '`models` is only tested for truth: "" and None (getattr\'s default, or the value a team '
-    "member's engine is made with) are both falsy"
-)
 EQUIVALENT = {
     "softrank": {
         **{
@@ -181,19 +172,6 @@ EQUIVALENT = {
         },
         "softrank.x_unweighted_softrank_loss__mutmut_7": "weighted=None is falsy, as False is",
     },
-    "policy": {
-        "policy.x_sample_actions__mutmut_3": AXIS,
-        "policy.x_sample_actions__mutmut_8": AXIS,
-        "policy.x_sample_actions__mutmut_11": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_23": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_40": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_9": NEED_WEIGHTS,
-        "policy.xǁPolicyNetǁforward__mutmut_13": NEED_WEIGHTS,
-        "policy.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
-        "policy.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
-        "policy.xǁMetaPolicyǁ__init____mutmut_31": "register_buffer takes persistent=None as False",
-        "policy.xǁMetaPolicyǁ__init____mutmut_44": "register_buffer takes persistent=None as False",
-    },
     "answers": {
         **{
             f"data.answers.x_{name}": SAME_TEXT
@@ -236,31 +214,16 @@ EQUIVALENT = {
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
     "deliberate": {
+        "deliberate.x_sample_actions__mutmut_3": AXIS,
+        "deliberate.x_sample_actions__mutmut_8": AXIS,
+        "deliberate.x_sample_actions__mutmut_11": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_23": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_40": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_9": NEED_WEIGHTS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_13": NEED_WEIGHTS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
+        "deliberate.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
         "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
-        "deliberate.x_play__mutmut_121": UNREAD_COST,
-        "deliberate.x_lead__mutmut_48": LED_FIRST,
-    },
-    "corpus": {
-        **{
-            f"corpus.x_{name}": STATES_AXIS
-            for name in (
-                "best_action_kinds__mutmut_9",
-                "best_action_kinds__mutmut_11",
-                "best_action_kinds__mutmut_19",
-                "best_action_kinds__mutmut_24",
-                "corpus_statistics__mutmut_32",
-                "corpus_statistics__mutmut_40",
-            )
-        },
-        **{
-            f"corpus.x_{name}": NO_MODELS
-            for name in (
-                "check_game__mutmut_96",
-                "check_game__mutmut_116",
-                "make_engine__mutmut_5",
-                "make_engine__mutmut_27",
-            )
-        },
     },
 }
 
