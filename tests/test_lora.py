@@ -3,6 +3,7 @@ tiny random models."""
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -453,3 +454,28 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
     with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
         rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}), "cpu")
+
+
+@pytest.fixture(scope="module")
+def default_base(default_model_dir):
+    from llm.backbone import load_model
+
+    return load_model(default_model_dir)[0]
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "results" / "agents"
+
+
+@pytest.mark.parametrize("path", sorted(COMMITTED.glob("*.pt")), ids=lambda path: path.name)
+def test_every_committed_adapter_loads(path, default_base):
+    """Each adapter file in results/agents/ is read as plain data and fits the default backbone it
+    was trained on; loaded, it changes the model's output (its B is not all zero)."""
+    state = load_file(path, "adapter")
+    model = copy.deepcopy(default_base)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        plain = model(ids).logits
+        k = lora.load_adapter(model, state)
+        with lora.selecting(model, k):
+            adapted_logits = model(ids).logits
+    assert k == 0 and not torch.equal(plain, adapted_logits)
