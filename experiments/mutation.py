@@ -213,6 +213,12 @@ EQUIVALENT = {
         "data.answers.x__parse__mutmut_1": "every caller passes `units`: the default is never used",
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
+    "llm.team": {
+        "llm.team.x_make_engine__mutmut_18": (
+            '`models` is only tested for truth (`if cfg.models`): "" and None both end the '
+            "recursion into one base's engine"
+        )
+    },
     "deliberate": {
         "deliberate.x_sample_actions__mutmut_3": AXIS,
         "deliberate.x_sample_actions__mutmut_8": AXIS,

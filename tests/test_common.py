@@ -293,6 +293,9 @@ def test_make_engine_of_a_team(monkeypatch):
     ]
     assert loads == [("weights of None", "a.pt as adapter"), ("weights of b", "c.pt as adapter")]
 
+    # rank 0's engines show progress
+    assert all(m.engine.kw["progress"] for m in teams.make_engine(cfg, 0, "cpu").members)
+
     def mismatch(model, state):
         raise lora.AdapterMismatch("rank 8 there, 4 here")
 
@@ -551,3 +554,39 @@ def test_the_crash_switch_and_a_result_file(tmp_path, monkeypatch, capsys):
     assert json.loads((tmp_path / "deep" / "r.json").read_text()) == {"a": 1}
     common.write_result({"b": 2}, "")
     assert capsys.readouterr().out == '{"b": 2}\n'
+
+
+class Echo:
+    """An engine that answers each prompt with its name, the prompt and the adapter it ran."""
+
+    def __init__(self, name):
+        self.name, self.stats = name, {"calls": 0}
+
+    def chat(self, prompt):
+        return f"<{prompt}>"
+
+    def generate(self, prompts, seeds, adapters, **params):
+        self.stats["calls"] += len(prompts)
+        return [f"{self.name}:{p}:{s}:{a}:{params}" for p, s, a in zip(prompts, seeds, adapters)]
+
+
+def test_a_team_routes_each_agent_to_its_engine_and_adapter():
+    """engines(): the distinct engines in the members' order; generate: each prompt through its
+    agent's engine and adapter, in chat format, one call per engine, the results in the prompts'
+    order, an engine with no prompt of this call skipped (not the end of the loop); team_name."""
+    a, b = Echo("a"), Echo("b")
+    team = teams.Team([teams.Member(a, 0), teams.Member(b), teams.Member(a, 1)])
+    assert team.first is a and team.engines() == [a, b] and team.member(2).adapter == 1
+    out = team.generate(["p", "q", "r"], [7, 8, 9], [2, 1, 0], top_p=1.0)
+    assert out == [
+        "a:<p>:7:1:{'top_p': 1.0}",
+        "b:<q>:8:None:{'top_p': 1.0}",
+        "a:<r>:9:0:{'top_p': 1.0}",
+    ]
+    assert team.generate(["s"], [1], [1]) == ["b:<s>:1:None:{}"]
+    assert team.stats == {"calls": 4} and (a.stats, b.stats) == ({"calls": 2}, {"calls": 2})
+    one = teams.as_team(a)
+    assert one.engines() == [a] and one.member(5).engine is a and teams.as_team(team) is team
+    assert teams.team_name(SimpleNamespace(models="m1,m2", model="")) == "m1,m2"
+    assert teams.team_name(SimpleNamespace(models="", model="m")) == "m"
+    assert teams.team_name(SimpleNamespace(models="", model="")) == "default"
