@@ -126,8 +126,8 @@ BLANKS = (
 )
 VERDICT_AXIS = "the critic's scores are (prompts, 2 verdicts): dim +1 is dim -1"
 UNREAD_COST = (
-    "a cost is read only for an agent that REFINEs (times a == REFINE), or in counterfactual play, "
-    "after every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
+    "a cost is read only for an agent that REFINEs (times a == REFINE), or with refine_all, after "
+    "every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
 )
 EQUIVALENT = {
     "softrank": {
