@@ -590,3 +590,42 @@ def test_a_team_routes_each_agent_to_its_engine_and_adapter():
     assert teams.team_name(SimpleNamespace(models="m1,m2", model="")) == "m1,m2"
     assert teams.team_name(SimpleNamespace(models="", model="m")) == "m"
     assert teams.team_name(SimpleNamespace(models="", model="")) == "default"
+
+
+def test_a_process_group_of_one_rank_as_torchrun_starts_it(tmp_path, monkeypatch):
+    """With torchrun's variables: a gloo group (no GPU here) of one rank, whose collectives give
+    the values back and whose teardown leaves no group behind."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+    for key, value in {**env, "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    with common.distributed(tmp_path / "run") as (rank, world, device):
+        assert common.dist.is_initialized() and common.dist.get_backend() == "gloo"
+        assert (rank, world, device) == (0, 1, torch.device("cpu"))
+        assert common.world_size() == 1 and (tmp_path / "run").is_dir()
+        assert common.all_reduce_sum([1, 2.5], device) == [1.0, 2.5]
+        assert common.all_gather_list((3, 1)) == [3, 1]
+        assert common.global_mean({"a": 4.0}, 5, device) == {"a": 4.0}
+        model = torch.nn.Linear(2, 1)
+        assert common.wrap_ddp(model, device, find_unused=False) is model
+        common.barrier()
+        # by hand, as for adapters: each gradient all-reduced then divided by the world, and a
+        # parameter without a gradient counts as zeros
+        model(torch.ones(1, 2)).sum().backward()
+        grads, unused = (
+            [p.grad.clone() for p in model.parameters()],
+            torch.nn.Parameter(torch.ones(3)),
+        )
+        common.average_gradients([*model.parameters(), unused], 2)
+        assert all(torch.equal(p.grad, g / 2) for p, g in zip(model.parameters(), grads))
+        assert torch.equal(unused.grad, torch.zeros(3))
+        ddp = common.DDP(model)
+        with common.accumulating(ddp, last=False):
+            assert not ddp.require_backward_grad_sync
+        with common.accumulating(ddp, last=True):
+            assert ddp.require_backward_grad_sync
+    assert not common.dist.is_initialized()
