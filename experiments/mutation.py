@@ -213,6 +213,14 @@ EQUIVALENT = {
         "data.answers.x__parse__mutmut_1": "every caller passes `units`: the default is never used",
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
+    "common": {
+        **{
+            f"common.x_batch_schedule__mutmut_{n}": (
+                "call_seed is 15 hex digits, below 2**60: any modulus above that leaves it as it is"
+            )
+            for n in (20, 21)
+        }
+    },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (
             '`models` is only tested for truth (`if cfg.models`): "" and None both end the '

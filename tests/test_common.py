@@ -372,6 +372,9 @@ def test_every_epoch_takes_its_own_data_order():
     assert all(torch.equal(a, b) for a, b in zip(batches, again))
     other = common.batch_schedule(12, 4, 3, seed=1, tag="sft")
     assert [b.tolist() for b in other] != [b.tolist() for b in batches]
+    # the tag too: stage 2's iterations (rl-0, rl-1) each take their own order
+    other = common.batch_schedule(12, 4, 3, seed=0, tag="rl-0")
+    assert [b.tolist() for b in other] != [b.tolist() for b in batches]
     assert len(common.batch_schedule(13, 4, 2, seed=0, tag="x")) == 6
     assert len(common.batch_schedule(3, 4, 2, seed=0, tag="x")) == 2
 
@@ -390,6 +393,10 @@ def test_rows_shard_over_ranks_without_dropping_any():
     assert means.item() == pytest.approx((rows * 10.0).mean().item())
     with pytest.raises(ValueError, match="a batch of 2 rows cannot be split over 3 ranks"):
         common.shard_rows(tensors, rows[:2], 0, 3, "cpu")
+    # as many rows as ranks: one each, weight 1
+    assert [common.shard_rows(tensors, rows[:3], r, 3, "cpu")[1] for r in range(3)] == [1.0] * 3
+    # on the device asked for
+    assert common.shard_rows(tensors, rows, 1, 3, "meta")[0]["x"].device.type == "meta"
 
 
 # --------------------------------------------------------------------------- the rest of common.py
@@ -491,6 +498,11 @@ def test_metrics_log_is_rank_0s_and_drops_the_redone_steps(tmp_path):
         (tmp_path / "metrics.jsonl").read_text() + '\n{"val": 1}\n'
     )
     common.MetricsLog(tmp_path, 0, 2).write(step=3, loss=0.0)
+    # a line without a step (written before step 1) survives any resume
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "zero" / "metrics.jsonl").write_text('{"val": 0}\n{"step": 1}\n')
+    common.MetricsLog(tmp_path / "zero", 0, 0)
+    assert (tmp_path / "zero" / "metrics.jsonl").read_text() == '{"val": 0}\n'
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
         {"step": 1, "loss": 0.5},
@@ -629,3 +641,26 @@ def test_a_process_group_of_one_rank_as_torchrun_starts_it(tmp_path, monkeypatch
         with common.accumulating(ddp, last=True):
             assert ddp.require_backward_grad_sync
     assert not common.dist.is_initialized()
+
+
+def test_what_produced_a_result(monkeypatch):
+    """machine(): the CPU's name and the flags its matmul speed depends on; the GPU where there is
+    one. peak_memory_mb: the peak RSS in MB on a CPU, torch's CUDA peak on a GPU."""
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(common.backbone, "cpuinfo", lambda field: {"model name": "Chip"}[field])
+    monkeypatch.setattr(common.backbone, "cpu_flags", lambda: {"sse", "avx2", "amx_bf16"})
+    assert common.machine() == "cpu: Chip (avx2 amx_bf16)"
+    monkeypatch.setattr(common.backbone, "cpuinfo", lambda field: "")
+    monkeypatch.setattr(common.backbone, "cpu_flags", lambda: set())
+    assert common.machine() == "cpu: unknown (no avx2)"
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common.torch.cuda, "get_device_name", lambda index: f"GPU {index}")
+    assert common.machine() == "cuda: GPU 0"
+
+    def rss_mb():
+        return common.resource.getrusage(common.resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    before = rss_mb()
+    assert before <= common.peak_memory_mb(torch.device("cpu")) <= rss_mb()
+    monkeypatch.setattr(common.torch.cuda, "max_memory_allocated", lambda device: 3 * 2**20)
+    assert common.peak_memory_mb(SimpleNamespace(type="cuda")) == 3.0
