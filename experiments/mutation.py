@@ -312,7 +312,7 @@ def read_results(work, path):
     return results
 
 
-def run(module, max_children, out, summarize_only=False):
+def run(module, max_children, out, summarize_only=False, only=()):
     try:
         import mutmut
     except ImportError:
@@ -331,12 +331,15 @@ def run(module, max_children, out, summarize_only=False):
         env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         with open(log, "w") as f:
             proc = subprocess.run(
-                [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children)],
+                [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children), *only],
                 cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         if proc.returncode != 0:
             sys.exit(f"mutmut failed (exit {proc.returncode}): see {log}")
     results = read_results(work, path)
+    if only:
+        # the mutants of the functions named: the others were not run
+        results = {n: r for n, r in results.items() if r[0] != "not checked"}
     equivalent = EQUIVALENT.get(module, {})
     statuses = Counter(status for status, _ in results.values())
     survivors = [
@@ -358,6 +361,7 @@ def run(module, max_children, out, summarize_only=False):
         "machine": machine(),
         "tests": tests,
         "tests_left_out": deselect,
+        "only": list(only),
         "mutants": len(results),
         "killed": statuses["killed"],
         "survived": len(survivors),
@@ -395,13 +399,19 @@ def main():
         help="write the JSON from the last mutmut run in runs/mutation/<module>/ (after new "
         "equivalents are reviewed, or a run stopped while writing it); wall_s counts this only",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=(),
+        help="mutmut's names of the mutants to run (globs, e.g. 'deliberate.x_play__mutmut_*')",
+    )
     args = parser.parse_args()
     if args.list or not args.module:
         for name, (path, tests, deselect) in MODULES.items():
             left_out = f" (not: {', '.join(deselect)})" if deselect else ""
             print(f"{name:11s} {path:16s} {' '.join(tests)}{left_out}")
         return
-    run(args.module, args.max_children, args.out, args.summarize_only)
+    run(args.module, args.max_children, args.out, args.summarize_only, tuple(args.only))
 
 
 if __name__ == "__main__":
