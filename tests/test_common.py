@@ -561,9 +561,12 @@ def test_the_crash_switch_and_a_result_file(tmp_path, monkeypatch, capsys):
     assert kills == []
     common.crash_if_asked(Run(crash_at_step=3), 3)
     assert kills == [(common.os.getpid(), common.signal.SIGKILL)]
-    result = common.write_result({"a": 1}, str(tmp_path / "deep" / "r.json"))
-    assert result == {"a": 1} and capsys.readouterr().out == '{"a": 1}\n'
-    assert json.loads((tmp_path / "deep" / "r.json").read_text()) == {"a": 1}
+    path = tmp_path / "deep" / "er" / "r.json"
+    for result in ({"a": 1}, {"a": [2]}):
+        # folders made as needed, the file replaced, indented by one
+        assert common.write_result(result, str(path)) == result
+        assert capsys.readouterr().out == json.dumps(result) + "\n"
+        assert path.read_text() == json.dumps(result, indent=1)
     common.write_result({"b": 2}, "")
     assert capsys.readouterr().out == '{"b": 2}\n'
 
