@@ -219,7 +219,14 @@ EQUIVALENT = {
                 "call_seed is 15 hex digits, below 2**60: any modulus above that leaves it as it is"
             )
             for n in (20, 21)
-        }
+        },
+        **{
+            f"common.x_set_rng_states__mutmut_{n}": (
+                "numpy's set_state converts the key to uint32 itself, and the key's values (from "
+                "a uint32 array) fit: the dtype asked for changes nothing"
+            )
+            for n in (9, 11)
+        },
     },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (

@@ -665,5 +665,37 @@ def test_what_produced_a_result(monkeypatch):
 
     before = rss_mb()
     assert before <= common.peak_memory_mb(torch.device("cpu")) <= rss_mb()
-    monkeypatch.setattr(common.torch.cuda, "max_memory_allocated", lambda device: 3 * 2**20)
-    assert common.peak_memory_mb(SimpleNamespace(type="cuda")) == 3.0
+    asked = []
+    monkeypatch.setattr(
+        common.torch.cuda, "max_memory_allocated", lambda device: asked.append(device) or 3 * 2**20
+    )
+    gpu = SimpleNamespace(type="cuda", index=1)
+    assert common.peak_memory_mb(gpu) == 3.0 and asked == [gpu]
+    # a GPU's RNG state is kept with the others
+    monkeypatch.setattr(common.torch.cuda, "get_rng_state_all", lambda: ["gpu state"])
+    assert common.rng_states()["cuda"] == ["gpu state"]
+
+
+def test_ddp_wraps_a_model_of_several_ranks(monkeypatch):
+    """Several ranks: DDP wraps the module, on the GPU with the device's index, on the CPU with no
+    device ids; unused parameters as asked. A sum over ranks keeps float64 on the device given;
+    global_mean sums on the device given."""
+    made = []
+    monkeypatch.setattr(common, "world_size", lambda: 2)
+    monkeypatch.setattr(common, "DDP", lambda module, **kw: made.append((module, kw)) or "ddp")
+    model = torch.nn.Linear(2, 1)
+    assert common.wrap_ddp(model, torch.device("cpu"), find_unused=True) == "ddp"
+    assert common.wrap_ddp(model, SimpleNamespace(type="cuda", index=1), find_unused=False)
+    assert made == [
+        (model, {"device_ids": None, "find_unused_parameters": True}),
+        (model, {"device_ids": [1], "find_unused_parameters": False}),
+    ]
+    assert common.all_reduce_sum([1 + 1e-12, 2], "cpu") == [1 + 1e-12, 2.0]
+    with pytest.raises(NotImplementedError):
+        # a tensor on the meta device has no values to give back: it was made there
+        common.all_reduce_sum([1.0], "meta")
+    devices = []
+    monkeypatch.setattr(
+        common, "all_reduce_sum", lambda values, device: devices.append(device) or values
+    )
+    assert common.global_mean({"a": 2.0}, 3, "dev") == {"a": 2.0} and devices == ["dev"]
