@@ -227,6 +227,9 @@ EQUIVALENT = {
             )
             for n in (9, 11)
         },
+        "common.x_load_checkpoint__mutmut_41": (
+            "a setting in `changed` differs from the checkpoint's (!=): >= and > agree on it"
+        ),
     },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (

@@ -699,3 +699,59 @@ def test_ddp_wraps_a_model_of_several_ranks(monkeypatch):
         common, "all_reduce_sum", lambda values, device: devices.append(device) or values
     )
     assert common.global_mean({"a": 2.0}, 3, "dev") == {"a": 2.0} and devices == ["dev"]
+
+
+@dataclass
+class Documented:
+    name: str = "a"
+    """the name, 100% of it"""
+    plain: str = "b"
+    other: str = "c"
+    steps: int = 3
+    """how many"""
+    count: int = 1
+    0
+
+
+def test_the_help_is_each_fields_docstring(capsys):
+    """A field's help: its docstring (% kept as written) and its default; a field without one has
+    none (the next field's default is no docstring, nor is a number); the description heads it; a
+    positional field keeps its type."""
+    assert common.field_docs(Documented) == {"name": "the name, 100% of it", "steps": "how many"}
+    with pytest.raises(SystemExit):
+        common.parse_config(Documented, ["--help"], description="What it does.")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "What it does." in text
+    assert "--name NAME the name, 100% of it (default: 'a')" in text
+    assert "--plain PLAIN (default: 'b')" in text and "--steps STEPS how many (default: 3)" in text
+    Documented.POSITIONAL = ("steps",)
+    try:
+        assert common.parse_config(Documented, ["7"]).steps == 7
+    finally:
+        del Documented.POSITIONAL
+
+
+def test_files_are_written_whole_and_read_back_named(tmp_path, monkeypatch):
+    """atomic_save writes `path`.tmp, then renames it; a checkpoint that is not one is refused
+    naming what was expected; one without a config (an older run's) still resumes."""
+    written = []
+    real_save = common.torch.save
+    monkeypatch.setattr(
+        common.torch, "save", lambda obj, path: written.append(str(path)) or real_save(obj, path)
+    )
+    common.atomic_save({"a": 1}, tmp_path / "f.pt")
+    assert written == [str(tmp_path / "f.pt") + ".tmp"] and torch.load(tmp_path / "f.pt") == {
+        "a": 1
+    }
+    assert not (tmp_path / "f.pt.tmp").exists()
+    monkeypatch.undo()
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    (tmp_path / "checkpoint.pt").write_text("not a checkpoint")
+    with pytest.raises(FileRefused, match="not a plain-data checkpoint file"):
+        common.load_checkpoint(tmp_path, model, optimizer, 0, Run())
+    common.save_checkpoint(tmp_path, model, optimizer, {"step": 2}, Run(), rank=0)
+    state = torch.load(tmp_path / "checkpoint.pt")
+    del state["config"]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    assert common.load_checkpoint(tmp_path, model, optimizer, 1, Run(seed=5)) == {"step": 2}
