@@ -552,3 +552,21 @@ def test_refine_cost_is_paid_by_refine_only():
         assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])
         others = [a for a in range(4) if a != REFINE]
         assert [paid_vectors[i][a] for a in others] == [free_vectors[i][a] for a in others]
+
+
+def test_a_policy_with_a_copy_per_agent_explains_each_agents_own_probabilities():
+    """--separate: each agent's recorded probabilities are those of its own copy of the network."""
+    cfg = GameConfig(agents=3, rounds=1)
+    torch.manual_seed(0)
+    policy = D.MetaPolicy(agents=3, separate=True)
+    engine = ScriptedEngine(solve_script(cfg, {}))
+    [game] = D.play(engine, make_examples(1), policy, cfg)
+    [move] = game.moves
+    own = torch.tensor([o for o, _ in move.observations])
+    peers = torch.tensor([p for _, p in move.observations])
+    probs = torch.softmax(policy(own, peers, torch.tensor([0, 1, 2])), -1)
+    recorded = torch.tensor([why["probs"] for why in game.rounds[1]["policy"]])
+    torch.testing.assert_close(recorded, probs, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="unknown fixed policy 'oracle'"):
+        # the oracle is no FixedPolicy: it is the one policy that reads the gold answer
+        D.FixedPolicy("oracle")
