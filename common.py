@@ -2,6 +2,9 @@
 
 parse_config      - the command line from a script's config dataclass; each field's docstring is its
                     --help
+GameConfig        - the game's flags, which every script's config extends; check_game and the other
+                    checks of a flag's value (check_model, check_models: the --model / --models
+                    flags)
 usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback
 distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP
                     wrapping
@@ -14,6 +17,9 @@ checkpoints       - atomic save, RNG states, save / load for an exact resume, th
 MetricsLog        - metrics.jsonl that a resumed run does not write twice
 batch_schedule    - the global batches of every epoch, a function of the seed alone
 write_result, machine - a result file, and what produced it
+stack_rows        - rows as tensors
+corpus_settings, save_made_under, load_made_under - a file of rows (a corpus) saved with the
+                    settings that made it, refused under others
 """
 
 import argparse
@@ -31,6 +37,7 @@ import signal
 import sys
 import textwrap
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +45,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from data import DataError
+import data
 from llm import backbone
-from llm.engine import ContextTooLong, call_seed
+from llm.cache import call_seed
+from llm.engine import ContextTooLong
 
 
 # --------------------------------------------------------------------------------------------------
@@ -49,14 +57,17 @@ from llm.engine import ContextTooLong, call_seed
 # truth.
 # --------------------------------------------------------------------------------------------------
 def field_docs(config_class):
-    """{field name: the docstring under it} for a dataclass."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(config_class)))
-    body = tree.body[0].body
+    """{field name: the docstring under it} for a dataclass, its base classes' fields included (a
+    subclass's docstring wins)."""
     docs = {}
-    for node, after in zip(body, body[1:]):
-        is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-        if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for cls in reversed(config_class.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        for node, after in zip(body, body[1:]):
+            is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 
@@ -81,6 +92,59 @@ def parse_config(config_class, argv=None, description=None):
     return config_class(**vars(parser.parse_args(argv)))
 
 
+# The vote's tie-break signals (deliberate.majority_vote): a generation-confidence signal, or
+# "index" (ties to the lower agent index alone).
+VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
+
+
+@dataclass
+class GameConfig:
+    """The flags of the game every script plays (deliberate.py): each script's Config extends it."""
+
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask the agents for the Steps / Confidence / Answer trailer (it costs the default backbone
+    accuracy: docs/design.md §2)"""
+    critic: bool = False
+    """run the critic pass, whose p(Correct) is part of the state (always for a policy trained with
+    it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (common.VOTE_RULES)"""
+    refine_cost: float = 0.0
+    """the reward of a REFINE pays this per 1000 tokens (prompt + completion) its call spent"""
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
+    engine (empty: --model for every agent)"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
+    runs it natively, else fp32; docs/design.md §11)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+
+
 class UsageError(ValueError):
     """A user's mistake (a flag's value, a file given on the command line): its message is the one
     line the user sees, naming the flag, the value and what would be accepted."""
@@ -100,7 +164,7 @@ def user_errors(out_dir=None):
     saying how to resume (out_dir None: a run with no checkpoint, whose generations are cached)."""
     try:
         yield
-    except (UsageError, FileRefused, DataError, ContextTooLong) as error:
+    except (UsageError, FileRefused, data.DataError, ContextTooLong) as error:
         usage_error(str(error))
     except KeyboardInterrupt:
         where = (
@@ -137,6 +201,77 @@ def check_positive(cfg, *names):
         value = getattr(cfg, name)
         if not value > 0:
             raise UsageError(f"{flag(name)} {value!r}: must be > 0")
+
+
+def check_game(cfg, min_agents=2, min_rounds=1):
+    """The game's flags (GameConfig), before anything is loaded: a mistake is one line
+    (UsageError), not a traceback after minutes of work."""
+    check_choice("--task", cfg.task, data.TASKS)
+    if cfg.task in data.FILE_TASKS and not cfg.path:
+        raise UsageError(f"--task {cfg.task} reads a data file: pass it with --path")
+    if cfg.path and not Path(cfg.path).is_file():
+        raise UsageError(f"--path {cfg.path!r}: no such file")
+    if cfg.path and cfg.task not in data.FILE_TASKS:
+        raise UsageError(f"--path {cfg.path!r}: task {cfg.task} is generated and reads no file")
+    if not 0 <= cfg.level <= 4:
+        raise UsageError(f"--level {cfg.level}: choose 1..4 (0: the task's default)")
+    check_at_least(cfg, min_agents, "agents")
+    # rounds 0: round 0 only, the team's vote of independent answers (no decision is ever taken)
+    check_at_least(cfg, min_rounds, "rounds")
+    check_at_least(cfg, 0, "temperature", "refine_cost")
+    check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
+    if not 0 < cfg.top_p <= 1:
+        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
+    check_choice("--vote", cfg.vote, VOTE_RULES)
+    check_choice("--dtype", cfg.dtype, ("auto", *backbone.DTYPES))
+    if cfg.models and cfg.model:
+        raise UsageError("--model and --models: pass one (--models names every agent's model)")
+    check_model("--model", cfg.model, cfg.max_new_tokens)
+    if cfg.models:
+        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
+
+
+def check_model(flag_name, path, max_new_tokens):
+    """An HF checkpoint directory (empty: the default backbone) whose context holds the token
+    budget."""
+    folder = Path(path or backbone.default_model_path())
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{flag_name} {path!r}: not an HF checkpoint directory (no config.json)")
+    if not any(
+        (folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")
+    ):
+        raise UsageError(
+            f"{flag_name} {path!r}: no tokenizer files (tokenizer.json) in the directory"
+        )
+    settings = json.loads((folder / "config.json").read_text())
+    context = settings.get("max_position_embeddings") or settings.get("n_positions")
+    if context and max_new_tokens >= context:
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens}: the model's context holds {context} tokens, "
+            "prompt included"
+        )
+
+
+def check_models(flag_name, models, agents, max_new_tokens):
+    """A --models list (team_entries): one entry per agent, each base a model directory, each
+    adapter an existing file (whether it fits its base is checked when it loads)."""
+    for base, adapter in team_entries(models, agents, flag_name):
+        check_model(flag_name, base, max_new_tokens)
+        if adapter and not Path(adapter).is_file():
+            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
+
+
+def team_entries(models, agents, flag_name="--models"):
+    """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
+    directory or `default` (the embedded backbone), + an adapter file (train_llm.py) or not."""
+    entries = [entry.strip() for entry in models.split(",")]
+    if len(entries) != agents:
+        raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
+    team = []
+    for entry in entries:
+        base, _, adapter = entry.partition("+")
+        team.append(("" if base == "default" else base, adapter))
+    return team
 
 
 def launch_world_size():
@@ -264,6 +399,12 @@ def shard_rows(tensors, rows, rank, world, device):
     return {k: v[mine].to(device) for k, v in tensors.items()}, len(mine) * world / len(rows)
 
 
+def stack_rows(rows, floats=(), ints=()):
+    """Rows of plain values (dicts) -> a tensor per key: float32 for `floats`, int64 for `ints`."""
+    tensors = {k: torch.tensor([r[k] for r in rows], dtype=torch.float32) for k in floats}
+    return tensors | {k: torch.tensor([r[k] for r in rows]) for k in ints}
+
+
 def global_mean(stats, rows, device):
     """Per-rank means of `rows` rows each -> the means over the global batch (every rank must call
     it)."""
@@ -351,6 +492,37 @@ def refuse_other_settings(path, made, changed):
             f"{path} was {made} with other settings ({differences}): rerun with the same flags, "
             "or pass another --out-dir"
         )
+
+
+def corpus_settings(cfg, *names):
+    """What decides a corpus of games: every game flag but the engine's batch size and cache, and
+    the script's `names` (its questions, its behaviour policy)."""
+    game = [f.name for f in dataclasses.fields(GameConfig)]
+    game = [k for k in game if k not in ("engine_batch_size", "cache_dir")]
+    return {k: getattr(cfg, k) for k in game + list(names)}
+
+
+def load_made_under(path, settings, what):
+    """The data a run saved at `path` with save_made_under (a resumed run reads it back), or None.
+    A file made under other settings (a run killed before its first checkpoint, rerun with other
+    flags) is refused, not reused."""
+    if not Path(path).exists():
+        return None
+    stored = load_file(path, what)
+    if not isinstance(stored, dict) or "settings" not in stored:
+        raise UsageError(f"{path}: a {what} without its settings (an older version): delete it")
+    changed = {
+        k: (v, settings[k]) for k, v in stored["settings"].items() if settings.get(k, v) != v
+    }
+    refuse_other_settings(path, "collected", changed)
+    return stored["rows"]
+
+
+def save_made_under(rows, path, settings, rank):
+    """Rank 0 writes `rows` atomically, with the settings that made them; every rank waits."""
+    if rank == 0:
+        atomic_save({"settings": settings, "rows": rows}, path)
+    barrier()
 
 
 # settings a resumed run may change: none of them changes what the run computes

@@ -1,81 +1,539 @@
-"""The deliberation game (docs/design.md §1, §4, §7): the round loop, the shaped reward, the
-protocols.
-
-Read top to bottom (prompts.py holds the prompts, re-exported here; state.py the solutions, actions,
-vote and state; policy.py the policies; llm/engine.py generates text):
-  1. LLM calls  - one engine call for many prompts, parsed into Solutions; the critic pass.
-  2. Reward     - the shaped reward (docs/design.md §4) and the counterfactual reward vectors
-                  (docs/design.md §6).
-  3. The game   - play(): observe -> decide -> execute the simultaneous moves -> reward, round
-                  by round.
-  4. Protocols  - MLPO's leader (lead) and every protocol of the evaluation (run_protocol).
+"""The deliberation game (docs/design.md §1-§4), read top to bottom:
+1. Actions   - PERSIST, REFINE, CONCEDE(k): the one home of the action encoding
+2. Solution  - one agent's answer: its parse, profile and generation confidence
+3. Prompts   - solve / refine / leader / critic, and the answer trailer
+4. The vote  - the team's majority vote, the game's final answer
+5. State     - an agent's observation o_t^i = (own features, one row per peer)
+6. Policies  - the meta-policy network, the fixed policies, the gold-aware oracle, policy files
+7. The game  - the LLM calls, the shaped reward, and play(): observe -> decide -> execute the
+               simultaneous moves, round by round (its flags: common.GameConfig)
 """
 
-from dataclasses import dataclass, field, fields, replace
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
+import torch.nn as nn
+from tqdm import tqdm
 
 import data
-from llm.engine import Engine, call_seed  # noqa: F401 (Engine: the scripts reach it from here)
+from common import VOTE_RULES, UsageError, all_gather_list, load_file
+from llm.cache import call_seed
 from llm.team import as_team
-from policy import FixedPolicy, MetaPolicy, make_policy
-from prompts import (  # noqa: F401 (re-exported: every prompt name stays importable from here)
-    ANSWER_HINT,
-    TRAILER,
-    VERDICTS,
-    WORKED_EXAMPLE,
-    answer_request,
-    cot_prompt,
-    critic_prompt,
-    hint,
-    leader_prompt,
-    refine_prompt,
-    solve_prompt,
-    vanilla_prompt,
-)
-from state import (
-    ACTION_KINDS,
-    PERSIST,
-    REFINE,
-    action_kind,
-    adopted_agent,
-    majority_vote,
-    n_actions,
-    observe,
-    parse_solution,
-)
+
+# --------------------------------------------------------------------------------------------------
+# 1. Actions. For N agents there are K = 2 + (N - 1) actions: PERSIST, REFINE, then CONCEDE(k) to
+# the k-th peer, the peers of agent i being the other agents in agent order (i itself left out).
+# --------------------------------------------------------------------------------------------------
+PERSIST, REFINE = 0, 1
+ACTION_KINDS = ("persist", "refine", "concede")
+
+
+def n_actions(agents):
+    """K for a team of `agents`."""
+    return 2 + (agents - 1)
+
+
+def concede(k):
+    """The action index of CONCEDE to the k-th peer."""
+    return 2 + k
+
+
+def peers_of(agent, agents):
+    """The peers of `agent`, in the order their CONCEDE actions have."""
+    return [j for j in range(agents) if j != agent]
+
+
+def adopted_agent(agent, action, agents):
+    """The agent whose solution `agent` adopts with a CONCEDE `action`."""
+    return peers_of(agent, agents)[action - 2]
+
+
+def action_kind(action):
+    return ACTION_KINDS[min(action, 2)]
+
+
+def action_counts(transcripts, round_index=None):
+    """How often each kind of action was taken over every round of the transcripts (or in round
+    `round_index` only: 1 = the first decision)."""
+    kinds = [
+        action_kind(a)
+        for r in transcripts
+        for t, record in enumerate(r["rounds"])
+        if t > 0 and round_index in (None, t)
+        for a in record["actions"]
+    ]
+    return {kind: kinds.count(kind) for kind in ACTION_KINDS}
+
+
+def action_distribution(actions, n_actions):
+    """Share of each kind of action in a tensor of action indices."""
+    counts = torch.bincount(actions, minlength=n_actions).float()
+    kinds = {"persist": counts[PERSIST], "refine": counts[REFINE], "concede": counts[2:].sum()}
+    return {k: round(float(v / counts.sum()), 4) for k, v in kinds.items()}
 
 
 # --------------------------------------------------------------------------------------------------
-# 1. LLM calls
+# 2. Solution: one agent's answer with its reasoning profile (docs/design.md §2)
 # --------------------------------------------------------------------------------------------------
 @dataclass
-class GameConfig:
-    agents: int = 3
-    rounds: int = 3
-    # sampling temperature of every agent's LLM call (README: the temperature study)
-    temperature: float = 0.5
-    top_p: float = 1.0
-    max_new_tokens: int = 192
-    seed: int = 0  # seeds every LLM call (with the question id, agent and round) and the policy
-    # ask for the Steps / Confidence / Answer trailer (costs accuracy: prompts.py)
-    trailer: bool = False
-    # argmax actions from a learned policy; False samples them (data collection)
-    greedy_policy: bool = True
-    critic: bool = False  # run the critic pass (always for a policy trained with it: reads_critic)
-    # the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)
-    vote: str = "mean_prob"
-    # the reward of a REFINE pays this per 1000 tokens its call spent (0: off)
-    refine_cost: float = 0.0
+class Solution:
+    text: str
+    answer: str | None  # canonical answer string from data.extract_answer; None = unparseable
+    steps: int | None  # self-reported `Steps:`
+    self_confidence: float | None  # self-reported `Confidence: c/10`, as c/10
+    trailer_ok: bool  # all three trailer lines were found
+    completion_tokens: int
+    n_operations: int  # arithmetic operations written out (`3 * 4`)
+    consistent: bool  # the answer equals the last computed result shown (`... = 10`)
+    critic: float | None = None  # introspective confidence p(Correct) from the critic pass
+    # log p of every sampled token under the untempered model (engine)
+    token_logprobs: list | None = None
+    confidence: float = 0.5  # what breaks vote ties: the signal the vote rule names (VOTE_RULES)
+
+    @property
+    def signals(self):
+        return generation_confidence(self.token_logprobs)
 
 
-def game_config(cfg, **overrides):
-    """The game a script's config describes: each GameConfig field that the config has, then
-    `overrides`."""
-    settings = {f.name: getattr(cfg, f.name) for f in fields(GameConfig) if hasattr(cfg, f.name)}
-    return GameConfig(**{**settings, **overrides})
+# Generation confidence (docs/design.md §2; the paper has none): statistics of the probabilities the
+# model gave the tokens it sampled, free with the text; 0.5 when unknown (a hand-made solution).
+# The answer line ("Answer: 42" and EOS) is the last few tokens.
+TAIL_TOKENS = 8
+CONFIDENCE_SIGNALS = ("mean_prob", "min_prob", "tail_prob")
 
 
+def generation_confidence(token_logprobs):
+    """mean_prob = exp(mean log p), min_prob = the least likely token's probability, tail_prob =
+    exp(mean log p) of the last TAIL_TOKENS (the answer)."""
+    if not token_logprobs:
+        return dict.fromkeys(CONFIDENCE_SIGNALS, 0.5)
+    tail = token_logprobs[-TAIL_TOKENS:]
+    return {
+        "mean_prob": math.exp(sum(token_logprobs) / len(token_logprobs)),
+        "min_prob": math.exp(min(token_logprobs)),
+        "tail_prob": math.exp(sum(tail) / len(tail)),
+    }
+
+
+_STEPS_RE = re.compile(r"steps?\s*:\s*\**\s*(\d{1,3})", re.IGNORECASE)
+_CONFIDENCE_RE = re.compile(r"confidence\s*:\s*\**\s*(\d{1,2}(?:\.\d)?)\s*(/\s*10)?", re.IGNORECASE)
+_ANSWER_LINE_RE = re.compile(r"answer\s*:\s*\S", re.IGNORECASE)
+_OPERATION_RE = re.compile(r"\d\s*[-+*/×x÷]\s*\(?\$?\d")
+_RESULT_RE = re.compile(r"=\s*\$?\s*(-?[\d,]*\.?\d+)")
+
+
+def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="index"):
+    """A Solution from a completion (a garbled or missing trailer: defaults, trailer_ok False);
+    `vote` (common.VOTE_RULES) names the signal that becomes its vote confidence."""
+    if vote not in VOTE_RULES:
+        raise ValueError(f"unknown vote rule {vote!r}: choose one of {', '.join(VOTE_RULES)}")
+    answer = data.extract_answer(text, task)
+    steps = [int(m) for m in _STEPS_RE.findall(text)]
+    confidences = [float(c) for c, _ in _CONFIDENCE_RE.findall(text)]
+    confidence = min(confidences[-1], 10.0) / 10 if confidences else None
+    results = _RESULT_RE.findall(text)
+    consistent = bool(results) and answer is not None and data.is_correct(answer, results[-1], task)
+    return Solution(
+        text=text,
+        answer=answer,
+        steps=steps[-1] if steps else None,
+        self_confidence=confidence,
+        trailer_ok=bool(steps and confidences and _ANSWER_LINE_RE.search(text)),
+        completion_tokens=completion_tokens,
+        # the confidence line is taken out first: `9/10` is no operation
+        n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),
+        consistent=consistent,
+        token_logprobs=token_logprobs,
+        confidence=0.5 if vote == "index" else generation_confidence(token_logprobs)[vote],
+    )
+
+
+def same_answer(a, b):
+    return a.answer is not None and a.answer == b.answer
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. Prompts (docs/design.md §2). Short: the 135M default backbone loses accuracy on every extra
+# instruction, so the trailer is opt-in (GameConfig.trailer) and the state falls back to defaults
+# without it.
+# --------------------------------------------------------------------------------------------------
+ANSWER_HINT = {
+    "number": "a number",
+    "mc": "the letter of the correct option",
+    "math": "a LaTeX expression",
+}
+WORKED_EXAMPLE = (
+    "Problem: Ann has 3 bags with 4 apples in each bag. She eats 2 apples. "
+    "How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10"
+)
+TRAILER = "Steps: <number of steps>\nConfidence: <0-10>/10\nAnswer: <{hint}>"
+VERDICTS = ("Correct", "Incorrect")
+
+
+def hint(task):
+    return ANSWER_HINT[data.answer_kind(task)]
+
+
+def answer_request(example, trailer):
+    if trailer:
+        return (
+            "Show short steps, then end with three lines:\n"
+            f"{TRAILER.format(hint=hint(example.task))}"
+        )
+    return f"End with 'Answer: <{hint(example.task)}>'."
+
+
+def solve_prompt(example, trailer=False):
+    """Round 0 of the game. With `trailer`, one worked example of the Steps / Confidence / Answer
+    trailer."""
+    if trailer:
+        return (
+            f"Solve the problem. {answer_request(example, True)}\n\nExample:\n{WORKED_EXAMPLE}\n\n"
+            f"Problem: {example.render()}\n"
+        )
+    return f"{example.render()}\n{answer_request(example, False)}"
+
+
+def refine_prompt(example, solutions, agent, trailer=False):
+    """REFINE: the LLM-Debate update from the agent's own solution and its peers' current solutions.
+    The peers appear through their final answers only, and the own solution through its last 300
+    characters: the 135M backbone rambles on long prompts (docs/design.md, Deviations)."""
+    others = ", ".join(
+        f"Agent {j + 1}: {s.answer if s.answer is not None else 'no answer'}"
+        for j, s in enumerate(solutions)
+        if j != agent
+    )
+    return (
+        f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
+        f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
+        f"{answer_request(example, trailer)}"
+    )
+
+
+def leader_prompt(example, solutions, trailer=False):
+    """MLPO's leader (docs/design.md §8) reads every peer's solution (its last 300 characters, as in
+    refine_prompt) and answers."""
+    shown = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()[-300:]}" for j, s in enumerate(solutions))
+    return (
+        f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
+        f"Check these solutions and solve the problem. {answer_request(example, trailer)}"
+    )
+
+
+def critic_prompt(example, solution):
+    return (
+        f"Problem: {example.render()}\n\nProposed solution:\n{solution.text.strip()}\n\n"
+        "Is the proposed solution correct? Reply with one word: Correct or Incorrect."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. The vote (docs/design.md §1): the game's final answer, and the consensus terms of the reward
+# --------------------------------------------------------------------------------------------------
+def majority_vote(solutions, exclude=None):
+    """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
+    confidence (Solution.confidence: the vote rule's signal), then to the lower agent index. (None,
+    None) when no answer parses."""
+    groups = {}
+    for i, s in enumerate(solutions):
+        if i != exclude and s.answer is not None:
+            groups.setdefault(s.answer, []).append(i)
+    if not groups:
+        return None, None
+    answer = max(
+        groups,
+        key=lambda a: (
+            len(groups[a]),
+            max(solutions[i].confidence for i in groups[a]),
+            -min(groups[a]),
+        ),
+    )
+    return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. The meta-cognitive state: what the policy sees of one solution (never the raw answer value,
+# only its relations to the others)
+# --------------------------------------------------------------------------------------------------
+PROFILE_FEATURES = (
+    "parse_ok",  # the answer could be extracted
+    "trailer_ok",  # the Steps / Confidence / Answer trailer was complete
+    "steps",  # self-reported steps / 10, clipped to 1 (0 when missing)
+    "self_confidence",  # self-reported confidence in [0, 1] (0.5 when missing)
+    "critic",  # p(Correct) from the critic pass (0.5 when not measured)
+    "mean_prob",  # generation confidence: geometric mean probability of the sampled tokens
+    "min_prob",  # generation confidence: probability of the least likely sampled token
+    # generation confidence: geometric mean probability of the last 8 tokens (the answer)
+    "tail_prob",
+    "length",  # completion tokens / 256, clipped to 1
+    "operations",  # arithmetic operations shown / 10, clipped to 1
+    "consistent",  # the answer equals the last computed result shown
+)
+OWN_FEATURES = PROFILE_FEATURES + (
+    "peer_agreement",  # fraction of peers with the same (parsed) answer
+    "is_majority",  # own answer is the current team vote
+    "round",  # t / R
+    "changed_last",  # own answer changed in the previous round
+    "last_none",
+    "last_persist",
+    "last_refine",
+    "last_concede",  # previous action, one-hot
+)
+PEER_FEATURES = PROFILE_FEATURES + (
+    "same_as_me",  # this peer's answer equals mine
+    "peer_is_majority",  # this peer's answer is the current team vote
+    "peer_changed_last",
+)
+
+
+def profile(solution):
+    """PROFILE_FEATURES of one solution, in that order."""
+    s, signals = solution, solution.signals
+    return [
+        float(s.answer is not None),
+        float(s.trailer_ok),
+        min((s.steps or 0) / 10, 1.0),
+        s.self_confidence if s.self_confidence is not None else 0.5,
+        s.critic if s.critic is not None else 0.5,
+        *(signals[k] for k in CONFIDENCE_SIGNALS),
+        min(s.completion_tokens / 256, 1.0),
+        min(s.n_operations / 10, 1.0),
+        float(s.consistent),
+    ]
+
+
+def observe(solutions, agent, round_index, rounds, changed, last_actions):
+    """Agent `agent`'s observation o_t^i = (own features, one feature row per peer) at round index
+    `round_index` of `rounds`; `changed` and `last_actions`: every agent's previous round."""
+    vote, _ = majority_vote(solutions)
+    own = solutions[agent]
+    peers = peers_of(agent, len(solutions))
+    last = last_actions[agent]
+    last_onehot = [float(last is None)] + [
+        float(last is not None and action_kind(last) == k) for k in ACTION_KINDS
+    ]
+    own_features = (
+        profile(own)
+        + [
+            sum(same_answer(own, solutions[j]) for j in peers) / len(peers),
+            float(own.answer is not None and own.answer == vote),
+            round_index / rounds,
+            float(changed[agent]),
+        ]
+        + last_onehot
+    )
+    peer_features = [
+        profile(solutions[j])
+        + [
+            float(same_answer(own, solutions[j])),
+            float(solutions[j].answer is not None and solutions[j].answer == vote),
+            float(changed[j]),
+        ]
+        for j in peers
+    ]
+    return own_features, peer_features
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. Policies (docs/design.md §3): every policy but the oracle maps a batch of observations to
+# actions through `act`; `reads_critic` says whether its state includes the critic's p(Correct)
+# (then the game pays for the critic pass).
+# --------------------------------------------------------------------------------------------------
+# Which state features a policy reads; the others are zeroed before its first layer.
+#   all        every feature
+#   paper      the paper's: no generation confidence (mean_prob, min_prob, tail_prob)
+#   confidence the generation confidence and the team's agreement (no self-report, critic, text)
+_SELF_REPORTED = tuple(f for f in PROFILE_FEATURES[1:] if f not in CONFIDENCE_SIGNALS)
+FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
+# What a transcript keeps of the state behind a learned policy's decision (shown by view.py): the
+# agent's generation confidence and its agreement with the team.
+EXPLAINED_FEATURES = CONFIDENCE_SIGNALS + ("peer_agreement", "is_majority")
+
+
+def feature_mask(names, features):
+    if features not in FEATURE_SETS:
+        names = ", ".join(FEATURE_SETS)
+        raise ValueError(f"unknown feature set {features!r}: choose one of {names}")
+    return torch.tensor([float(name not in FEATURE_SETS[features]) for name in names])
+
+
+def mlp(n_in, hidden, n_out):
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.GELU(), nn.Linear(hidden, n_out))
+
+
+class PolicyNet(nn.Module):
+    """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers,
+    then PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that
+    peer's embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
+
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.embed_own = mlp(len(OWN_FEATURES), hidden, hidden)
+        self.embed_peer = mlp(len(PEER_FEATURES), hidden, hidden)
+        self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.self_head = mlp(2 * hidden, hidden, 2)
+        self.concede_head = mlp(3 * hidden, hidden, 1)
+
+    def forward(self, own, peers):
+        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K =
+        n_actions(1 + P)), in the action order: PERSIST, REFINE, CONCEDE(0..P-1)."""
+        me = self.embed_own(own)
+        them = self.embed_peer(peers)
+        context, _ = self.attend(me[:, None], them, them, need_weights=False)
+        context = context[:, 0]
+        self_logits = self.self_head(torch.cat([me, context], -1))
+        pair = torch.cat([them, me[:, None].expand_as(them), context[:, None].expand_as(them)], -1)
+        return torch.cat([self_logits, self.concede_head(pair)[..., 0]], -1)
+
+
+class MetaPolicy(nn.Module):
+    """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent
+    (`separate`). critic: its states carry the critic's p(Correct) (the game runs the critic)."""
+
+    def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False, features="all"):
+        super().__init__()
+        self.config = dict(agents=agents, hidden=hidden, heads=heads, separate=separate)
+        self.config.update(critic=critic, features=features)
+        self.nets = nn.ModuleList(
+            PolicyNet(hidden, heads) for _ in range(agents if separate else 1)
+        )
+        self.register_buffer("own_mask", feature_mask(OWN_FEATURES, features), persistent=False)
+        self.register_buffer("peer_mask", feature_mask(PEER_FEATURES, features), persistent=False)
+
+    @property
+    def reads_critic(self):
+        return self.config["critic"]
+
+    def forward(self, own, peers, agent_index):
+        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when
+        separate."""
+        own, peers = own * self.own_mask, peers * self.peer_mask
+        if len(self.nets) == 1:
+            return self.nets[0](own, peers)
+        logits = own.new_zeros(own.shape[0], n_actions(1 + peers.shape[1]))
+        for a, net in enumerate(self.nets):
+            rows = agent_index == a
+            if rows.any():
+                logits[rows] = net(own[rows], peers[rows])
+        return logits
+
+    @torch.no_grad()
+    def act(self, own, peers, agent_index, uniforms, greedy=True):
+        logits = self(own, peers, agent_index)
+        if greedy:
+            return logits.argmax(-1).tolist()
+        return sample_actions(torch.softmax(logits, -1), uniforms)
+
+    @torch.no_grad()
+    def explain(self, own, peers, agent_index):
+        """Per row, what a transcript shows of a decision: the action probabilities and the
+        EXPLAINED_FEATURES this policy reads (its feature set's), rounded to 4 digits."""
+        probs = torch.softmax(self(own, peers, agent_index), -1).tolist()
+        read = [(k, name) for k, name in enumerate(OWN_FEATURES) if name in EXPLAINED_FEATURES]
+        read = [(k, name) for k, name in read if self.own_mask[k]]
+        return [
+            {
+                "probs": [round(p, 4) for p in row],
+                "state": {name: round(float(features[k]), 4) for k, name in read},
+            }
+            for row, features in zip(probs, own)
+        ]
+
+
+def sample_actions(probs, uniforms):
+    """Inverse-CDF sampling, one given uniform per row: a row's action does not depend on the rest
+    of the batch (sharding questions over ranks, or batching them otherwise, samples the same)."""
+    cdf = probs.cumsum(-1)
+    return (cdf <= uniforms[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1).tolist()
+
+
+FIXED_POLICIES = ("persist", "random", "refine", "oracle")
+
+
+class FixedPolicy:
+    """persist: always PERSIST. random: uniform over the K actions. refine: REFINE (Debate)."""
+
+    reads_critic = False
+
+    def __init__(self, name):
+        if name not in FIXED_POLICIES[:3]:
+            raise ValueError(f"unknown fixed policy {name!r}")
+        self.name = name
+
+    def act(self, own, peers, agent_index, uniforms, greedy=True):
+        if self.name == "persist":
+            return [PERSIST] * len(own)
+        if self.name == "refine":
+            return [REFINE] * len(own)
+        k = n_actions(1 + peers.shape[1])
+        return sample_actions(torch.full((len(own), k), 1 / k), uniforms)
+
+
+class Oracle:
+    """The one policy that reads the gold answer (oracle_action, in decide): the upper bound of
+    these actions, and stage 1's label."""
+
+    reads_critic = False
+    name = "oracle"
+
+
+def oracle_action(agent, agent_correct, confidence):
+    """docs/design.md §5's label for `agent`, from the team's correctness and confidences in the
+    state it decides in: own answer right -> PERSIST; else a right peer -> CONCEDE to the most
+    confident right peer (the lower peer index on ties); else REFINE."""
+    if agent_correct[agent]:
+        return PERSIST
+    peers = peers_of(agent, len(agent_correct))
+    right = [k for k, j in enumerate(peers) if agent_correct[j]]
+    if right:
+        return concede(max(right, key=lambda k: (confidence[peers[k]], -k)))
+    return REFINE
+
+
+def save_policy(policy, path, **extra):
+    torch.save({"config": policy.config, "state_dict": policy.state_dict(), **extra}, path)
+
+
+def load_policy(path):
+    """A policy file, shared or not, read as tensors and plain data (common.load_file): loading it
+    runs no code of its own."""
+    checkpoint = load_file(path, "policy")
+    policy = MetaPolicy(**dict(checkpoint["config"]))
+    policy.load_state_dict(checkpoint["state_dict"])
+    return policy.eval()
+
+
+def check_team(policy, agents, source):
+    """A policy shared by all agents is permutation-equivariant over peers and plays a team of any
+    size; one with a copy per agent (--separate) plays only the team it was trained for."""
+    trained = policy.config["agents"]
+    if policy.config["separate"] and trained != agents:
+        raise UsageError(
+            f"{source}: a policy with one copy per agent for {trained} agents cannot play "
+            f"{agents} agents: pass --agents {trained}, or train a shared policy"
+        )
+
+
+def make_policy(spec):
+    """'persist' | 'random' | 'refine' | 'oracle' | a path to a policy checkpoint."""
+    if spec == "oracle":
+        return Oracle()
+    if spec in FIXED_POLICIES:
+        return FixedPolicy(spec)
+    if not Path(spec).is_file():
+        raise UsageError(
+            f"policy {spec!r} is neither a fixed policy ({', '.join(FIXED_POLICIES)}) nor a "
+            "policy file"
+        )
+    return load_policy(spec)
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. The game
+# --------------------------------------------------------------------------------------------------
 def run_llm(engine, requests, cfg, temperature=None):
     """requests: (example, prompt, seed, agent) -> [(Solution, prompt + completion tokens)], in one
     call per engine: `engine` is an Engine, or a llm.team.Team whose agents differ."""
@@ -99,11 +557,9 @@ def run_llm(engine, requests, cfg, temperature=None):
 
 
 def run_critic(engine, items):
-    """Sets `critic` = p(Correct) on each (example, solution): each verdict scored by the
-    log-probability of its whole token sequence after the critic prompt (one teacher-forced pass, no
-    sampling), then a softmax over the two. (`Incorrect` is `In` + `correct` on the default
-    tokenizer: comparing first tokens scored `Correct` against `In`, the start of any reply "In
-    ...", and ranked right solutions below wrong ones.) Returns the prompt tokens of each pass. A
+    """Sets `critic` = p(Correct) on each (example, solution): the softmax over the two verdicts,
+    each scored by the log-probability of its whole token sequence (`Incorrect` is `In` + `correct`
+    on the default tokenizer, and `In` starts any reply). Returns each pass's prompt tokens. A
     team's critic is its first agent's base model."""
     if not items:
         return []
@@ -117,8 +573,7 @@ def run_critic(engine, items):
 
 
 def solve_calls(examples, cfg):
-    """Round 0 of the game, (example, prompt, seed, agent) per call: every agent solves every
-    example."""
+    """Round 0: every agent solves every example, (example, prompt, seed, agent) per call."""
     return [
         (ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
         for ex in examples
@@ -127,14 +582,10 @@ def solve_calls(examples, cfg):
 
 
 def per_question(flat, n):
-    """A flat list of n items per question (question-major, as solve_calls makes them) -> one list
-    per question."""
+    """A flat list of n items per question (question-major, as solve_calls makes them) -> lists."""
     return [flat[k : k + n] for k in range(0, len(flat), n)]
 
 
-# --------------------------------------------------------------------------------------------------
-# 2. Reward
-# --------------------------------------------------------------------------------------------------
 def shaped_reward(before, after, agent, gold, task):
     """docs/design.md §4: (1[i correct after] - 1[i correct before]) + (1[vote of all correct] -
     1[vote without i correct]), all on the same round's post-action answers."""
@@ -157,32 +608,23 @@ def outcome(before, agent, action, refined):
     return replace(before[adopted_agent(agent, action, len(before))])
 
 
-def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
-    """docs/design.md §6: every agent's shaped reward for each of its K actions, the peers held at
-    what they actually did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the
-    agent drew or would have drawn (refined[i]: same prompt, same seed) and pays refine_costs[i]
-    (GameConfig.refine_cost)."""
-    vectors = []
-    for i in range(len(before)):
+@dataclass
+class Move:
+    """One decision round of a game: each agent's observation and action, the solutions before and
+    after, the REFINE samples drawn (agent -> Solution) and what a REFINE costs each reward."""
 
-        def team_if(action):
-            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1 :]
-
-        vector = [
-            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
-        ]
-        vector[REFINE] -= refine_costs[i] if refine_costs else 0.0
-        vectors.append(vector)
-    return vectors
+    round: int
+    observations: list
+    actions: list
+    before: list
+    after: list
+    refined: dict
+    costs: list
 
 
-# --------------------------------------------------------------------------------------------------
-# 3. The game
-# --------------------------------------------------------------------------------------------------
 @dataclass
 class Game:
-    """One question's game in progress: the team's current solutions, its history and its LLM
-    cost."""
+    """One question's game: the team's current solutions, its history and its LLM cost."""
 
     example: data.Example
     solutions: list = field(default_factory=list)
@@ -190,12 +632,12 @@ class Game:
     # each agent's previous action (None before round 1)
     last_actions: list = field(default_factory=list)
     rounds: list = field(default_factory=list)  # the transcript: one record per round
+    moves: list = field(default_factory=list)  # one Move per decision round
     tokens: int = 0  # prompt + completion tokens of every LLM call
     calls: int = 0
 
     def vote_summary(self, solutions):
-        """The answers, each agent's correctness and confidence, the team's vote and its
-        correctness."""
+        """The answers, each agent's correctness and confidence, the vote and its correctness."""
         ex = self.example
         vote, _ = majority_vote(solutions)
         return {
@@ -225,9 +667,8 @@ class Game:
 
 
 def ask(engine, requests, cfg, critic):
-    """requests: (game, prompt, seed, agent) -> [(Solution, tokens)], in one engine call. Each
-    call's tokens, and those of its critic pass (part of the state, and of the cost), go to its
-    game."""
+    """requests: (game, prompt, seed, agent) -> [(Solution, tokens)], in one engine call; each
+    call's tokens and those of its critic pass go to its game."""
     outputs = run_llm(engine, [(g.example, *call) for g, *call in requests], cfg)
     solutions = [s for s, _ in outputs]
     critic_tokens = (
@@ -243,7 +684,7 @@ def ask(engine, requests, cfg, critic):
     return answered
 
 
-def decide(policy, games, t, cfg):
+def decide(policy, games, t, cfg, greedy):
     """Every agent of every game observes the round-t state and picks its action; all decide before
     any action executes. Returns (observations, actions, explained), one list per game; explained:
     a learned policy's probabilities and state features behind each action (MetaPolicy.explain),
@@ -252,45 +693,34 @@ def decide(policy, games, t, cfg):
     observations = [
         observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows
     ]
-    own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
-    peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
-
-    # only the oracle reads these: the team's correctness (from the gold answer) and confidences
-    teams = {id(g): g.vote_summary(g.solutions) for g in games}
-    info = [
-        {
-            "agent": i,
-            "agent_correct": teams[id(g)]["agent_correct"],
-            "confidence": teams[id(g)]["confidence"],
-        }
-        for g, i in rows
-    ]
-    # one uniform per (question, agent, round): a
-    # question's actions do not depend on its batch-mates
-    uniforms = torch.tensor(
-        [call_seed(cfg.seed, g.example.id, i, t, "act") / 2**60 for g, i in rows],
-        dtype=torch.float64,
-    )
-    agent_index = torch.tensor([i for _, i in rows])
-    actions = policy.act(own, peers, agent_index, info, uniforms, greedy=cfg.greedy_policy)
-    explained = (
-        per_question(policy.explain(own, peers, agent_index), cfg.agents)
-        if isinstance(policy, MetaPolicy)
-        else [None] * len(games)
-    )
+    explained = [None] * len(games)
+    if isinstance(policy, Oracle):
+        # the one policy that reads the gold answer: each team's correctness, not the observations
+        teams = {id(g): g.vote_summary(g.solutions) for g in games}
+        actions = [
+            oracle_action(i, teams[id(g)]["agent_correct"], teams[id(g)]["confidence"])
+            for g, i in rows
+        ]
+    else:
+        own = torch.tensor([o for o, _ in observations], dtype=torch.float32)
+        peers = torch.tensor([p for _, p in observations], dtype=torch.float32)
+        # one uniform per (question, agent, round): actions do not depend on the batch
+        uniforms = torch.tensor(
+            [call_seed(cfg.seed, g.example.id, i, t, "act") / 2**60 for g, i in rows],
+            dtype=torch.float64,
+        )
+        agent_index = torch.tensor([i for _, i in rows])
+        actions = policy.act(own, peers, agent_index, uniforms, greedy=greedy)
+        if isinstance(policy, MetaPolicy):
+            explained = per_question(policy.explain(own, peers, agent_index), cfg.agents)
     return per_question(observations, cfg.agents), per_question(actions, cfg.agents), explained
 
 
-def play(engine, examples, policy, cfg, record_states=False, counterfactual=False, progress=None):
-    """Plays the deliberation game on every example at once; returns one transcript dict per
-    example.
-
-    All LLM calls of a round, for every question and agent, go through the engine together.
-    record_states: each round record keeps every agent's observation (`own`, `peers`).
-    counterfactual (docs/design.md §6, the training corpus): each round record also gets
-    `reward_vectors`, every agent's shaped reward for each of its K actions
-    (counterfactual_rewards). REFINE needs a sample from every agent that did not REFINE; these
-    samples count in `tokens` and `calls`."""
+def play(engine, examples, policy, cfg, greedy=True, refine_all=False, progress=None):
+    """Plays the game on every example at once (a round's LLM calls in one engine call); returns one
+    Game per example: its transcript() is what eval.py writes, its moves what training reads.
+    greedy: a learned policy's argmax actions, else sampled. refine_all: every agent draws its
+    REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
@@ -320,14 +750,13 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
         active = [g for g in games if not g.stopped]
         if not active:
             break
-        observations, actions, explained = decide(policy, active, t, cfg)
-        # execute: the REFINE calls first (of every agent,
-        # for the counterfactual rewards), then the moves
+        observations, actions, explained = decide(policy, active, t, cfg, greedy)
+        # execute: the REFINE calls first, then the moves
         refine = [
             (k, i)
             for k, acts in enumerate(actions)
             for i, a in enumerate(acts)
-            if a == REFINE or counterfactual
+            if a == REFINE or refine_all
         ]
         requests = [
             (
@@ -339,8 +768,7 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
             for k, i in refine
         ]
         samples = ask(engine, requests, cfg, critic)
-        refined = [{} for _ in active]  # per game: agent -> its REFINE sample
-        # per game: what a REFINE costs each agent's reward
+        refined = [{} for _ in active]
         costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
             refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
@@ -363,150 +791,31 @@ def play(engine, examples, policy, cfg, record_states=False, counterfactual=Fals
             }
             if why is not None:
                 record["policy"] = why
-            if counterfactual:
-                record["reward_vectors"] = counterfactual_rewards(
-                    before, after, mine, ex.answer, ex.task, cost
-                )
-            if record_states:
-                record["own"], record["peers"] = [o for o, _ in seen], [p for _, p in seen]
             g.rounds.append(record)
+            g.moves.append(Move(t, seen, list(acts), before, after, mine, cost))
             g.changed = [a.answer != b.answer for a, b in zip(after, before)]
             g.last_actions, g.solutions = list(acts), after
         if progress is not None:
             progress.update(1)
-    return [g.transcript() for g in games]
+    return games
 
 
-def action_counts(transcripts, round_index=None):
-    """How often each kind of action was taken over every round of the transcripts (or in round
-    `round_index` only: 1 = the first decision)."""
-    kinds = [
-        action_kind(a)
-        for r in transcripts
-        for t, record in enumerate(r["rounds"])
-        if t > 0 and round_index in (None, t)
-        for a in record["actions"]
+def collect_states(engine, examples, policy, cfg, rank, world, more, refine_all=False, desc=""):
+    """Every rank's (agent, round) states visited by `policy` (actions sampled), each rank playing
+    its shard, in a canonical order (a corpus does not depend on the number of ranks): the
+    observation, the action taken, and the fields more(game, move) gives each agent."""
+    bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=rank != 0, leave=False)
+    shard = examples[rank::world]
+    games = play(engine, shard, policy, cfg, greedy=False, refine_all=refine_all, progress=bar)
+    bar.close()
+    rows = [
+        {"key": (g.example.id, m.round, i), "own": own, "peers": peers, "agent": i}
+        | {"action": m.actions[i], **fields}
+        for g in games
+        for m in g.moves
+        for i, ((own, peers), fields) in enumerate(zip(m.observations, more(g, m)))
     ]
-    return {kind: kinds.count(kind) for kind in ACTION_KINDS}
-
-
-# --------------------------------------------------------------------------------------------------
-# 4. Protocols
-# --------------------------------------------------------------------------------------------------
-def lead(engine, leader, examples, cfg):
-    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader`
-    engine reads their solutions and answers (greedy). Each of cfg.rounds further rounds lets every
-    peer revise after reading the leader's answer (REFINE with the leader as one more peer), and the
-    leader answers again. The prediction is the leader's last answer; `peer_vote_correct` is the
-    peers' round-0 majority vote."""
-    n = cfg.agents
-    outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
-    peers = [[s for s, _ in team] for team in outputs]
-    results = [
-        {
-            "id": ex.id,
-            "question": ex.question,
-            "gold": ex.answer,
-            "tokens": sum(k for _, k in team),
-            "calls": n,
-            "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
-            # per round: the peers' answers the leader read, then the leader's answer
-            "peer_answers": [],
-            "peer_correct": [],
-            "leader_answers": [],
-            "leader_correct": [],
-            "texts": [],
-        }
-        for ex, team, solutions in zip(examples, outputs, peers)
-    ]
-    led = []  # the leader's (solution, tokens) of the previous round
-    for t in range(cfg.rounds + 1):
-        if t:
-            calls = [(q, i) for q in range(len(examples)) for i in range(n)]
-            requests = [
-                (
-                    examples[q],
-                    refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
-                    call_seed(cfg.seed, examples[q].id, i, t, "revise"),
-                    i,
-                )
-                for q, i in calls
-            ]
-            revised = run_llm(engine, requests, cfg)
-            for (q, i), (s, k) in zip(calls, revised):
-                peers[q][i] = s
-                results[q]["tokens"] += k
-                results[q]["calls"] += 1
-        requests = [
-            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
-            for q, ex in enumerate(examples)
-        ]
-        led = run_llm(leader, requests, cfg, temperature=0.0)
-        for q, (s, k) in enumerate(led):
-            ex, r = examples[q], results[q]
-            r["tokens"] += k
-            r["calls"] += 1
-            r["texts"].append(s.text)
-            r["peer_answers"].append([p.answer for p in peers[q]])
-            r["peer_correct"].append(
-                [data.is_correct(p.answer, ex.answer, ex.task) for p in peers[q]]
-            )
-            r["leader_answers"].append(s.answer)
-            r["leader_correct"].append(data.is_correct(s.answer, ex.answer, ex.task))
-    for r, (s, _) in zip(results, led):
-        r.update(pred=s.answer, correct=r["leader_correct"][-1])
-    return results
-
-
-PROTOCOLS = (
-    "vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle",
-    "mpdf=PATH", "leader=PATH", "leader=default",
-)  # fmt: skip
-
-
-def run_protocol(engine, examples, protocol, cfg, leader=None):
-    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
-    game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
-    directory or default, + an adapter file or not)."""
-    if protocol in ("vanilla", "cot", "sc"):
-        prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
-        # self-consistency gets as many samples as debate makes generations, sample k from agent
-        # k mod agents (a team's models take turns); single answers are greedy, agent 0's
-        samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
-        requests = [
-            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
-            for ex in examples
-            for k in range(samples)
-        ]
-        outputs = run_llm(
-            engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
-        )
-        results = []
-        for ex, mine in zip(examples, per_question(outputs, samples)):
-            pred, _ = majority_vote([s for s, _ in mine])
-            results.append(
-                {
-                    "id": ex.id,
-                    "question": ex.question,
-                    "gold": ex.answer,
-                    "pred": pred,
-                    "correct": data.is_correct(pred, ex.answer, ex.task),
-                    "tokens": sum(n for _, n in mine),
-                    "calls": samples,
-                    "texts": [s.text for s, _ in mine],
-                    "answers": [s.answer for s, _ in mine],
-                    "answer_correct": [
-                        data.is_correct(s.answer, ex.answer, ex.task) for s, _ in mine
-                    ],
-                }
-            )
-        return results
-    if protocol == "debate":
-        return play(engine, examples, FixedPolicy("refine"), cfg)
-    if protocol.startswith("mpdf-"):
-        return play(engine, examples, make_policy(protocol[len("mpdf-") :]), cfg)
-    if protocol.startswith("mpdf="):
-        return play(engine, examples, make_policy(protocol[len("mpdf=") :]), cfg)
-    if protocol.startswith("leader=") and leader is not None:
-        return lead(engine, leader, examples, cfg)
-    raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    rows = sorted(all_gather_list(rows), key=lambda r: r["key"])
+    if not rows:
+        raise ValueError("the games visited no state after round 0 (did every game stop at once?)")
+    return rows

@@ -19,41 +19,52 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import data
-import deliberate
-from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
-from corpus import (
+from common import (
+    GameConfig,
+    UsageError,
+    check_at_least,
+    check_choice,
     check_game,
     check_models,
-    make_engine,
-    resolve_engine_dtype,
-    team_name,
-    training_pool,
+    machine,
+    parse_config,
+    user_errors,
 )
-from policy import FixedPolicy, check_team, load_policy
-from state import ACTION_KINDS, CONFIDENCE_SIGNALS, describe_vote
-from stats import auroc, format_paired, paired_difference, sample_std
+from deliberate import (
+    ACTION_KINDS,
+    CONFIDENCE_SIGNALS,
+    FIXED_POLICIES,
+    FixedPolicy,
+    action_counts,
+    check_team,
+    hint,
+    leader_prompt,
+    load_policy,
+    majority_vote,
+    make_policy,
+    per_question,
+    play,
+    refine_prompt,
+    run_llm,
+    solve_calls,
+)
+from llm.cache import call_seed
+from llm.team import make_engine, resolve_engine_dtype, team_name
 
 
 @dataclass
-class Config:
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
+class Config(GameConfig):
     split: str = ""
     """empty: test for arith, the whole file for a file task; train / test of a file
     (data.split_of); val: the first --n validation questions of the training pool
-    (corpus.training_pool, --seed), which sft.py and train_rl.py runs of that seed hold out when
+    (data.training_pool, --seed), which sft.py and train_rl.py runs of that seed hold out when
     their --val-n >= n"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
     n: int = 200
     """questions (a seeded random subset)"""
-    seed: int = 0
-    """the question subset, every LLM call's seed and the random policy"""
     seeds: str = ""
     """e.g. 0,1,2: one evaluation per seed, then accuracy mean ± sample std over the seeds"""
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
@@ -61,40 +72,189 @@ class Config:
     mpdf=POLICY.pt, leader=MODEL_DIR, leader=default"""
     reference: str = ""
     """a protocol of the list: every other one's paired accuracy difference to it"""
-    agents: int = 3
-    """agents in the team"""
-    rounds: int = 3
-    """deliberation rounds after round 0"""
-    temperature: float = 0.5
-    """the agents' sampling temperature (the temperature study on validation questions)"""
-    top_p: float = 1.0
-    """nucleus sampling's probability mass"""
-    max_new_tokens: int = 192
-    """token budget of each LLM call"""
-    trailer: bool = False
-    """ask the agents for the Steps / Confidence / Answer trailer"""
-    critic: bool = False
-    """run the critic pass in every game protocol (to report its AUROC)"""
-    vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (state.VOTE_RULES)"""
-    model: str = ""
-    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
-    models: str = ""
-    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
-    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
-    engine (empty: --model for every agent)"""
-    dtype: str = "auto"
-    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or
-    GPU runs it natively, else fp32; docs/design.md §11)"""
-    engine_batch_size: int = 128
-    """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
-    cache_dir: str = "cache/generations"
-    """the generation cache (empty: off); an identical evaluation a second time makes no LLM call"""
     out: str = ""
     """the JSON results file (empty: the table only)"""
     details: bool = True
     """the JSON keeps every transcript (--no-details: the summaries, with the per-question outcomes
     that paired statistics need)"""
+
+
+# --------------------------------------------------------------------------------------------------
+# The protocols (docs/design.md §7)
+# --------------------------------------------------------------------------------------------------
+def vanilla_prompt(example):
+    return f"{example.render()}\nAnswer with {hint(example.task)}."
+
+
+def cot_prompt(example):
+    return (
+        f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
+    )
+
+
+def lead(engine, leader, examples, cfg):
+    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader`
+    engine reads their solutions and answers (greedy). Each of cfg.rounds further rounds lets every
+    peer revise after reading the leader's answer (REFINE with the leader as one more peer), and the
+    leader answers again. The prediction is the leader's last answer; `peer_vote_correct` is the
+    peers' round-0 majority vote."""
+    n = cfg.agents
+    outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
+    peers = [[s for s, _ in team] for team in outputs]
+    results = [
+        {
+            "id": ex.id,
+            "question": ex.question,
+            "gold": ex.answer,
+            "tokens": sum(k for _, k in team),
+            "calls": n,
+            "peer_vote_correct": data.is_correct(majority_vote(solutions)[0], ex.answer, ex.task),
+            # per round: the peers' answers the leader read, then the leader's answer
+            **{k: [] for k in ("peer_answers", "peer_correct", "leader_answers", "leader_correct")},
+            "texts": [],
+        }
+        for ex, team, solutions in zip(examples, outputs, peers)
+    ]
+    led = []  # the leader's (solution, tokens) of the previous round
+    for t in range(cfg.rounds + 1):
+        if t:
+            calls = [(q, i) for q in range(len(examples)) for i in range(n)]
+            requests = [
+                (
+                    examples[q],
+                    refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
+                    call_seed(cfg.seed, examples[q].id, i, t, "revise"),
+                    i,
+                )
+                for q, i in calls
+            ]
+            revised = run_llm(engine, requests, cfg)
+            for (q, i), (s, k) in zip(calls, revised):
+                peers[q][i] = s
+                results[q]["tokens"] += k
+                results[q]["calls"] += 1
+        requests = [
+            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
+            for q, ex in enumerate(examples)
+        ]
+        led = run_llm(leader, requests, cfg, temperature=0.0)
+        for q, (s, k) in enumerate(led):
+            ex, r = examples[q], results[q]
+            r["tokens"] += k
+            r["calls"] += 1
+            r["texts"].append(s.text)
+            r["peer_answers"].append([p.answer for p in peers[q]])
+            r["peer_correct"].append(
+                [data.is_correct(p.answer, ex.answer, ex.task) for p in peers[q]]
+            )
+            r["leader_answers"].append(s.answer)
+            r["leader_correct"].append(data.is_correct(s.answer, ex.answer, ex.task))
+    for r, (s, _) in zip(results, led):
+        r.update(pred=s.answer, correct=r["leader_correct"][-1])
+    return results
+
+
+# the games of a fixed policy (mpdf-refine is debate's)
+GAMES = ("debate",) + tuple(f"mpdf-{name}" for name in FIXED_POLICIES)
+PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle")
+PROTOCOLS += ("mpdf=PATH", "leader=PATH", "leader=default")
+
+
+def run_protocol(engine, examples, protocol, cfg, leader=None):
+    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
+    game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
+    directory or default, + an adapter file or not)."""
+    if protocol in ("vanilla", "cot", "sc"):
+        prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
+        # self-consistency gets as many samples as debate makes generations, sample k from agent
+        # k mod agents (a team's models take turns); single answers are greedy, agent 0's
+        samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
+        requests = [
+            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
+            for ex in examples
+            for k in range(samples)
+        ]
+        outputs = run_llm(
+            engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
+        )
+        results = []
+        for ex, mine in zip(examples, per_question(outputs, samples)):
+            pred, _ = majority_vote([s for s, _ in mine])
+            results.append(
+                {
+                    "id": ex.id,
+                    "question": ex.question,
+                    "gold": ex.answer,
+                    "pred": pred,
+                    "correct": data.is_correct(pred, ex.answer, ex.task),
+                    "tokens": sum(n for _, n in mine),
+                    "calls": samples,
+                    "texts": [s.text for s, _ in mine],
+                    "answers": [s.answer for s, _ in mine],
+                    "answer_correct": [
+                        data.is_correct(s.answer, ex.answer, ex.task) for s, _ in mine
+                    ],
+                }
+            )
+        return results
+    if protocol == "debate" or protocol.startswith(("mpdf-", "mpdf=")):
+        policy = FixedPolicy("refine") if protocol == "debate" else make_policy(protocol[5:])
+        return [game.transcript() for game in play(engine, examples, policy, cfg)]
+    if protocol.startswith("leader=") and leader is not None:
+        return lead(engine, leader, examples, cfg)
+    raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics: every reported number goes through them
+# --------------------------------------------------------------------------------------------------
+def auroc(scores, labels):
+    """P(score of a positive > score of a negative), ties half; None without both classes."""
+    positives = [s for s, y in zip(scores, labels) if y]
+    negatives = [s for s, y in zip(scores, labels) if not y]
+    if not positives or not negatives:
+        return None
+    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def paired_difference(summary, reference, resamples=10_000, seed=0):
+    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean
+    difference, its 95% percentile bootstrap interval (questions resampled with replacement) and the
+    number of questions on which the two disagree (only those move the difference)."""
+    theirs = dict(zip(reference["question_ids"], reference["correct"]))
+    if set(theirs) != set(summary["question_ids"]):
+        raise ValueError("a paired difference needs both protocols on the same questions")
+    d = np.array(
+        [float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])]
+    )
+    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {
+        "diff": float(d.mean()),
+        "ci95": [float(low), float(high)],
+        "disagree": int((d != 0).sum()),
+    }
+
+
+def format_paired(v):
+    """A paired_difference as the tables print it: +0.050 [-0.025, +0.120] (54 disagree)."""
+    return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
+
+
+def sample_std(values):
+    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the
+    spread."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def describe_vote(rule):
+    return (
+        "majority; ties to the lower agent index"
+        if rule == "index"
+        else f"majority; ties to the higher {rule} (generation confidence), then the lower agent "
+        "index"
+    )
 
 
 def summarize(results, wall_s):
@@ -114,28 +274,24 @@ def summarize(results, wall_s):
         "question_ids": [r["id"] for r in results],
         "correct": [bool(r["correct"]) for r in results],
     }
-    if (
-        "leader_correct" in results[0]
-    ):  # MLPO: the peers' own vote, then the leader after each round
+    # MLPO: the peers' own vote (paired with `correct`), then the leader after each round
+    if "leader_correct" in results[0]:
         summary["peer_vote_accuracy"] = sum(r["peer_vote_correct"] for r in results) / n
-        summary["peer_vote_correct"] = [
-            bool(r["peer_vote_correct"]) for r in results
-        ]  # paired with `correct`
+        summary["peer_vote_correct"] = [bool(r["peer_vote_correct"]) for r in results]
         summary["accuracy_per_round"] = [
             sum(r["leader_correct"][t] for r in results) / n
             for t in range(len(results[0]["leader_correct"]))
         ]
-    if (
-        "rounds" in results[0]
-    ):  # a game: action statistics, accuracy per round, trailer and critic quality
-        counts = deliberate.action_counts(results)
+    # a game: action statistics, accuracy per round, trailer and critic quality
+    if "rounds" in results[0]:
+        counts = action_counts(results)
         total = sum(counts.values()) or 1
         summary["actions"] = {kind: c / total for kind, c in counts.items()}
         max_rounds = max(len(r["rounds"]) for r in results)
         # the shares of each decision round (games that stopped early have no later decisions)
         summary["actions_by_round"] = [
             {kind: c / (sum(counts.values()) or 1) for kind, c in counts.items()}
-            for counts in (deliberate.action_counts(results, t) for t in range(1, max_rounds))
+            for counts in (action_counts(results, t) for t in range(1, max_rounds))
         ]
         # a question that stopped early keeps its last vote in the later rounds
         summary["accuracy_per_round"] = [
@@ -172,8 +328,7 @@ def summarize(results, wall_s):
 
 
 def add_paired(summaries, reference):
-    """summaries[p]["vs_reference"] for every protocol p (the reference itself included: 0, [0, 0],
-    0)."""
+    """summaries[p]["vs_reference"] for every protocol p (the reference's own: 0, [0, 0], 0)."""
     for summary in summaries.values():
         summary["vs_reference"] = {
             "reference": reference,
@@ -228,7 +383,7 @@ def load_examples(cfg):
     """The questions of cfg.split; "val" is the validation slice of the training pool (the levers
     are studied on it, never on the test questions)."""
     if cfg.split == "val":
-        return training_pool(cfg)[: cfg.n]
+        return data.training_pool(cfg)[: cfg.n]
     kw = {"level": cfg.level} if cfg.level else {}
     return data.load_task(
         cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw
@@ -245,8 +400,6 @@ def check(cfg):
     # rounds 0: round 0 only (the team's vote of independent answers; MLPO's leader decides once)
     check_game(cfg, min_rounds=0)
     check_at_least(cfg, 1, "n")
-    if not 0 < cfg.top_p <= 1:
-        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
     check_choice("--split", cfg.split, ("", "train", "test", "all", "val"))
     if cfg.seeds and not all(x.strip().isdigit() for x in cfg.seeds.split(",")):
         raise UsageError(f"--seeds {cfg.seeds!r}: comma-separated integers, e.g. 0,1,2")
@@ -262,8 +415,7 @@ def check(cfg):
 def check_protocol(protocol, cfg):
     """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
     a leader's model directory."""
-    fixed = ("vanilla", "cot", "sc", "debate") + tuple(f"mpdf-{n}" for n in FixedPolicy.NAMES)
-    if protocol in fixed or protocol == "leader=default":
+    if protocol in ("vanilla", "cot", "sc", *GAMES, "leader=default"):
         return
     if protocol.startswith("mpdf="):
         path = protocol[len("mpdf=") :]
@@ -274,7 +426,7 @@ def check_protocol(protocol, cfg):
         check_models(f"--protocols {protocol}:", protocol[len("leader=") :], 1, cfg.max_new_tokens)
     else:
         raise UsageError(
-            f"--protocols: unknown protocol {protocol!r}; known: {', '.join(deliberate.PROTOCOLS)}"
+            f"--protocols: unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}"
         )
 
 
@@ -289,7 +441,6 @@ def main(cfg):
     )
     examples = load_examples(cfg)
     engine = make_engine(cfg, 0, device)
-    game = deliberate.game_config(cfg)
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
@@ -298,7 +449,7 @@ def main(cfg):
         if protocol.startswith("leader="):
             spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :], agents=1)
             leader = make_engine(spec, 0, device)
-        results = deliberate.run_protocol(engine, examples, protocol, game, leader)
+        results = run_protocol(engine, examples, protocol, cfg, leader)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results
         print(
@@ -373,18 +524,11 @@ def over_seeds(cfg):
                 }
                 for name in (protocol, cfg.reference)
             ]
-            table[protocol]["vs_reference"] = {
-                "reference": cfg.reference,
-                **paired_difference(*pooled),
-            }
-    print(
-        f"\nover seeds {seeds}: accuracy mean ± sample std (n - 1) over seeds, tokens per question"
-        + (
-            f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)"
-            if cfg.reference
-            else ""
-        )
-    )
+            paired_to = {"reference": cfg.reference, **paired_difference(*pooled)}
+            table[protocol]["vs_reference"] = paired_to
+    paired = f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)"
+    header = "accuracy mean ± sample std (n - 1) over seeds, tokens per question"
+    print(f"\nover seeds {seeds}: {header}" + (paired if cfg.reference else ""))
     for protocol, row in table.items():
         line = (
             f"{protocol:<40}{row['accuracy_mean']:>8.3f} ± {row['accuracy_std']:.3f}"

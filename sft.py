@@ -22,69 +22,53 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (
+    GameConfig,
     MetricsLog,
     UsageError,
     batch_schedule,
     check_at_least,
     check_choice,
+    check_game,
     check_positive,
+    corpus_settings,
     crash_if_asked,
     distributed,
     global_mean,
     launch_world_size,
     load_checkpoint,
+    load_made_under,
     parse_config,
     save_checkpoint,
+    save_made_under,
     shard_rows,
+    stack_rows,
     user_errors,
     wrap_ddp,
 )
-from corpus import (
+from data import training_questions
+from deliberate import (
+    FEATURE_SETS,
+    FIXED_POLICIES,
+    MetaPolicy,
     action_distribution,
-    check_game,
+    check_team,
     collect_states,
-    load_corpus,
-    make_engine,
-    resolve_engine_dtype,
-    save_corpus,
-    states_to_tensors,
-    team_name,
-    training_questions,
+    make_policy,
+    n_actions,
+    oracle_action,
+    save_policy,
 )
-from policy import FEATURE_SETS, FixedPolicy, MetaPolicy, check_team, make_policy, save_policy
-from state import n_actions
+from llm.team import make_engine, resolve_engine_dtype, team_name
 
 
 @dataclass
-class Config:
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
+class Config(GameConfig):
     questions: int = 256
     """training questions"""
     val_n: int = 64
     """held-out training-split questions (kept out of training; train_rl.py validates on them)"""
-    seed: int = 0
-    """question split, LLM calls, sampled actions, data order, initialization"""
-    agents: int = 3
-    """agents in the team"""
-    rounds: int = 3
-    """deliberation rounds after round 0"""
-    temperature: float = 0.5
-    """the agents' sampling temperature (the temperature study on validation questions)"""
-    max_new_tokens: int = 192
-    """token budget of each LLM call"""
-    trailer: bool = False
-    """ask the agents for the Steps / Confidence / Answer trailer"""
-    critic: bool = False
-    """the policy's state carries the critic's p(Correct) (the game then runs the critic pass)"""
     features: str = "all"
-    """the state features the policy reads: all | paper | confidence (policy.FEATURE_SETS)"""
-    vote: str = "mean_prob"
-    """the vote's tie-break signal (state.VOTE_RULES)"""
+    """the state features the policy reads: all | paper | confidence (deliberate.FEATURE_SETS)"""
     behaviour: str = "random"
     """the policy that plays the labelled games: persist | random | refine | oracle | a policy
     file"""
@@ -102,19 +86,6 @@ class Config:
     """AdamW learning rate"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
-    model: str = ""
-    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
-    models: str = ""
-    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
-    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
-    engine (empty: --model for every agent)"""
-    dtype: str = "auto"
-    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or
-    GPU runs it natively, else fp32; docs/design.md §11)"""
-    engine_batch_size: int = 128
-    """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
-    cache_dir: str = "cache/generations"
-    """the generation cache (empty: off)"""
     out_dir: str = "runs/sft"
     """where policy.pt, summary.json, metrics.jsonl, the corpus and the checkpoint go"""
     save_every: int = 50
@@ -123,17 +94,32 @@ class Config:
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
+def labelled_states(engine, questions, behaviour, cfg, rank, world):
+    """The states of games played by the behaviour policy (actions sampled), each labelled with the
+    oracle's action in the state the agent decided in (`before`), never the round's outcome."""
+
+    def labels(game, move):
+        before = game.rounds[move.round - 1]
+        return [
+            {"label": oracle_action(i, before["agent_correct"], before["confidence"])}
+            for i in range(cfg.agents)
+        ]
+
+    return collect_states(engine, questions, behaviour, cfg, rank, world, labels)
+
+
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_game(cfg)
     check_choice("--features", cfg.features, FEATURE_SETS)
     check_at_least(cfg, 1, "questions", "epochs", "save_every", "hidden", "heads")
-    check_at_least(cfg, world, "batch_size")  # every rank takes rows of every global batch
-    check_at_least(cfg, 0, "weight_decay")
+    # every rank takes rows of every global batch
+    check_at_least(cfg, world, "batch_size")
+    check_at_least(cfg, 0, "val_n", "weight_decay")
     check_positive(cfg, "lr")
     if cfg.hidden % cfg.heads:
         raise UsageError(f"--hidden {cfg.hidden}: must be a multiple of --heads {cfg.heads}")
-    if cfg.behaviour not in FixedPolicy.NAMES:
+    if cfg.behaviour not in FIXED_POLICIES:
         check_team(make_policy(cfg.behaviour), cfg.agents, f"--behaviour {cfg.behaviour}")
 
 
@@ -141,10 +127,7 @@ def train(cfg, rank, world, device):
     cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    policy = MetaPolicy(
-        agents=cfg.agents, hidden=cfg.hidden, heads=cfg.heads, separate=cfg.separate,
-        critic=cfg.critic, features=cfg.features,
-    )  # fmt: skip
+    policy = MetaPolicy(cfg.agents, cfg.hidden, cfg.heads, cfg.separate, cfg.critic, cfg.features)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank, cfg, extendable=("epochs",))
     counters = counters or {"step": 0}
@@ -153,15 +136,13 @@ def train(cfg, rank, world, device):
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
     engine = make_engine(cfg, rank, device)
-    rows = load_corpus(out / "corpus.pt", cfg)
+    settings = corpus_settings(cfg, "questions", "val_n", "behaviour")
+    rows = load_made_under(out / "corpus.pt", settings, "corpus")
     if rows is None:
         behaviour = make_policy(cfg.behaviour)
-        rows = collect_states(
-            engine, questions, behaviour, cfg, counterfactual=False, rank=rank, world=world,
-            critic=cfg.critic,
-        )  # fmt: skip
-        save_corpus(rows, out / "corpus.pt", rank, cfg)
-    tensors = states_to_tensors(rows)
+        rows = labelled_states(engine, questions, behaviour, cfg, rank, world)
+        save_made_under(rows, out / "corpus.pt", settings, rank)
+    tensors = stack_rows(rows, ("own", "peers"), ("agent", "action", "label"))
     k = n_actions(cfg.agents)
     label_mix = action_distribution(tensors["label"], k)
     if rank == 0:

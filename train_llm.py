@@ -14,7 +14,7 @@ rollout; each agent learns from its own sampled tokens only. --target leader (ML
 2507.08960): the frozen peers' solutions to the training questions are generated once; questions the
 peers already get right (>= --filter-easy of them) are dropped; the leader reads a question and its
 peers' solutions and answers, G samples per prompt, reward = correctness. Both are on-policy: one
-optimizer step per batch of rollouts, no ratio, no clip. A step reads: rollouts (team_rollouts.py)
+optimizer step per batch of rollouts, no ratio, no clip. A step reads: rollouts (rollouts.py)
 -> group_advantages -> llm_step. --target sft: sample solutions to training questions, keep the
 right (with --trailer, well-formatted) ones and fine-tune on them, the loss on completion tokens
 only (llm_step with advantage 1).
@@ -36,8 +36,8 @@ import torch
 from tqdm import tqdm
 
 import softrank
-import team_rollouts
 from common import (
+    GameConfig,
     MetricsLog,
     UsageError,
     accumulating,
@@ -46,9 +46,13 @@ from common import (
     batch_schedule,
     check_at_least,
     check_choice,
+    check_game,
+    check_model,
+    check_models,
     check_positive,
     crash_if_asked,
     distributed,
+    flag,
     launch_world_size,
     load_checkpoint,
     load_file,
@@ -58,9 +62,10 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from corpus import check_game, check_model, check_models, make_engine, training_pool
-from llm import lora
+from data import training_pool
+from llm import lora, rollouts
 from llm.logprobs import completion_batch, completion_logprobs, without_dropout
+from llm.team import make_engine
 
 TARGETS = ("agents", "leader", "sft")
 ADVANTAGES = {
@@ -71,7 +76,7 @@ ADVANTAGES = {
 
 
 @dataclass
-class Config:
+class Config(GameConfig):
     target: str = "agents"
     """agents: MAGRPO (the agents' weights) | leader: MLPO (one leader over frozen peers) | sft: the
     rejection-sampling warm start (the backbone on its own right answers)"""
@@ -141,40 +146,14 @@ class Config:
     """--target sft: passes over the training solutions"""
     batch_size: int = 256
     """--target sft: sequences per optimizer step, over all ranks"""
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
     questions: int = 256
     """training questions (leader: candidates before the filter; agents: the pool cycles)"""
     val_n: int = 64
     """held-out training-split questions, never trained on"""
     eval_every: int = 0
     """optimizer steps between validations (0: none; else also at steps 0 and last)"""
-    seed: int = 0
-    """question split, LLM calls, data order"""
-    agents: int = 3
-    """agents in the team (leader: its frozen peers)"""
-    rounds: int = 3
-    """--protocol debate: REFINE rounds after round 0"""
-    temperature: float = 0.5
-    """the frozen peers' (leader) and the sft samples' temperature"""
-    max_new_tokens: int = 192
-    """token budget of each LLM call (and const's normalizer)"""
-    trailer: bool = False
-    """ask for the Steps / Confidence / Answer trailer"""
-    vote: str = "mean_prob"
-    """the vote's tie-break signal (state.VOTE_RULES)"""
-    model: str = ""
-    """HF checkpoint directory to train; empty: the embedded default backbone"""
     dtype: str = "float32"
     """float32 | bfloat16 (agents, leader: autocast on fp32 master weights, bf16 rollouts)"""
-    engine_batch_size: int = 128
-    """engine slots (sequences decoded together)"""
-    cache_dir: str = "cache/generations"
-    """the generation cache of the frozen calls (peers, sft samples; never the trained weights')"""
     out_dir: str = "runs/llm"
     """where the model directory, metrics.jsonl and the checkpoint go"""
     save_every: int = 50
@@ -241,7 +220,7 @@ def agents_loss(model, reference, batch, advantages, cfg, normalizer, temperatur
 # (the base is frozen under LoRA)
 GRADIENT_CHECKPOINTING = {"use_reentrant": False}
 # a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
-FILLER = team_rollouts.Sequence(0, 0, 0, [0], [0])
+FILLER = rollouts.Sequence(0, 0, 0, [0], [0])
 
 
 def llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world, temperature):
@@ -288,9 +267,15 @@ def llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world
                 bf16 = cfg.dtype == "bfloat16"
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     loss, kl = agents_loss(
-                        learner.module, learner.reference, batch, chunk_advantages, cfg,
-                        normalizers[e], temperature, learner.adapter,
-                    )  # fmt: skip
+                        learner.module,
+                        learner.reference,
+                        batch,
+                        chunk_advantages,
+                        cfg,
+                        normalizers[e],
+                        temperature,
+                        learner.adapter,
+                    )
                 loss.backward()
             loss_total, kl_total = loss_total + loss.item(), kl_total + kl
     for learner in (ln for ln in learners if ln.adapter is not None):  # DDP did the others
@@ -299,8 +284,13 @@ def llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     # loss and kl: the learners' mean (each learner's over its own sequences)
-    return {"loss": loss_total / len(learners), "kl": kl_total / len(learners), "trained": trained,
-            "tokens": sum(counts[1::2]), "grad_norm": float(norms.norm())}  # fmt: skip
+    return {
+        "loss": loss_total / len(learners),
+        "kl": kl_total / len(learners),
+        "trained": trained,
+        "tokens": sum(counts[1::2]),
+        "grad_norm": float(norms.norm()),
+    }
 
 
 def learners_of(models, cfg, device):
@@ -308,13 +298,19 @@ def learners_of(models, cfg, device):
     model (DDP-wrapped; with --beta, a frozen copy as the KL's reference)."""
     if cfg.lora_rank:
         model = models[0]
-        return [Learner(model, lora.adapter_parameters(model, k), k)
-                for k in range(lora.n_adapters(model))]  # fmt: skip
+        return [
+            Learner(model, lora.adapter_parameters(model, k), k)
+            for k in range(lora.n_adapters(model))
+        ]
     return [
-        Learner(wrap_ddp(m, device, find_unused=False), list(m.parameters()), None,
-                copy.deepcopy(m).eval().requires_grad_(False) if cfg.beta else None)
+        Learner(
+            wrap_ddp(m, device, find_unused=False),
+            list(m.parameters()),
+            None,
+            copy.deepcopy(m).eval().requires_grad_(False) if cfg.beta else None,
+        )
         for m in models
-    ]  # fmt: skip
+    ]
 
 
 def resumed(models, cfg, out, rank, device, extendable):
@@ -339,21 +335,21 @@ def train_agents_or_leader(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     if cfg.target == "leader":
-        pool, pool_stats = team_rollouts.peer_pool(cfg, rank, world, device)
+        pool, pool_stats = rollouts.peer_pool(cfg, rank, world, device)
         if rank == 0:
             (out / "pool.json").write_text(json.dumps(pool_stats))
     else:
         pool = training_pool(cfg)[cfg.val_n :]
-    models, team = team_rollouts.trained_team(cfg, device)
+    models, team = rollouts.trained_team(cfg, device)
     optimizer, holder, counters, log, learners = resumed(models, cfg, out, rank, device, "steps")
     pad = team.first.tokenizer.pad_token_id
     validation = training_pool(cfg)[: cfg.val_n]
     # the leader is validated over its peers' solutions
     if cfg.target == "leader" and cfg.eval_every:
-        validation = team_rollouts.peer_solutions(validation, cfg, rank, world, device)
+        validation = rollouts.peer_solutions(validation, cfg, rank, world, device)
 
     if cfg.eval_every and counters["step"] == 0:
-        team_rollouts.validate(models, team, validation, cfg, rank, world, device, log, 0)
+        rollouts.validate(models, team, validation, cfg, rank, world, device, log, 0)
     bar = tqdm(
         range(counters["step"], cfg.steps), desc=f"{cfg.algo} {cfg.target}", disable=rank != 0
     )
@@ -362,24 +358,40 @@ def train_agents_or_leader(cfg, rank, world, device):
         start = step * cfg.questions_per_step
         questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
         questions = questions[rank::world]
-        team_rollouts.refresh_rollout_weights(models, team)
+        rollouts.refresh_rollout_weights(models, team)
         if cfg.target == "leader":
-            sequences, rewards = team_rollouts.leader_rollouts(team, questions, cfg, step)
+            sequences, rewards = rollouts.leader_rollouts(team, questions, cfg, step)
         else:
-            sequences, rewards = team_rollouts.joint_rollouts(team, questions, cfg, step)
+            sequences, rewards = rollouts.joint_rollouts(team, questions, cfg, step)
         rollout_s = time.time() - began
         advantages = group_advantages(rewards, cfg)
         for m in models:
             without_dropout(m.train())  # the loss scores the tokens as the sampler drew them
-        update = llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world,
-                          cfg.rollout_temperature)  # fmt: skip
+        update = llm_step(
+            learners,
+            optimizer,
+            sequences,
+            advantages,
+            cfg,
+            pad,
+            device,
+            world,
+            cfg.rollout_temperature,
+        )
 
         flat = softrank.flat_groups(rewards).float()
         sums = all_reduce_sum(
-            [update["loss"], update["kl"], float(rewards.sum()), rewards.numel(),
-             float(flat.sum()), len(flat), update["trained"]],
+            [
+                update["loss"],
+                update["kl"],
+                float(rewards.sum()),
+                rewards.numel(),
+                float(flat.sum()),
+                len(flat),
+                update["trained"],
+            ],
             device,
-        )  # fmt: skip
+        )
         stats = {
             "loss": sums[0] / world,
             "kl": sums[1] / world,
@@ -396,14 +408,12 @@ def train_agents_or_leader(cfg, rank, world, device):
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
-            team_rollouts.validate(
-                models, team, validation, cfg, rank, world, device, log, step + 1
-            )
+            rollouts.validate(models, team, validation, cfg, rank, world, device, log, step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
-        saved = team_rollouts.save_trained(models, team.first.tokenizer, out, cfg)
+        saved = rollouts.save_trained(models, team.first.tokenizer, out, cfg)
         print(json.dumps({"steps": cfg.steps, "saved": saved}))
 
 
@@ -414,15 +424,15 @@ def train_sft(cfg, rank, world, device):
     default."""
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    models, team = team_rollouts.trained_team(cfg, device)
+    models, team = rollouts.trained_team(cfg, device)
     if cfg.solutions == "worked":
-        kept = team_rollouts.worked_solutions(team.first, cfg)
+        kept = rollouts.worked_solutions(team.first, cfg)
         if cfg.refine_contexts:
             contexts = make_engine(cfg, rank, device)
-            kept += team_rollouts.refine_examples(contexts, cfg, rank, world)
+            kept += rollouts.refine_examples(contexts, cfg, rank, world)
             del contexts
     else:
-        kept = team_rollouts.right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
+        kept = rollouts.right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
     if len(kept) < cfg.batch_size:
         raise UsageError(
             f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
@@ -437,41 +447,48 @@ def train_sft(cfg, rank, world, device):
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
 
     if cfg.eval_every and counters["step"] == 0:
-        team_rollouts.validate(models, team, validation, alone, rank, world, device, log, 0)
+        rollouts.validate(models, team, validation, alone, rank, world, device, log, 0)
     bar = tqdm(range(counters["step"], len(batches)), desc="sft-llm", disable=rank != 0)
     for step in bar:
         rows = batches[step][rank::world].tolist()
-        sequences = [team_rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
+        sequences = [rollouts.Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
         without_dropout(models[0].train())
-        update = llm_step(learners, optimizer, sequences, advantages, cfg, pad, device, world,
-                          temperature=1.0)  # fmt: skip
+        update = llm_step(
+            learners, optimizer, sequences, advantages, cfg, pad, device, world, temperature=1.0
+        )
         loss = all_reduce_sum([update["loss"]], device)[0] / world
         bar.set_postfix(loss=f"{loss:.4f}")
         log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == len(batches)):
-            team_rollouts.validate(models, team, validation, alone, rank, world, device, log,
-                                   step + 1)  # fmt: skip
+            rollouts.validate(models, team, validation, alone, rank, world, device, log, step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
             save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
         crash_if_asked(cfg, step + 1)
     if rank == 0:
-        saved = team_rollouts.save_trained(models, tokenizer, out, cfg)
+        saved = rollouts.save_trained(models, tokenizer, out, cfg)
         print(json.dumps({"solutions": len(kept), "steps": len(batches), "saved": saved}))
 
 
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_choice("--target", cfg.target, TARGETS)
+    # the trained weights are --model's; no policy decides, so no critic pass and no REFINE cost
+    for name in ("models", "critic", "refine_cost"):
+        if getattr(cfg, name) != getattr(GameConfig, name):
+            raise UsageError(f"{flag(name)}: train_llm.py trains --model's weights, without it")
     # MAGRPO with one agent is GRPO; a leader needs at least one peer
     check_game(cfg, min_agents=1, min_rounds=0)
+    check_at_least(cfg, 0, "val_n")
     check_choice("--algo", cfg.algo, tuple(ADVANTAGES))
     check_choice("--dtype", cfg.dtype, ("float32", "bfloat16"))
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
     check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
     if cfg.target == "sft" and cfg.solutions == "worked" and cfg.trailer:
-        raise UsageError("--solutions worked: worked solutions end in 'Answer: n' alone; they "
-                         "carry no Steps / Confidence trailer (drop --trailer)")  # fmt: skip
+        raise UsageError(
+            "--solutions worked: worked solutions end in 'Answer: n' alone; they "
+            "carry no Steps / Confidence trailer (drop --trailer)"
+        )
     if cfg.loss_agg:
         check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
     check_at_least(cfg, 1, "steps", "questions", "questions_per_step", "micro_batch", "save_every")
@@ -491,8 +508,9 @@ def check(cfg, world):
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
     if cfg.refine_contexts and (cfg.target != "sft" or cfg.solutions != "worked"):
-        raise UsageError("--refine-contexts: REFINE examples go with --target sft --solutions "
-                         "worked")  # fmt: skip
+        raise UsageError(
+            "--refine-contexts: REFINE examples go with --target sft --solutions worked"
+        )
     if cfg.refine_contexts:
         load_file(cfg.refine_contexts, "adapter")
     if cfg.init_adapter:

@@ -7,9 +7,9 @@
 Read top to bottom:
 1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
    questions. At every visited (agent, round) state, every action is evaluated with the peers'
-   actions held at what they did: R(s) in R^K (corpus.collect_states ->
-   deliberate.play(counterfactual=True)). Stored: the state, R, the behaviour action and the
-   behaviour policy's logits.
+   actions held at what they did: R(s) in R^K (counterfactual_rewards, from the games
+   deliberate.play played with every agent's REFINE sample drawn). Stored: the state, R, the
+   behaviour action and the behaviour policy's logits.
 2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient
    term; all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
      softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the
@@ -42,39 +42,48 @@ from tqdm import tqdm
 
 import softrank
 from common import (
+    GameConfig,
     MetricsLog,
     UsageError,
+    all_reduce_sum,
     batch_schedule,
     check_at_least,
     check_choice,
+    check_game,
     check_positive,
+    corpus_settings,
     crash_if_asked,
     distributed,
     global_mean,
     launch_world_size,
     load_checkpoint,
+    load_made_under,
     parse_config,
     save_checkpoint,
+    save_made_under,
     shard_rows,
+    stack_rows,
     user_errors,
     wrap_ddp,
 )
-from corpus import (
+from data import training_questions
+from deliberate import (
+    ACTION_KINDS,
+    PERSIST,
+    REFINE,
+    action_counts,
     action_distribution,
-    check_game,
+    check_team,
     collect_states,
-    corpus_statistics,
-    evaluate_policy,
-    load_corpus,
-    make_engine,
-    resolve_engine_dtype,
-    save_corpus,
-    states_to_tensors,
-    team_name,
-    training_questions,
+    concede,
+    load_policy,
+    n_actions,
+    outcome,
+    play,
+    save_policy,
+    shaped_reward,
 )
-from policy import check_team, load_policy, save_policy
-from state import n_actions
+from llm.team import make_engine, resolve_engine_dtype, team_name
 
 # the algorithms that score every action of a state (the corpus knows each one's reward)
 FULL_SET_ADVANTAGES = {
@@ -88,7 +97,7 @@ OBJECTIVES = ("expected", "unweighted", "eq4")
 
 
 @dataclass
-class Config:
+class Config(GameConfig):
     init: str = "runs/sft/policy.pt"
     """pi_sft (sft.py's policy.pt): the starting policy and pi_ref"""
     algo: str = "softrank"
@@ -107,7 +116,7 @@ class Config:
     """weight of the entropy bonus"""
     refine_cost: float = 0.5
     """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's
-    choice, the same accuracy as 0 at half the tokens"""
+    choice (results/README.md)"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -124,45 +133,12 @@ class Config:
     """AdamW learning rate"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
     questions: int = 256
     """training questions per iteration (a fresh slice each iteration)"""
     val_n: int = 64
     """held-out training-split questions for the validation accuracy"""
     eval_every: int = 0
     """optimizer steps between validation games (0: after each iteration only)"""
-    seed: int = 0
-    """question split, LLM calls, sampled actions, data order, initialization"""
-    agents: int = 3
-    """agents in the team"""
-    rounds: int = 3
-    """deliberation rounds after round 0"""
-    temperature: float = 0.5
-    """the agents' sampling temperature (the temperature study on validation questions)"""
-    max_new_tokens: int = 192
-    """token budget of each LLM call"""
-    trailer: bool = False
-    """ask the agents for the Steps / Confidence / Answer trailer"""
-    vote: str = "mean_prob"
-    """the vote's tie-break signal (state.VOTE_RULES)"""
-    model: str = ""
-    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
-    models: str = ""
-    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
-    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
-    engine (empty: --model for every agent)"""
-    dtype: str = "auto"
-    """the frozen backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU
-    or GPU runs it natively, else fp32; docs/design.md §11)"""
-    engine_batch_size: int = 128
-    """engine slots (sequences decoded together): 1.2x the tokens/s of 64 on 2 cores"""
-    cache_dir: str = "cache/generations"
-    """the generation cache (empty: off)"""
     out_dir: str = "runs/rl"
     """where policy.pt, summary.json, metrics.jsonl, the corpora and the checkpoint go"""
     save_every: int = 50
@@ -171,6 +147,83 @@ class Config:
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
+# --------------------------------------------------------------------------------------------------
+# 1. The corpus: every action of every visited state scored (docs/design.md §6)
+# --------------------------------------------------------------------------------------------------
+def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
+    """Every agent's shaped reward for each of its K actions, the peers held at what they actually
+    did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would
+    have drawn (refined[i]: same prompt, same seed) and pays refine_costs[i]."""
+    vectors = []
+    for i in range(len(before)):
+
+        def team_if(action):
+            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1 :]
+
+        vector = [
+            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
+        ]
+        vector[REFINE] -= refine_costs[i] if refine_costs else 0.0
+        vectors.append(vector)
+    return vectors
+
+
+def scored_states(engine, questions, behaviour, cfg, rank, world, desc):
+    """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
+    sample drawn), each with its counterfactual reward vector."""
+
+    def rewards(game, move):
+        ex = game.example
+        vectors = counterfactual_rewards(
+            move.before, move.after, move.refined, ex.answer, ex.task, move.costs
+        )
+        return [{"rewards": vector} for vector in vectors]
+
+    return collect_states(
+        engine, questions, behaviour, cfg, rank, world, rewards, refine_all=True, desc=desc
+    )
+
+
+def best_action_kinds(rewards):
+    """Which kind of action pays most in each state of a counterfactual corpus: the share of states
+    where PERSIST, REFINE or CONCEDE (to the best peer to concede to) alone reaches the state's
+    highest reward, the share where two kinds tie for it (flat states among them), and REFINE's
+    mean reward minus PERSIST's (its token cost included): whether refining ever pays, and where
+    (docs/design.md §6)."""
+    by_kind = torch.stack(
+        [rewards[:, PERSIST], rewards[:, REFINE], rewards[:, concede(0) :].amax(-1)], -1
+    )
+    winners = by_kind == by_kind.amax(-1, keepdim=True)
+    sole = winners.sum(-1) == 1
+    shares = {kind: (sole & winners[:, j]).float().mean() for j, kind in enumerate(ACTION_KINDS)}
+    shares["tied"] = (~sole).float().mean()
+    return {
+        "best_kind": {kind: round(float(v), 4) for kind, v in shares.items()},
+        "refine_minus_persist": float((rewards[:, REFINE] - rewards[:, PERSIST]).mean()),
+    }
+
+
+def corpus_statistics(tensors, k):
+    """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are
+    all equal (nothing to learn). frac_multi_valued: states with at least three distinct rewards,
+    the only ones where SoftRank and GRPO advantages can differ (with two values both give the same
+    two-level vector). best_kind, refine_minus_persist: best_action_kinds."""
+    rewards = tensors["rewards"]
+    distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
+    return {
+        "states": len(rewards),
+        "frac_zero_std": float(softrank.flat_groups(rewards).float().mean()),
+        "frac_multi_valued": float((distinct >= 3).float().mean()),
+        "behaviour_actions": action_distribution(tensors["action"], k),
+        "mean_reward_taken": float(rewards.gather(-1, tensors["action"][:, None]).mean()),
+        "mean_reward_best": float(rewards.amax(-1).mean()),
+        **best_action_kinds(rewards),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. The update (docs/design.md §6)
+# --------------------------------------------------------------------------------------------------
 def transform_rewards(rewards, cfg):
     """The robustness study's change of reward scale: R -> scale * R, then exp(R) with
     --reward-transform exp."""
@@ -249,10 +302,24 @@ def frozen_copy(policy):
 
 
 def validate(engine, questions, policy, cfg, rank, world, device, log, step):
-    """The team's greedy accuracy under `policy` on the validation questions, logged at `step`."""
+    """The team's greedy accuracy, tokens per question and actions under `policy` on the validation
+    questions, every rank on its shard, logged at `step`."""
     if not questions:  # --val-n 0
         return {"val_accuracy": None, "validation": "none (--val-n 0)"}
-    result = evaluate_policy(engine, questions, frozen_copy(policy), cfg, rank, world, device)
+    games = play(engine, questions[rank::world], frozen_copy(policy), cfg)
+    results = [g.transcript() for g in games]
+    counts = action_counts(results)
+    sums = all_reduce_sum(
+        [sum(r["correct"] for r in results), sum(r["tokens"] for r in results), len(results)]
+        + [counts[k] for k in ACTION_KINDS],
+        device,
+    )
+    correct, tokens, n, counts = sums[0], sums[1], sums[2], sums[3:]
+    result = {
+        "val_accuracy": correct / n,
+        "val_tokens": tokens / n,
+        "val_actions": {k: round(c / max(sum(counts), 1), 4) for k, c in zip(ACTION_KINDS, counts)},
+    }
     log.write(step=step, **result)
     if rank == 0:
         print(
@@ -266,12 +333,14 @@ def validate(engine, questions, policy, cfg, rank, world, device, log, step):
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_game(cfg)
+    check_at_least(cfg, 0, "val_n")
     check_choice("--algo", cfg.algo, ALGOS)
     check_choice("--objective", cfg.objective, OBJECTIVES)
     check_choice("--reward-transform", cfg.reward_transform, ("none", "exp"))
     check_at_least(cfg, 1, "iterations", "epochs", "questions", "save_every")
-    check_at_least(cfg, world, "batch_size")  # every rank takes rows of every global batch
-    check_at_least(cfg, 0, "beta", "lam", "eval_every", "refine_cost", "weight_decay")
+    # every rank takes rows of every global batch
+    check_at_least(cfg, world, "batch_size")
+    check_at_least(cfg, 0, "beta", "lam", "eval_every", "weight_decay")
     # a negative scale would reverse the rewards' order
     check_positive(cfg, "lr", "tau", "clip", "reward_scale")
     if not Path(cfg.init).is_file():
@@ -284,16 +353,15 @@ def train(cfg, rank, world, device):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg.init).train()
-    policy.config["agents"] = (
-        cfg.agents
-    )  # a shared policy plays any team size (check_team): record this one
+    # a shared policy plays any team size (check_team): record this one
+    policy.config["agents"] = cfg.agents
     reference = load_policy(cfg.init)  # pi_ref = pi_sft, fixed
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank, cfg)
     counters = counters or {"iteration": 0, "step": 0, "global_step": 0}
     if counters["iteration"] >= cfg.iterations and (out / "summary.json").is_file():
-        # a finished run, started again (by hand or by
-        # a study script): nothing to train or overwrite
+        # a finished run, started again (by hand or by a study script): nothing to train or
+        # overwrite
         if rank == 0:
             print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
         return json.loads((out / "summary.json").read_text())
@@ -302,26 +370,25 @@ def train(cfg, rank, world, device):
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
     k = n_actions(cfg.agents)
     _, val_questions = training_questions(cfg)
+    settings = corpus_settings(cfg, "questions", "val_n", "init")
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]
     for iteration in range(counters["iteration"], cfg.iterations):
-        # 1. the corpus of this iteration, played by the
-        # current policy (collected once, then read back)
+        # 1. the corpus of this iteration, played by the current policy (collected once, then
+        # read back)
         questions, _ = training_questions(cfg, iteration)
         behaviour = frozen_copy(policy)
-        rows = load_corpus(out / f"corpus-{iteration}.pt", cfg)
+        path = out / f"corpus-{iteration}.pt"
+        rows = load_made_under(path, settings, "corpus")
         if rows is None:
-            rows = collect_states(
-                engine, questions, behaviour, cfg, counterfactual=True, rank=rank, world=world,
-                desc=f"corpus {iteration}", refine_cost=cfg.refine_cost,
-            )  # fmt: skip
-            old_logits = policy_logits(behaviour, states_to_tensors(rows)).tolist()
-            for row, logits in zip(rows, old_logits):
+            desc = f"corpus {iteration}"
+            rows = scored_states(engine, questions, behaviour, cfg, rank, world, desc)
+            old_logits = policy_logits(behaviour, stack_rows(rows, ("own", "peers"), ("agent",)))
+            for row, logits in zip(rows, old_logits.tolist()):
                 # what the behaviour actions were sampled from (PPO's ratio)
                 row["old_logits"] = logits
-            save_corpus(rows, out / f"corpus-{iteration}.pt", rank, cfg)
-        tensors = states_to_tensors(rows)
-        tensors["old_logits"] = torch.tensor([r["old_logits"] for r in rows])
+            save_made_under(rows, path, settings, rank)
+        tensors = stack_rows(rows, ("own", "peers", "rewards", "old_logits"), ("agent", "action"))
         tensors["ref_logits"] = policy_logits(reference, tensors)
         corpus_stats = corpus_statistics(tensors, k)
         if rank == 0:

@@ -19,7 +19,7 @@ from pathlib import Path
 from common import UsageError, parse_config, user_errors
 
 KINDS = ("persist", "refine", "concede")
-# short names of the state features a transcript keeps (policy.EXPLAINED_FEATURES)
+# short names of the state features a transcript keeps (deliberate.EXPLAINED_FEATURES)
 SHORT = {
     "mean_prob": "mean p",
     "min_prob": "min p",
@@ -78,7 +78,7 @@ def peers_of(agent, agents):
 
 
 def action_name(action, agent, agents):
-    """state.py's encoding: PERSIST, REFINE, then CONCEDE to each peer in agent order."""
+    """deliberate.py's actions: PERSIST, REFINE, then CONCEDE to each peer in agent order."""
     if action < 2:
         return KINDS[action].upper()
     return f"CONCEDE→A{peers_of(agent, agents)[action - 2]}"

@@ -41,6 +41,8 @@ __all__ = [
     "load_stats",
     "read_records",
     "split_of",
+    "training_pool",
+    "training_questions",
 ]
 
 
@@ -99,3 +101,27 @@ def load_task(
             f"asked for n={n} examples but task {name!r} ({split}) has only {len(examples)}"
         )
     return random.Random(seed).sample(examples, n)
+
+
+def training_pool(cfg):
+    """The training split of a script's task (of a file: the ~5/6 that split_of puts in train) in a
+    seeded shuffle (cfg: task, path, level, seed); the first `val_n` are the validation
+    questions."""
+    kw = {"level": cfg.level} if cfg.level else {}
+    pool = load_task(cfg.task, path=cfg.path or None, split="train", **kw)
+    random.Random(cfg.seed).shuffle(pool)
+    return pool
+
+
+def training_questions(cfg, iteration=0):
+    """(training questions of `iteration`, validation questions): disjoint slices of training_pool.
+    The validation slice comes first, so it stays the same as the questions or iterations grow."""
+    pool = training_pool(cfg)
+    start = cfg.val_n + iteration * cfg.questions
+    if start + cfg.questions > len(pool):
+        raise DataError(
+            f"task {cfg.task!r} has {len(pool)} training questions: not enough for "
+            f"val_n={cfg.val_n} + questions={cfg.questions} per iteration over {iteration + 1} "
+            "iteration(s)"
+        )
+    return pool[start : start + cfg.questions], pool[: cfg.val_n]

@@ -37,10 +37,19 @@ from bench_common import (  # noqa: E402
 import common  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import check_choice, machine, parse_config, user_errors, write_result  # noqa: E402
+from common import (  # noqa: E402
+    GameConfig,  # noqa: E402
+    check_choice,
+    machine,
+    parse_config,
+    user_errors,
+    write_result,
+)
+from deliberate import parse_solution  # noqa: E402
+from eval import run_protocol  # noqa: E402
 from llm import backbone, lora  # noqa: E402
-from llm.engine import Engine, call_seed  # noqa: E402
-from state import parse_solution  # noqa: E402
+from llm.cache import call_seed  # noqa: E402
+from llm.engine import Engine  # noqa: E402
 
 
 @dataclass
@@ -193,7 +202,7 @@ def bench_round(cfg):
     a bf16 run adds its own under "bfloat16"."""
     n, dtypes = cfg.n or 200, bench_dtypes(cfg)
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents,
         rounds=1,
         temperature=0.0,
@@ -302,7 +311,7 @@ def bench_debate(cfg):
         batch_size=cfg.engine_batch_size,
         progress=True,
     )
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents,
         rounds=cfg.rounds,
         temperature=cfg.temperature,
@@ -311,7 +320,7 @@ def bench_debate(cfg):
         seed=cfg.seed,
     )
     start = time.time()
-    deliberate.run_protocol(engine, examples, "debate", game)
+    run_protocol(engine, examples, "debate", game)
     engine_s = time.time() - start
     print(f"engine: {engine_s:.0f} s; now the usual way", file=sys.stderr)
     model, tokenizer = engine.model, engine.tokenizer
@@ -406,9 +415,7 @@ def bench_team(cfg, repeats=2):
     merged = [Engine(model=lora.merged_copy(model, k), tokenizer=plain.tokenizer,
                      batch_size=cfg.engine_batch_size) for k in range(cfg.agents)]  # fmt: skip
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    calls = deliberate.solve_calls(
-        examples, deliberate.GameConfig(agents=cfg.agents, seed=cfg.seed)
-    )
+    calls = deliberate.solve_calls(examples, GameConfig(agents=cfg.agents, seed=cfg.seed))
     prompts, seeds, agents = zip(*((plain.chat(p), seed, i) for _, p, seed, i in calls))
     budget = {"max_new_tokens": cfg.max_new_tokens, "temperature": 0.0}
 

@@ -12,8 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import deliberate  # noqa: E402
+from deliberate import parse_solution  # noqa: E402
 from llm import backbone  # noqa: E402
-from state import parse_solution  # noqa: E402
 
 
 def matmul_peak_flops(dtype):

@@ -24,10 +24,8 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import corpus  # noqa: E402
 import data  # noqa: E402
 import deliberate  # noqa: E402
-import state  # noqa: E402
 from llm import backbone  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
@@ -54,7 +52,7 @@ def trl(steps, dtype, root):
 
     # our run's questions, in order (train_llm.py's default task and seed)
     pool_of = SimpleNamespace(task="arith", path="", level=0, seed=0)
-    examples = corpus.training_pool(pool_of)[: PROMPTS * steps]
+    examples = data.training_pool(pool_of)[: PROMPTS * steps]
     dataset = Dataset.from_list(
         [
             {
@@ -68,7 +66,9 @@ def trl(steps, dtype, root):
     def correctness(completions, answer, **_):
         return [
             float(
-                data.is_correct(state.parse_solution(c[0]["content"], "arith").answer, a, "arith")
+                data.is_correct(
+                    deliberate.parse_solution(c[0]["content"], "arith").answer, a, "arith"
+                )
             )
             for c, a in zip(completions, answer)
         ]

@@ -9,8 +9,8 @@ The round-0 solutions are the game's own calls (deliberate.solve_calls: same pro
 eval.py, so they come from the generation cache when eval.py made them). Signals: the critic as it
 was (p(Correct) from the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs
 `In`), the critic as it is (deliberate.run_critic: each verdict scored by its whole token sequence),
-and the free generation-confidence signals (state.generation_confidence). AUROC 0.5 is chance; below
-0.5 the signal points the wrong way.
+and the free generation-confidence signals (deliberate.generation_confidence). AUROC 0.5 is
+chance; below 0.5 the signal points the wrong way.
 """
 
 import dataclasses
@@ -23,11 +23,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import parse_config, write_result  # noqa: E402
-from corpus import make_engine  # noqa: E402
-from llm.team import as_team  # noqa: E402
-from state import CONFIDENCE_SIGNALS  # noqa: E402
-from stats import auroc  # noqa: E402
+from common import (  # noqa: E402
+    GameConfig,  # noqa: E402
+    parse_config,
+    write_result,
+)
+from deliberate import CONFIDENCE_SIGNALS  # noqa: E402
+from eval import auroc  # noqa: E402
+from llm.team import as_team, make_engine  # noqa: E402
 
 
 @dataclass
@@ -77,7 +80,7 @@ def main(cfg):
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
     team = make_engine(cfg, rank=0)
     engine = as_team(team).first
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents,
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,

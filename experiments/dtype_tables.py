@@ -8,7 +8,7 @@ results/dtype/ and results/bench/*-dtypes.json (experiments/report.py puts them 
 
 from tables import load, mean, missing, pooled, summary_of
 
-from stats import format_paired, paired_difference, sample_std
+from eval import format_paired, paired_difference, sample_std
 
 SEEDS = (0, 1, 2)
 # table a's file part -> (the protocol's key in an eval.py JSON of the dtype pieces, its name)

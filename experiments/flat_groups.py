@@ -23,9 +23,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import parse_config, write_result  # noqa: E402
-from llm.engine import Engine, call_seed  # noqa: E402
-from state import majority_vote  # noqa: E402
+from common import (  # noqa: E402
+    GameConfig,  # noqa: E402
+    parse_config,
+    write_result,
+)
+from deliberate import majority_vote  # noqa: E402
+from llm.cache import call_seed  # noqa: E402
+from llm.engine import Engine  # noqa: E402
 
 GROUPS = (2, 4, 8)
 
@@ -46,14 +51,12 @@ class Config:
 def main(cfg):
     examples = data.load_task("arith", split="train", n=cfg.n, seed=cfg.seed, level=cfg.level)
     engine = Engine(cache_dir=cfg.cache_dir or None, progress=True)
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens
     )
     G = max(GROUPS)
     if cfg.target == "leader":
-        peers_game = deliberate.GameConfig(
-            agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed
-        )
+        peers_game = GameConfig(agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
         peers = deliberate.per_question(
             [
                 s

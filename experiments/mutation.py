@@ -1,4 +1,4 @@
-"""Mutation testing, one module of the method at a time (issue 43).
+"""Mutation testing, one module of the method or of its plumbing at a time.
 
 mutmut makes many small edits of a module's code (a mutant each: `<` for `<=`, `i` for `i + 1`, a
 dropped argument), and runs the tests that reach the edited function against each one. A mutant the
@@ -8,7 +8,7 @@ edit cannot change any result). A development tool, run outside `make test` and 
 requirements.txt:
 
     pip install mutmut==3.3.1
-    python experiments/mutation.py policy      # -> results/mutation/policy.json
+    python experiments/mutation.py deliberate  # -> results/mutation/deliberate.json
     python experiments/mutation.py --list      # the modules and the tests that cover each
 
 Each run works in a fresh scratch copy of the repository, runs/mutation/<module>/ (`mutmut browse`
@@ -38,24 +38,17 @@ VERSION = "3.3.1"
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
 MODULES = {
     "softrank": ("softrank.py", ["tests/test_softrank.py", "tests/test_llm_losses.py"], []),
-    "state": ("state.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
-    "policy": (
-        "policy.py",
-        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_safe_loading.py"],
-        ["tiny_model", "a_script_refuses"],
-    ),
+    # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
+    # load and a training run for each mutant its tests reach
     "deliberate": (
         "deliberate.py",
-        ["tests/test_meaning.py", "tests/test_game.py", "tests/test_protocols.py"],
-        ["tiny_model"],
-    ),
-    # corpus: in-process tests only (3.5 minutes for all 685 mutants on two busy cores).
-    # tests/test_train.py runs sft.py / train_rl.py as subprocesses, a model load and a training run
-    # for each mutant its tests reach; what they rely on of corpus.py tests/test_corpus.py pins in
-    # process
-    "corpus": (
-        "corpus.py",
-        ["tests/test_meaning.py", "tests/test_safe_loading.py", "tests/test_corpus.py"],
+        [
+            "tests/test_meaning.py",
+            "tests/test_game.py",
+            "tests/test_protocols.py",
+            "tests/test_corpus.py",
+            "tests/test_safe_loading.py",
+        ],
         ["tiny_model", "a_script_refuses"],
     ),
     "answers": (
@@ -63,6 +56,31 @@ MODULES = {
         ["tests/test_data.py", "tests/test_meaning.py", "tests/test_answers.py"],
         [],
     ),
+    # the plumbing: what tests/test_common.py pins in process (the scripts' subprocess runs, resume
+    # after SIGKILL and torchrun, left out as above)
+    "common": (
+        "common.py",
+        ["tests/test_common.py", "tests/test_safe_loading.py", "tests/test_cli.py"],
+        ["a_script_refuses", "every_flag_has"],
+    ),
+    "llm.team": ("llm/team.py", ["tests/test_common.py", "tests/test_protocols.py"], []),
+    "llm.rollouts": (
+        "llm/rollouts.py",
+        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
+        ["default_model", "sigkill", "torchrun", "lowers_the_loss", "trains_"],
+    ),
+    "llm.cache": ("llm/cache.py", ["tests/test_cache.py", "tests/test_engine.py"], ["torchrun"]),
+    "llm.sampling": ("llm/sampling.py", ["tests/test_engine.py"], []),
+    "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
+    "llm.logprobs": (
+        "llm/logprobs.py",
+        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
+        [],
+    ),
+    "llm.lora": ("llm/lora.py", ["tests/test_lora.py"], []),
+    "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
+    "llm.engine": ("llm/engine.py", ["tests/test_engine.py"], []),
+    "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)
@@ -108,17 +126,8 @@ BLANKS = (
 )
 VERDICT_AXIS = "the critic's scores are (prompts, 2 verdicts): dim +1 is dim -1"
 UNREAD_COST = (
-    "a cost is read only for an agent that REFINEs (times a == REFINE), or in counterfactual play, "
-    "after every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
-)
-LED_FIRST = "round 0 (t = 0) assigns `led` before any later round reads it"
-STATES_AXIS = (
-    "rewards are (states, K), the stacked kinds (states, 3): axis 1 is axis -1 (stacking 1-D "
-    "tensors, dim 1 is dim -1 too)"
-)
-NO_MODELS = (
-    '`models` is only tested for truth: "" and None (getattr\'s default, or the value a team '
-    "member's engine is made with) are both falsy"
+    "a cost is read only for an agent that REFINEs (times a == REFINE), or with refine_all, after "
+    "every agent's REFINE sample has overwritten it: the initial value never reaches a reward"
 )
 EQUIVALENT = {
     "softrank": {
@@ -163,19 +172,6 @@ EQUIVALENT = {
         },
         "softrank.x_unweighted_softrank_loss__mutmut_7": "weighted=None is falsy, as False is",
     },
-    "policy": {
-        "policy.x_sample_actions__mutmut_3": AXIS,
-        "policy.x_sample_actions__mutmut_8": AXIS,
-        "policy.x_sample_actions__mutmut_11": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_23": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_40": AXIS,
-        "policy.xǁPolicyNetǁforward__mutmut_9": NEED_WEIGHTS,
-        "policy.xǁPolicyNetǁforward__mutmut_13": NEED_WEIGHTS,
-        "policy.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
-        "policy.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
-        "policy.xǁMetaPolicyǁ__init____mutmut_31": "register_buffer takes persistent=None as False",
-        "policy.xǁMetaPolicyǁ__init____mutmut_44": "register_buffer takes persistent=None as False",
-    },
     "answers": {
         **{
             f"data.answers.x_{name}": SAME_TEXT
@@ -217,32 +213,41 @@ EQUIVALENT = {
         "data.answers.x__parse__mutmut_1": "every caller passes `units`: the default is never used",
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
-    "deliberate": {
-        "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
-        "deliberate.x_play__mutmut_121": UNREAD_COST,
-        "deliberate.x_lead__mutmut_48": LED_FIRST,
+    "common": {
+        **{
+            f"common.x_batch_schedule__mutmut_{n}": (
+                "call_seed is 15 hex digits, below 2**60: any modulus above that leaves it as it is"
+            )
+            for n in (20, 21)
+        },
+        **{
+            f"common.x_set_rng_states__mutmut_{n}": (
+                "numpy's set_state converts the key to uint32 itself, and the key's values (from "
+                "a uint32 array) fit: the dtype asked for changes nothing"
+            )
+            for n in (9, 11)
+        },
+        "common.x_load_checkpoint__mutmut_41": (
+            "a setting in `changed` differs from the checkpoint's (!=): >= and > agree on it"
+        ),
     },
-    "corpus": {
-        **{
-            f"corpus.x_{name}": STATES_AXIS
-            for name in (
-                "best_action_kinds__mutmut_9",
-                "best_action_kinds__mutmut_11",
-                "best_action_kinds__mutmut_19",
-                "best_action_kinds__mutmut_24",
-                "corpus_statistics__mutmut_32",
-                "corpus_statistics__mutmut_40",
-            )
-        },
-        **{
-            f"corpus.x_{name}": NO_MODELS
-            for name in (
-                "check_game__mutmut_96",
-                "check_game__mutmut_116",
-                "make_engine__mutmut_5",
-                "make_engine__mutmut_27",
-            )
-        },
+    "llm.team": {
+        "llm.team.x_make_engine__mutmut_18": (
+            '`models` is only tested for truth (`if cfg.models`): "" and None both end the '
+            "recursion into one base's engine"
+        )
+    },
+    "deliberate": {
+        "deliberate.x_sample_actions__mutmut_3": AXIS,
+        "deliberate.x_sample_actions__mutmut_8": AXIS,
+        "deliberate.x_sample_actions__mutmut_11": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_23": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_40": AXIS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_9": NEED_WEIGHTS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_13": NEED_WEIGHTS,
+        "deliberate.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
+        "deliberate.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
+        "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
     },
 }
 
@@ -317,7 +322,7 @@ def read_results(work, path):
     return results
 
 
-def run(module, max_children, out, summarize_only=False):
+def run(module, max_children, out, summarize_only=False, only=()):
     try:
         import mutmut
     except ImportError:
@@ -336,12 +341,15 @@ def run(module, max_children, out, summarize_only=False):
         env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         with open(log, "w") as f:
             proc = subprocess.run(
-                [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children)],
+                [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children), *only],
                 cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         if proc.returncode != 0:
             sys.exit(f"mutmut failed (exit {proc.returncode}): see {log}")
     results = read_results(work, path)
+    if only:
+        # the mutants of the functions named: the others were not run
+        results = {n: r for n, r in results.items() if r[0] != "not checked"}
     equivalent = EQUIVALENT.get(module, {})
     statuses = Counter(status for status, _ in results.values())
     survivors = [
@@ -363,6 +371,7 @@ def run(module, max_children, out, summarize_only=False):
         "machine": machine(),
         "tests": tests,
         "tests_left_out": deselect,
+        "only": list(only),
         "mutants": len(results),
         "killed": statuses["killed"],
         "survived": len(survivors),
@@ -400,13 +409,19 @@ def main():
         help="write the JSON from the last mutmut run in runs/mutation/<module>/ (after new "
         "equivalents are reviewed, or a run stopped while writing it); wall_s counts this only",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=(),
+        help="mutmut's names of the mutants to run (globs, e.g. 'deliberate.x_play__mutmut_*')",
+    )
     args = parser.parse_args()
     if args.list or not args.module:
         for name, (path, tests, deselect) in MODULES.items():
             left_out = f" (not: {', '.join(deselect)})" if deselect else ""
             print(f"{name:11s} {path:16s} {' '.join(tests)}{left_out}")
         return
-    run(args.module, args.max_children, args.out, args.summarize_only)
+    run(args.module, args.max_children, args.out, args.summarize_only, tuple(args.only))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What a learned policy's REFINEs (and CONCEDEs) are worth in the test games (issue 35): the policy
 plays its team's games greedily, as eval.py's mpdf=POLICY protocol does, and at every decision every
-agent's reward for each of its K actions is computed too (deliberate.counterfactual_rewards, the
+agent's reward for each of its K actions is computed too (train_rl.counterfactual_rewards, the
 peers held at what they did). For each kind of action the policy took, the mean of the reward it got
 minus the reward PERSIST would have got, with a bootstrap 95% interval over decisions.
 
@@ -25,28 +25,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data  # noqa: E402
 import deliberate  # noqa: E402
-from common import machine, parse_config, write_result  # noqa: E402
-from corpus import check_models, make_engine, resolve_engine_dtype  # noqa: E402
-from policy import make_policy  # noqa: E402
-from state import ACTION_KINDS, PERSIST, REFINE, action_kind  # noqa: E402
+from common import GameConfig, check_models, machine, parse_config, write_result  # noqa: E402
+from deliberate import ACTION_KINDS, PERSIST, REFINE, action_kind, make_policy  # noqa: E402
+from llm.team import make_engine, resolve_engine_dtype  # noqa: E402
+from train_rl import counterfactual_rewards  # noqa: E402
 
 
 @dataclass
-class Config:
+class Config(GameConfig):
     policy: str = ""  # a policy file (train_rl.py / sft.py) or a fixed one: persist | random | ...
-    task: str = "arith"
     split: str = "test"
     n: int = 300
-    seed: int = 0  # the test questions, every LLM call's seed (as eval.py --seed)
-    agents: int = 3
-    rounds: int = 3
-    temperature: float = 0.5
-    max_new_tokens: int = 192
-    model: str = ""
-    models: str = ""  # the team, as eval.py --models
     dtype: str = "float32"
-    engine_batch_size: int = 128
-    cache_dir: str = "cache/generations"
     out: str = ""
 
 
@@ -99,10 +89,14 @@ def main(cfg):
     cfg, dtype_reason = resolve_engine_dtype(cfg)
     examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
     engine = make_engine(cfg, 0)
-    game = deliberate.game_config(cfg)
-    transcripts = deliberate.play(
-        engine, examples, make_policy(cfg.policy), game, counterfactual=True
-    )
+    games = deliberate.play(engine, examples, make_policy(cfg.policy), cfg, refine_all=True)
+    transcripts = [game.transcript() for game in games]
+    for game in games:
+        ex = game.example
+        for move, record in zip(game.moves, game.rounds[1:]):
+            record["reward_vectors"] = counterfactual_rewards(
+                move.before, move.after, move.refined, ex.answer, ex.task, move.costs
+            )
     correct = [tr["rounds"][-1]["correct"] for tr in transcripts]
     return write_result(
         {

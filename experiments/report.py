@@ -56,8 +56,8 @@ from team_tables import (  # noqa: E402
     team_sentence,
 )
 
-from state import ACTION_KINDS  # noqa: E402
-from stats import format_paired, paired_difference, sample_std  # noqa: E402
+from deliberate import ACTION_KINDS  # noqa: E402
+from eval import format_paired, paired_difference, sample_std  # noqa: E402
 
 DOCUMENTS = ("README.md", "results/README.md")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it

@@ -1,9 +1,13 @@
-"""Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, and the eval
+"""Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, each run's
+metrics.jsonl, its corpus (every state's key, observation and action, and the oracle label of a
+stage-1 corpus, the counterfactual reward vector and behaviour logits of a stage-2 one) and the eval
 tables.
 
 python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
 """
 
+import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +24,28 @@ def table(folder):
     return [re.sub(r"[ -]+", " ", line).strip() for line in text.splitlines()]
 
 
+def llm_step(folder):
+    """A train_llm.py step: its logged loss, grad norm and reward (not its timings), and the sha256
+    of the adapter it saved with its tensors' sum."""
+    [record] = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    kept = {k: record[k] for k in ("loss", "kl", "grad_norm", "mean_reward", "tokens")}
+    adapter = folder / "adapter.pt"
+    total = sum(float(t.double().sum()) for t in load_file(adapter, "adapter")["tensors"].values())
+    return {
+        **kept,
+        "adapter_sha256": hashlib.sha256(adapter.read_bytes()).hexdigest()[:16],
+        "adapter_sum": total,
+    }
+
+
+def corpus_rows(path):
+    """What a corpus holds of each state (a stage-2 corpus once kept oracle labels too: the
+    comparison reads the fields both files store)."""
+    fields = ("key", "own", "peers", "agent", "action", "label", "rewards", "old_logits")
+    rows = load_file(path, "corpus")["rows"]
+    return [{k: r[k] for k in fields if r.get(k) is not None} for r in rows]
+
+
 if __name__ == "__main__":
     before, after = sys.argv[1:3]
     same = True
@@ -32,6 +58,21 @@ if __name__ == "__main__":
         print(
             f"{run}/policy.pt: {'bit-identical' if identical else 'DIFFERENT'} ({len(a)} tensors)"
         )
+        metrics = [(Path(d) / run / "metrics.jsonl").read_text() for d in (before, after)]
+        same &= metrics[0] == metrics[1]
+        print(f"{run}/metrics.jsonl: {'identical' if metrics[0] == metrics[1] else 'DIFFERENT'}")
+        name = "corpus.pt" if run.startswith("sft") else "corpus-0.pt"
+        rows = [corpus_rows(Path(d) / run / name) for d in (before, after)]
+        fields = [k for k in rows[0][0] if k in rows[1][0]]
+        rows = [[{k: r[k] for k in fields} for r in version] for version in rows]
+        same &= rows[0] == rows[1]
+        verdict = "identical" if rows[0] == rows[1] else "DIFFERENT"
+        print(f"{run}/{name}: {verdict} ({len(rows[0])} states: {', '.join(fields)})")
+    for run in ("magrpo", "mlpo"):
+        steps = [llm_step(Path(d) / run) for d in (before, after)]
+        same &= steps[0] == steps[1]
+        verdict = "identical" if steps[0] == steps[1] else "DIFFERENT"
+        print(f"{run}: loss, grad norm, reward and saved adapter {verdict}: {steps[1]}")
     tables = table(before) == table(after)
     print(f"eval table: {'identical' if tables else 'DIFFERENT'}")
     sys.exit(0 if same and tables else 1)

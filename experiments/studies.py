@@ -8,7 +8,7 @@ import plots
 import tables
 from tables import NO_PNG, fmt, load, mean, missing, protocol_cells, read_metrics, summary_of
 
-from stats import format_paired, paired_difference, sample_std
+from eval import format_paired, paired_difference, sample_std
 
 
 def bench_table():

@@ -15,7 +15,7 @@ RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT))
 import plots  # noqa: E402
 
-from stats import format_paired, paired_difference, sample_std  # noqa: E402
+from eval import format_paired, paired_difference, sample_std  # noqa: E402
 
 NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
 

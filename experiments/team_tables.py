@@ -5,7 +5,7 @@ trained (results/after/), and which kind of action pays in each team's counterfa
 from pieces import team_members, team_rl_algos
 from tables import by_seed, fmt, load, mean, missing, pictures_of, pooled, summary_of
 
-from stats import format_paired, paired_difference, sample_std
+from eval import format_paired, paired_difference, sample_std
 
 PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
 DEBATE_ADAPTERS = "magrpo-debate-L1-seed{}"  # MAGRPO on debate from the base

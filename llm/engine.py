@@ -1,11 +1,11 @@
 """The engine: batched text generation over any HF causal LM, with an on-disk cache of generations.
 
 A short hand-written sampling loop with a KV cache and continuous batching, tested token for token
-against HF `generate` (tests/test_engine.py). Every script reaches it through deliberate.py
-(`deliberate.Engine`); backbone.py loads the model itself. Read top to bottom:
+against HF `generate` (tests/test_engine.py). Every script makes it through llm/team.py
+(`make_engine`, from the script's flags); backbone.py loads the model itself. Read top to bottom:
   Completion, Sample  - one generated text (what generate returns), one sampled row (sample's)
   Engine              - generate (continuous batching) and teacher-forced log-probs
-Beside it (their names are importable from here too):
+Beside it:
   sampling.py         - how the next token is drawn (pick_next_tokens: temperature / top-p, one
                         torch.Generator per row) and check_sampling
   prefill.py          - how Engine runs prompts (its base class Prefill): prefix sharing
@@ -31,19 +31,10 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from llm import lora
 from llm.backbone import default_model_path, load_model, resolve_dtype
-from llm.cache import (  # noqa: F401 (call_seed: re-exported for the importers of llm.engine)
-    GenerationCache,
-    call_seed,
-    weights_fingerprint,
-)
+from llm.cache import GenerationCache, weights_fingerprint
 from llm.kvcache import OneDNNLinears, PreallocatedLayer
-from llm.prefill import (  # noqa: F401 (re-exported for the importers of llm.engine)
-    Prefill,
-    common_prefix_length,
-    padded_chunks,
-    prefix_groups,
-)
-from llm.sampling import check_sampling, pick_next_tokens  # noqa: F401 (re-exported)
+from llm.prefill import Prefill
+from llm.sampling import check_sampling, pick_next_tokens
 
 
 @dataclass

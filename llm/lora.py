@@ -110,9 +110,11 @@ def add_lora(model, rank, alpha, adapters=0, seed=0, parts=()):
     targets = [
         name
         for name, m in model.named_modules()
-        if type(m) is torch.nn.Linear and m is not head and ".lora_" not in name
+        if type(m) is torch.nn.Linear
+        and m is not head
+        and ".lora_" not in name
         and (not parts or any(part in name for part in parts))
-    ]  # fmt: skip
+    ]
     if not targets:
         wanted = f" named with any of {list(parts)}" if parts else ""
         raise ValueError(f"{type(model).__name__}: no nn.Linear layers{wanted} to adapt")

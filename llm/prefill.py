@@ -51,8 +51,9 @@ class Prefill:
         logits = []
         for first, last in lora.adapter_runs(adapters, split=self.continuous):
             with lora.selecting(self.model, slot_adapters[row + first : row + last]):
-                run = self.prefill(batch_ids[first:last], cache=cache, mask=mask, row=row + first,
-                                   end=end)  # fmt: skip
+                run = self.prefill(
+                    batch_ids[first:last], cache=cache, mask=mask, row=row + first, end=end
+                )
             logits.append(run[:, -1])
         return torch.cat(logits)
 

@@ -6,9 +6,18 @@ call per model (docs/design.md §10).
   Member    - an agent's engine and adapter (None: the engine's model as it is)
   Team      - generate() routes each prompt to its agent's member
   as_team   - an Engine as the team whose every agent is that engine
+From a script's config (common.GameConfig, whose flags common.check_game checks):
+  team_name                         - what a run's files call its team
+  resolve_engine_dtype, make_engine - the engine (or team) of one rank
 """
 
+from dataclasses import replace
 from typing import NamedTuple
+
+from common import FileRefused, load_file, team_entries
+from llm import lora
+from llm.backbone import resolve_dtype
+from llm.engine import Engine
 
 
 class Member(NamedTuple):
@@ -65,3 +74,48 @@ class Team:
 
 def as_team(engine):
     return engine if isinstance(engine, Team) else Team([Member(engine)])
+
+
+def team_name(cfg):
+    """What a run's files and header call its team: the --models list, else the one model."""
+    return cfg.models or cfg.model or "default"
+
+
+def resolve_engine_dtype(cfg, device="cpu"):
+    """(cfg with --dtype auto replaced by the dtype the engines run on `device`, why): the scripts
+    record both in their files and print them with their results (a refused run prints only its
+    error line). On a CPU, auto probes the model's shapes at --engine-batch-size rows (a team's:
+    its first agent's base model)."""
+    model = cfg.model
+    if cfg.models:
+        model = team_entries(cfg.models, cfg.agents)[0][0]
+    dtype, why = resolve_dtype(cfg.dtype, device, model or None, cfg.engine_batch_size)
+    return replace(cfg, dtype=dtype), why
+
+
+def make_engine(cfg, rank, device="cpu"):
+    """The generation engine of one rank on its device: the cache file that every rank shares, a
+    progress bar on rank 0. With --models, a Team: one engine per distinct base model, each agent's
+    adapter loaded into its base's engine (the file read as data: common.load_file)."""
+    if cfg.models:
+        engines, adapters, members = {}, {}, []
+        for base, adapter in team_entries(cfg.models, cfg.agents):
+            if base not in engines:
+                engines[base] = make_engine(replace(cfg, model=base, models=""), rank, device)
+            if adapter and (base, adapter) not in adapters:
+                try:
+                    adapters[base, adapter] = lora.load_adapter(
+                        engines[base].model, load_file(adapter, "adapter")
+                    )
+                except lora.AdapterMismatch as e:
+                    raise FileRefused(f"{adapter}: {e}") from None
+            members.append(Member(engines[base], adapters.get((base, adapter))))
+        return Team(members)
+    return Engine(
+        model_path=cfg.model or None,
+        dtype=cfg.dtype,
+        device=str(device),
+        batch_size=cfg.engine_batch_size,
+        cache_dir=cfg.cache_dir or None,
+        progress=rank == 0,
+    )

@@ -104,6 +104,6 @@ def tiny_model(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def default_engine(default_model_dir):
-    import deliberate
+    from llm.engine import Engine
 
-    return deliberate.Engine(model_path=default_model_dir, dtype="float32")
+    return Engine(model_path=default_model_dir, dtype="float32")

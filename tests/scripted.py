@@ -13,7 +13,7 @@ import math
 import torch
 
 import data
-import state
+import deliberate
 from llm.engine import Completion
 
 
@@ -45,7 +45,7 @@ class ScriptedEngine:
         completions = []
         for p, s in zip(prompts, seeds):
             text = self.script(p, s)
-            confidence = state.parse_solution(text, "arith").self_confidence or 0.5
+            confidence = deliberate.parse_solution(text, "arith").self_confidence or 0.5
             completions.append(
                 Completion(
                     text, len(p.split()), 5, "eos", token_logprobs=[math.log(confidence)] * 5
@@ -77,3 +77,8 @@ def arith_script(right_solve=0.35, right_refine=0.3):
         return f"{value} it is.\nConfidence: {1 + seed % 9}/10\nAnswer: {value}"
 
     return script
+
+
+def played(*args, **kw):
+    """deliberate.play's games as eval.py writes them: their transcripts."""
+    return [game.transcript() for game in deliberate.play(*args, **kw)]

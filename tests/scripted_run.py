@@ -3,7 +3,7 @@
     python tests/scripted_run.py train_rl.py --init ... --out-dir ...
     torchrun --nproc_per_node=2 tests/scripted_run.py train_rl.py ...
 
-The scripts take their engine from corpus.make_engine; it is replaced before the script is loaded.
+The scripts take their engine from llm.team.make_engine; it is replaced before the script is loaded.
 """
 
 import runpy
@@ -15,8 +15,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from scripted import ScriptedEngine, arith_script  # noqa: E402
 
-import corpus  # noqa: E402
+import llm.team  # noqa: E402
 
-corpus.make_engine = lambda cfg, rank, device="cpu": ScriptedEngine(arith_script())
+llm.team.make_engine = lambda cfg, rank, device="cpu": ScriptedEngine(arith_script())
 script, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_path(str(ROOT / script), run_name="__main__")

@@ -18,9 +18,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import deliberate
 from llm import backbone
 from llm.backbone import default_gguf_path, default_model_path, load_model
+from llm.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_MPDF_MODEL_DIR_makes_the_engine_load_that_model(monkeypatch, tiny_model
     assert default_model_path() == tiny_model_dir
     model, tokenizer = load_model()
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
-    engine = deliberate.Engine()
+    engine = Engine()
     assert engine.model.config.num_hidden_layers == 2
     assert str(Path(tiny_model_dir).resolve()) in engine.model_id
 
@@ -110,11 +110,11 @@ def test_load_model_dtypes(tiny_model_dir, dtype, expected):
 def test_load_model_int8_runs(tiny_model_dir):
     if "int8" not in backbone.DTYPES:
         pytest.skip("no int8 option in this version")
-    engine = deliberate.Engine(model_path=tiny_model_dir, dtype="int8")
+    engine = Engine(model_path=tiny_model_dir, dtype="int8")
     out = engine.generate(["Once upon a time"], [0], max_new_tokens=6, temperature=0)[0]
     assert out.completion_tokens == 6 and out.text
     # its own cache keys
-    assert engine.model_id != deliberate.Engine(model_path=tiny_model_dir).model_id
+    assert engine.model_id != Engine(model_path=tiny_model_dir).model_id
 
 
 def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import policy as P
+import deliberate as D
 from common import UsageError, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def init_for(name, tmp_path):
     if name != "train_rl.py":
         return []
     path = tmp_path / "pi.pt"
-    P.save_policy(P.MetaPolicy(agents=3), path)
+    D.save_policy(D.MetaPolicy(agents=3), path)
     return ["--init", str(path)]
 
 
@@ -111,23 +111,31 @@ def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):
 
 def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):
     path = tmp_path / "separate.pt"
-    P.save_policy(P.MetaPolicy(agents=3, separate=True), path)
+    D.save_policy(D.MetaPolicy(agents=3, separate=True), path)
     for agents in ("4", "5"):
         said = refusal("eval.py", ["--agents", agents, "--protocols", f"mpdf={path}"])
         assert f"for 3 agents cannot play {agents} agents" in said
         said = refusal("train_rl.py", ["--agents", agents, "--init", str(path)])
         assert f"for 3 agents cannot play {agents} agents" in said
     shared = tmp_path / "shared.pt"
-    P.save_policy(P.MetaPolicy(agents=3), shared)
+    D.save_policy(D.MetaPolicy(agents=3), shared)
     module = script("eval.py")  # a shared policy plays any team size: no refusal
     module.check(parse_config(module.Config, ["--agents", "5", "--protocols", f"mpdf={shared}"]))
 
 
 def test_a_refusal_is_one_line_and_exit_status_2(tmp_path):
-    for argv in (["eval.py", "--temperature", "-1"], ["eval.py", "--top-p", "0"],
-                 ["train_rl.py", "--init", str(tmp_path / "nowhere.pt")]):  # fmt: skip
-        proc = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    for argv in (
+        ["eval.py", "--temperature", "-1"],
+        ["eval.py", "--top-p", "0"],
+        ["train_rl.py", "--init", str(tmp_path / "nowhere.pt")],
+    ):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith("error: --")
 
@@ -138,8 +146,12 @@ def test_the_engine_refuses_sampling_settings_that_sample_wrong(tiny_model):
     model, tokenizer = tiny_model
     engine = Engine(model=model, tokenizer=tokenizer)
     prompt = [engine.chat("Hi")]
-    refused = [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"),
-               ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": 0}, "max_new_tokens")]  # fmt: skip
+    refused = [
+        ({"temperature": -1.0}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+    ]
     for kwargs, says in refused:
         with pytest.raises(ValueError, match=says):
             engine.generate(prompt, [0], **{"max_new_tokens": 4, **kwargs})
@@ -155,8 +167,16 @@ def test_llm_training_scores_tokens_without_dropout():
     from llm.logprobs import token_logprobs, without_dropout
 
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=64,
-                        resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5)  # fmt: skip
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=50,
+        n_positions=64,
+        resid_pdrop=0.5,
+        embd_pdrop=0.5,
+        attn_pdrop=0.5,
+    )
     model = GPT2LMHeadModel(config)
     ids = torch.randint(0, 50, (2, 12))
     ones = torch.ones_like(ids)
@@ -212,9 +232,21 @@ def test_train_rl_without_validation_questions(tmp_path):
 
     sft = ["--out-dir", str(tmp_path / "sft"), "--epochs", "1", "--batch-size", "8"]
     run([str(ROOT / "sft.py"), *SMALL, *sft], tmp_path, scripted=True)
-    rl = [str(ROOT / "train_rl.py"), *SMALL[:2], "--val-n", "0", *SMALL[4:], "--epochs", "1",
-          "--batch-size", "8", "--init", str(tmp_path / "sft" / "policy.pt"),
-          "--out-dir", str(tmp_path / "rl")]  # fmt: skip
+    rl = [
+        str(ROOT / "train_rl.py"),
+        *SMALL[:2],
+        "--val-n",
+        "0",
+        *SMALL[4:],
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--init",
+        str(tmp_path / "sft" / "policy.pt"),
+        "--out-dir",
+        str(tmp_path / "rl"),
+    ]
     run(rl, tmp_path, scripted=True)
     summary = (tmp_path / "rl" / "summary.json").read_text()
     assert (

@@ -19,8 +19,13 @@ def writer(code, *args):
     """A python process running `code` with the repository importable and `args` as sys.argv[1:]:
     it starts when a line reaches its stdin."""
     script = "import sys\nsys.stdin.readline()\n" + code
-    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def whole(cache):
@@ -29,8 +34,13 @@ def whole(cache):
 
 def test_values_come_back_exactly_from_one_file(tmp_path):
     cache = GenerationCache(tmp_path)
-    completion = {"text": "héllo\n", "prompt_tokens": 3, "completion_tokens": 3, "finish": "eos",
-                  "token_logprobs": [-0.1, -1e-300, -2.5000000000000004]}  # fmt: skip
+    completion = {
+        "text": "héllo\n",
+        "prompt_tokens": 3,
+        "completion_tokens": 3,
+        "finish": "eos",
+        "token_logprobs": [-0.1, -1e-300, -2.5000000000000004],
+    }
     cache.put("a", completion)
     cache.put("b", [0.5, -1.25])  # continuation_logprobs' values: a list
     cache.put("c", {"text": "x", "token_logprobs": None})
@@ -151,10 +161,21 @@ def test_torchrun_ranks_share_one_database(tmp_path):
     lines = [json.dumps({"key": "old", "value": {"text": "before"}}), '{"key": "torn", "val']
     (tmp_path / "cache" / "gen-rank0.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "rank.py").write_text("import sys\n" + RANK)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           str(tmp_path / "rank.py"), str(tmp_path / "cache")], cwd=tmp_path,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            str(tmp_path / "rank.py"),
+            str(tmp_path / "cache"),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     cache = GenerationCache(tmp_path / "cache")
     keys = [f"{name}-{i}" for name in ("rank0", "rank1") for i in range(500)]
@@ -167,17 +188,39 @@ def test_torchrun_ranks_share_one_database(tmp_path):
 def test_cache_bench_reports_every_figure(tmp_path):
     """experiments/cache_bench.py on a small cache: both caches measured, each in its own process,
     and every figure there."""
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "cache_bench.py"), "--sizes",
-                           "300", "--lookups", "50", "--inserts", "50", "--call", "10", "--out",
-                           str(tmp_path / "cache.json")], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "experiments" / "cache_bench.py"),
+            "--sizes",
+            "300",
+            "--lookups",
+            "50",
+            "--inserts",
+            "50",
+            "--call",
+            "10",
+            "--out",
+            str(tmp_path / "cache.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     size = json.loads((tmp_path / "cache.json").read_text())["sizes"]["300"]
     assert size["entries"] == 300 and 1800 < size["jsonl_bytes_per_entry"] < 2300
     assert size["import"]["open_s"] > 0 and size["sqlite_mb"] < size["jsonl_mb"]
-    figures = {"open_s", "open_peak_rss_mb", "rss_before_open_mb", "lookups_per_s",
-               "lookups_per_s_engine_call", "inserts_per_s", "inserts_per_s_engine_call",
-               "peak_rss_mb"}  # fmt: skip
+    figures = {
+        "open_s",
+        "open_peak_rss_mb",
+        "rss_before_open_mb",
+        "lookups_per_s",
+        "lookups_per_s_engine_call",
+        "inserts_per_s",
+        "inserts_per_s_engine_call",
+        "peak_rss_mb",
+    }
     for kind in ("sqlite", "jsonl"):
         assert set(size[kind]) == figures and all(size[kind][f] > 0 for f in figures)
         # no torch in the measuring process: its memory is the cache's

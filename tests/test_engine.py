@@ -14,14 +14,9 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from llm.engine import (
-    Completion,
-    Engine,
-    GenerationCache,
-    common_prefix_length,
-    padded_chunks,
-    prefix_groups,
-)
+from llm.cache import GenerationCache
+from llm.engine import Completion, Engine
+from llm.prefill import common_prefix_length, padded_chunks, prefix_groups
 from llm.sampling import pick_next_tokens
 
 

@@ -15,10 +15,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_eval(tmp_path, model_dir, *extra, env=None):
     out = tmp_path / "results.json"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", model_dir, "--n", "3", "--agents", "2",
-           "--rounds", "1", "--max-new-tokens", "6", "--cache-dir", str(tmp_path / "cache"),
-           "--out", str(out), "--protocols", "vanilla,sc,debate,mpdf-persist,mpdf-oracle",
-           *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--model",
+        model_dir,
+        "--n",
+        "3",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(out),
+        "--protocols",
+        "vanilla,sc,debate,mpdf-persist,mpdf-oracle",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, json.loads(out.read_text())
@@ -88,10 +105,28 @@ def test_bench_unknown_benchmark_is_refused(tmp_path):
 
 def test_eval_over_seeds(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2",
-           "--agents", "2", "--rounds", "1", "--max-new-tokens", "4", "--cache-dir",
-           str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-random", "--seeds", "0,1",
-           "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--model",
+        tiny_model_dir,
+        "--n",
+        "2",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--protocols",
+        "vanilla,mpdf-random",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = json.loads(out.read_text())
@@ -163,8 +198,17 @@ def run_bench(tmp_path, *flags):
 
 
 def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
-    result = run_bench(tmp_path, "--bench", "generate", "--n", "6", "--model", tiny_model_dir,
-                       "--dtypes", "float32,bfloat16")  # fmt: skip
+    result = run_bench(
+        tmp_path,
+        "--bench",
+        "generate",
+        "--n",
+        "6",
+        "--model",
+        tiny_model_dir,
+        "--dtypes",
+        "float32,bfloat16",
+    )
     assert result["prompts"] == 6 and result["dtypes"] == ["float32", "bfloat16"]
     # the engine in fp32 is HF generate token for token, greedy, on every row
     assert result["outputs_match"] is True and result["rows_matching"] == 6
@@ -186,17 +230,42 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
     assert set(result["all_tok_s"]) == {"hf", "hf_bfloat16", "float32", "bfloat16", "int8"}
     assert result["repeats"] == 2
     assert result["hf_tok_s"] == pytest.approx(max(result["all_tok_s"]["hf"]), abs=0.1)
-    only_fp32 = run_bench(tmp_path, "--bench", "generate", "--n", "2", "--model", tiny_model_dir,
-                          "--dtypes", "float32")  # fmt: skip
+    only_fp32 = run_bench(
+        tmp_path,
+        "--bench",
+        "generate",
+        "--n",
+        "2",
+        "--model",
+        tiny_model_dir,
+        "--dtypes",
+        "float32",
+    )
     assert set(only_fp32["all_tok_s"]) == {"hf", "float32", "int8"}
     assert "ratio_bf16" not in only_fp32
 
 
 def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
     """One greedy deliberation round (round 0, then REFINE) through HF generate and the engine."""
-    result = run_bench(tmp_path, "--bench", "round", "--n", "5", "--agents", "3",
-                       "--max-new-tokens", "8", "--engine-batch-size", "4", "--hf-batch-size", "6",
-                       "--model", tiny_model_dir, "--dtypes", "float32,bfloat16")  # fmt: skip
+    result = run_bench(
+        tmp_path,
+        "--bench",
+        "round",
+        "--n",
+        "5",
+        "--agents",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--engine-batch-size",
+        "4",
+        "--hf-batch-size",
+        "6",
+        "--model",
+        tiny_model_dir,
+        "--dtypes",
+        "float32,bfloat16",
+    )
     assert (result["questions"], result["agents"], result["generations"]) == (5, 3, 30)
     assert (result["engine_slots"], result["hf_batch_size"]) == (4, 6)
     # continuous batching (4 slots for 15 prompts per round) gives HF generate's tokens (batches of
@@ -216,16 +285,40 @@ def test_bench_round_reports_every_figure(tmp_path, tiny_model_dir):
 
 
 def test_bench_debate_times_both_ways(tmp_path, tiny_model_dir):
-    result = run_bench(tmp_path, "--bench", "debate", "--n", "2", "--agents", "2", "--rounds", "1",
-                       "--max-new-tokens", "6", "--model", tiny_model_dir)  # fmt: skip
+    result = run_bench(
+        tmp_path,
+        "--bench",
+        "debate",
+        "--n",
+        "2",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--model",
+        tiny_model_dir,
+    )
     assert (result["questions"], result["agents"], result["rounds"]) == (2, 2, 1)
     assert result["engine_s"] > 0 and result["usual_s"] > 0
     assert result["ratio"] == pytest.approx(result["usual_s"] / result["engine_s"])
 
 
 def test_bench_slots_compares_two_batch_sizes_on_the_same_outputs(tmp_path, tiny_model_dir):
-    result = run_bench(tmp_path, "--bench", "slots", "--n", "10", "--engine-batch-size", "4",
-                       "--max-new-tokens", "6", "--model", tiny_model_dir)  # fmt: skip
+    result = run_bench(
+        tmp_path,
+        "--bench",
+        "slots",
+        "--n",
+        "10",
+        "--engine-batch-size",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--model",
+        tiny_model_dir,
+    )
     # 10 prompts through 2 and 4 slots: rows come and
     # go differently, greedy fp32 tokens may not change
     assert set(result["tok_s"]) == {"2", "4"} and result["outputs_match"] is True
@@ -238,7 +331,7 @@ def test_split_val_is_the_validation_slice_training_holds_out():
     validates on (corpus.training_questions), never the ones it trains on, and never test
     questions."""
     import eval as evaluate
-    from corpus import training_questions
+    from data import training_questions
 
     val = evaluate.load_examples(evaluate.Config(task="arith", split="val", n=16, seed=3))
     train, held_out = training_questions(
@@ -295,7 +388,7 @@ def test_summary_action_shares_by_round_on_hand_made_games():
     """actions_by_round: each decision round's shares of PERSIST / REFINE / CONCEDE, counting only
     the games still playing (one game here stops after its first decision round)."""
     import eval as evaluate
-    from state import PERSIST, REFINE, concede
+    from deliberate import PERSIST, REFINE, concede
 
     def round_record(actions):
         return {

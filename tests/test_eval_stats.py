@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import stats
+import eval as stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,10 +62,30 @@ def test_sample_std():
 
 def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", tiny_model_dir, "--n", "2",
-           "--agents", "2", "--rounds", "1", "--max-new-tokens", "4", "--cache-dir",
-           str(tmp_path / "cache"), "--protocols", "vanilla,mpdf-persist",
-           "--reference", "mpdf-persist", "--seeds", "0,1", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--model",
+        tiny_model_dir,
+        "--n",
+        "2",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--protocols",
+        "vanilla,mpdf-persist",
+        "--reference",
+        "mpdf-persist",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (

@@ -447,8 +447,12 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
         (tmp_path / folder).mkdir()
 
     def write(name, correct, tokens):
-        vote = {"accuracy": sum(correct) / 4, "tokens_per_question": tokens,
-                "question_ids": [1, 2, 3, 4], "correct": correct}  # fmt: skip
+        vote = {
+            "accuracy": sum(correct) / 4,
+            "tokens_per_question": tokens,
+            "question_ids": [1, 2, 3, 4],
+            "correct": correct,
+        }
         (tmp_path / "after" / f"{name}.json").write_text(json.dumps({"mpdf-persist": vote}))
 
     write("untrained-parallel", [True, False, False, False], 300)
@@ -456,8 +460,16 @@ def test_report_lora_pairs_adapters_with_full_fine_tuning(tmp_path, monkeypatch)
     write("magrpo-lora-lr1e-4-L1-seed0-parallel", [True, True, True, False], 240)
     (tmp_path / "agents" / "magrpo-lora-lr1e-4-L1-seed0.pt").write_bytes(b"x" * 1234)
     for kind, steps in (("full", (9.0, 10.0, 20.0)), ("lora", (9.0, 8.0, 12.0))):
-        rows = [{"step": k + 1, "mean_reward": 0.1, "step_s": s, "rollout_s": 4.0,
-                 "peak_memory_mb": 100.0 * (k + 1)} for k, s in enumerate(steps)]  # fmt: skip
+        rows = [
+            {
+                "step": k + 1,
+                "mean_reward": 0.1,
+                "step_s": s,
+                "rollout_s": 4.0,
+                "peak_memory_mb": 100.0 * (k + 1),
+            }
+            for k, s in enumerate(steps)
+        ]
         path = tmp_path / "llm" / f"cost-{kind}-L1.metrics.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = studies.lora_table()
@@ -501,14 +513,22 @@ def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypat
         (tmp_path / folder).mkdir()
 
     def summary(correct, tokens):
-        return {"accuracy": sum(correct) / 4, "tokens_per_question": tokens,
-                "question_ids": [1, 2, 3, 4], "correct": correct}  # fmt: skip
+        return {
+            "accuracy": sum(correct) / 4,
+            "tokens_per_question": tokens,
+            "question_ids": [1, 2, 3, 4],
+            "correct": correct,
+        }
 
     for seed in (0, 1):  # seed 2 missing: named, the rest pooled over the seeds both have
         softrank = f"mpdf=results/policies/arith-seed{seed}-softrank.pt"
         for dtype, vote in (("bfloat16", [1, 1, 0, 0]), ("float32", [1, 0, 0, 0])):
-            run = {"vanilla": summary([1, 0, 0, 0], 100), "mpdf-persist": summary(vote, 300),
-                   softrank: summary([1, 1, 1, 0], 300), "machine": "cpu: X (amx)"}  # fmt: skip
+            run = {
+                "vanilla": summary([1, 0, 0, 0], 100),
+                "mpdf-persist": summary(vote, 300),
+                softrank: summary([1, 1, 1, 0], 300),
+                "machine": "cpu: X (amx)",
+            }
             (tmp_path / "dtype" / f"arith300-seed{seed}-{dtype}.json").write_text(json.dumps(run))
         (tmp_path / "tables" / f"arith300-seed{seed}-persist.json").write_text(
             json.dumps({"mpdf-persist": summary([0, 0, 0, 0], 300)})
@@ -525,14 +545,31 @@ def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypat
         in table
     )
     assert "arith300-seed2-bfloat16.json" in table and "cpu: X (amx)" in table
-    (tmp_path / "bench" / "generate-dtypes.json").write_text(json.dumps({
-        "prompts": 4, "hf_tok_s": 100.0, "hf_bfloat16_tok_s": 150.0, "engine_float32_tok_s": 200.0,
-        "engine_bfloat16_tok_s": 400.0, "ratio_fp32": 2.0, "ratio_bf16": 400 / 150,
-        "ratio_bf16_vs_hf_fp32": 4.0, "rows_matching": 4, "rows_matching_bf16": 3,
-        "rows_matching_bf16_vs_hf_fp32": 2, "repeats": 2, "all_tok_s": {"hf": [100.0]},
-        "engine_int8_tok_s": 300.0, "roofline_frac_fp32": 0.4, "peak_flops_fp32": 3e11,
-        "roofline_frac_bf16": 0.2, "peak_flops_bf16": 2e12, "machine": "cpu: X",
-    }))  # fmt: skip
+    (tmp_path / "bench" / "generate-dtypes.json").write_text(
+        json.dumps(
+            {
+                "prompts": 4,
+                "hf_tok_s": 100.0,
+                "hf_bfloat16_tok_s": 150.0,
+                "engine_float32_tok_s": 200.0,
+                "engine_bfloat16_tok_s": 400.0,
+                "ratio_fp32": 2.0,
+                "ratio_bf16": 400 / 150,
+                "ratio_bf16_vs_hf_fp32": 4.0,
+                "rows_matching": 4,
+                "rows_matching_bf16": 3,
+                "rows_matching_bf16_vs_hf_fp32": 2,
+                "repeats": 2,
+                "all_tok_s": {"hf": [100.0]},
+                "engine_int8_tok_s": 300.0,
+                "roofline_frac_fp32": 0.4,
+                "peak_flops_fp32": 3e11,
+                "roofline_frac_bf16": 0.2,
+                "peak_flops_bf16": 2e12,
+                "machine": "cpu: X",
+            }
+        )
+    )
     bench = dtype_tables.dtype_bench_table()
     assert "| 100.0 | 150.0 | 200.0 | 400.0 | 2.00 | 2.67 | **4.00** | 4/4; 3/4; 2/4 |" in bench
     assert "round-dtypes.json" in bench  # the missing round, named
@@ -552,8 +589,16 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             command = vanilla[f"table-arith300-team-{team}-seed0-vanilla-m{j}"]["command"]
             assert command[command.index("--models") + 1] == ",".join([member] * 3)
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
-        assert names == {*(f"vanilla-m{j}" for j in range(len(members))), "persist", "sft",
-                         "softrank", "grpo", "softrank-cost0", "sc", "debate"}  # fmt: skip
+        assert names == {
+            *(f"vanilla-m{j}" for j in range(len(members))),
+            "persist",
+            "sft",
+            "softrank",
+            "grpo",
+            "softrank-cost0",
+            "sc",
+            "debate",
+        }
         for name, piece in mine.items():
             command = piece["command"]
             assert set(adapters) <= set(piece["needs"]), name
@@ -582,9 +627,12 @@ def test_report_refine_table_pairs_rounds_and_teams(tmp_path, monkeypatch):
     def write(name, before, after, round0=None):
         ids = [1, 2, 3, 4]
         vote = {"accuracy": sum(before) / 4, "question_ids": ids, "correct": before}
-        debate = {"accuracy": sum(after) / 4, "question_ids": ids[::-1], "correct": after[::-1],
-                  "accuracy_per_round": [sum(before) / 4 if round0 is None else round0,
-                                         sum(after) / 4]}  # fmt: skip
+        debate = {
+            "accuracy": sum(after) / 4,
+            "question_ids": ids[::-1],
+            "correct": after[::-1],
+            "accuracy_per_round": [sum(before) / 4 if round0 is None else round0, sum(after) / 4],
+        }
         (tmp_path / "after" / f"{name}-parallel.json").write_text(
             json.dumps({"mpdf-persist": vote})
         )
@@ -626,10 +674,13 @@ def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monk
     assert "arith-team-mixed-seed0-softrank.json" in team_tables.action_value_table(["mixed"])
     (tmp_path / "training").mkdir()
     summary = {
-        "corpus": {"states": 120, "refine_minus_persist": -0.0312,
-                   "best_kind": {"persist": 0.1, "refine": 0.25, "concede": 0.4, "tied": 0.25}},
+        "corpus": {
+            "states": 120,
+            "refine_minus_persist": -0.0312,
+            "best_kind": {"persist": 0.1, "refine": 0.25, "concede": 0.4, "tied": 0.25},
+        },
         "policy_actions_on_corpus": {"persist": 0.5, "refine": 0.125, "concede": 0.375},
-    }  # fmt: skip
+    }
     path = tmp_path / "training" / "arith-team-mixed-seed1-softrank.json"
     path.write_text(json.dumps(summary))
     table = team_tables.action_value_table(["mixed"])
@@ -692,18 +743,27 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
     (tmp_path / "refine").mkdir()
     ids = [1, 2, 3, 4]
     correct = {
-        "vanilla-m0": [0, 0, 0, 1], "persist": [1, 0, 0, 0], "sc": [1, 1, 0, 0],
-        "debate": [0, 0, 0, 0], "softrank": [1, 1, 1, 0], "softrank-cost0": [1, 0, 1, 0],
-    }  # fmt: skip
+        "vanilla-m0": [0, 0, 0, 1],
+        "persist": [1, 0, 0, 0],
+        "sc": [1, 1, 0, 0],
+        "debate": [0, 0, 0, 0],
+        "softrank": [1, 1, 1, 0],
+        "softrank-cost0": [1, 0, 1, 0],
+    }
     for seed in (0, 1):
         for part, right in correct.items():
-            summary = {"accuracy": sum(right) / 4, "question_ids": ids, "correct": right,
-                       "actions": {"persist": 0.8, "refine": 0.0, "concede": 0.2}}  # fmt: skip
+            summary = {
+                "accuracy": sum(right) / 4,
+                "question_ids": ids,
+                "correct": right,
+                "actions": {"persist": 0.8, "refine": 0.0, "concede": 0.2},
+            }
             path = tmp_path / "tables" / f"arith300-team-revisers-seed{seed}-{part}.json"
             path.write_text(json.dumps({part: summary}))
-    value = {"shares": {"persist": 0.5, "refine": 0.25, "concede": 0.25},
-             "taken_vs_persist": {"refine": {"decisions": 8, "mean_gain": -0.125,
-                                             "ci95": [-0.25, 0.0]}}}  # fmt: skip
+    value = {
+        "shares": {"persist": 0.5, "refine": 0.25, "concede": 0.25},
+        "taken_vs_persist": {"refine": {"decisions": 8, "mean_gain": -0.125, "ci95": [-0.25, 0.0]}},
+    }
     (tmp_path / "refine" / "arith300-team-revisers-seed0-softrank-cost0.json").write_text(
         json.dumps(value)
     )

@@ -7,28 +7,29 @@ import math
 
 import pytest
 import torch
-from scripted import ScriptedEngine
+from scripted import ScriptedEngine, played
 
 import data
 import deliberate as D
-import policy as P
-import state as S
-from common import UsageError
-from llm.engine import Engine, call_seed
-from state import PERSIST, REFINE
+import eval as E
+import train_rl
+from common import GameConfig, UsageError
+from deliberate import PERSIST, REFINE
+from llm.cache import call_seed
+from llm.engine import Engine
 
 
 def sol(answer, confidence=0.5, text=None):
     """A hand-built Solution for vote / reward tests; `confidence` is what breaks vote ties."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    s = S.parse_solution(text, "arith", completion_tokens=10)
+    s = D.parse_solution(text, "arith", completion_tokens=10)
     s.confidence = confidence
     return s
 
 
 # ---------------------------------------------------------------- parsing and state features
 def test_parse_full_trailer():
-    s = S.parse_solution(
+    s = D.parse_solution(
         "3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30
     )
     assert (s.answer, s.steps, s.self_confidence, s.trailer_ok) == ("10", 2, 0.9, True)
@@ -48,13 +49,13 @@ def test_parse_full_trailer():
     ],
 )
 def test_parse_garbled_never_crashes(text):
-    s = S.parse_solution(text, "arith")
-    features = S.profile(s)
-    assert len(features) == len(S.PROFILE_FEATURES) and all(0.0 <= f <= 1.0 for f in features)
+    s = D.parse_solution(text, "arith")
+    features = D.profile(s)
+    assert len(features) == len(D.PROFILE_FEATURES) and all(0.0 <= f <= 1.0 for f in features)
 
 
 def test_parse_garbled_defaults():
-    s = S.parse_solution("I think it is 12 apples", "arith")
+    s = D.parse_solution("I think it is 12 apples", "arith")
     assert s.answer == "12" and not s.trailer_ok and s.steps is None and s.self_confidence is None
     # unknown
     assert s.confidence == 0.5 and s.signals == {
@@ -62,28 +63,28 @@ def test_parse_garbled_defaults():
         "min_prob": 0.5,
         "tail_prob": 0.5,
     }
-    missing = S.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
+    missing = D.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
     # a trailer without a value is no answer
     assert missing.answer is None and not missing.trailer_ok
 
 
 def test_inconsistent_answer_flag():
-    assert not S.parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
-    assert S.parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
+    assert not D.parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
+    assert D.parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
 
 
 def test_observe_relations_not_values():
     team = [sol("4"), sol("4"), sol("7")]
-    own, peers = S.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None])
-    f = dict(zip(S.OWN_FEATURES, own))
-    assert len(own) == len(S.OWN_FEATURES) and all(len(p) == len(S.PEER_FEATURES) for p in peers)
+    own, peers = D.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None])
+    f = dict(zip(D.OWN_FEATURES, own))
+    assert len(own) == len(D.OWN_FEATURES) and all(len(p) == len(D.PEER_FEATURES) for p in peers)
     assert (
         f["peer_agreement"] == 0.5
         and f["is_majority"] == 1.0
         and f["round"] == pytest.approx(1 / 3)
     )
     assert f["last_refine"] == 1.0 and f["last_none"] == 0.0
-    p1, p2 = (dict(zip(S.PEER_FEATURES, p)) for p in peers)
+    p1, p2 = (dict(zip(D.PEER_FEATURES, p)) for p in peers)
     assert (
         p1["same_as_me"],
         p1["peer_changed_last"],
@@ -92,7 +93,7 @@ def test_observe_relations_not_values():
     ) == (1, 1, 0, 0)
     # the answer values themselves never appear: relabelling every answer gives the same observation
     relabelled = [sol("40"), sol("40"), sol("70")]
-    assert S.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (
+    assert D.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (
         own,
         peers,
     )
@@ -100,33 +101,33 @@ def test_observe_relations_not_values():
 
 def test_unparseable_peers_never_agree():
     team = [sol(None), sol(None)]
-    own, peers = S.observe(team, 0, 0, 3, [False, False], [None, None])
-    assert dict(zip(S.OWN_FEATURES, own))["peer_agreement"] == 0.0
-    assert dict(zip(S.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
+    own, peers = D.observe(team, 0, 0, 3, [False, False], [None, None])
+    assert dict(zip(D.OWN_FEATURES, own))["peer_agreement"] == 0.0
+    assert dict(zip(D.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
 
 
 # ---------------------------------------------------------------- the vote
 def test_vote_majority():
-    assert S.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
+    assert D.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
 
 
 def test_vote_unparseable_never_wins():
-    assert S.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
-    assert S.majority_vote([sol(None), sol(None)]) == (None, None)
+    assert D.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
+    assert D.majority_vote([sol(None), sol(None)]) == (None, None)
 
 
 def test_vote_tie_goes_to_confidence_then_index():
-    assert S.majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
-    assert S.majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
+    assert D.majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
+    assert D.majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
     # two-vs-two tie: the group with the single most confident member wins
     team = [sol("1", 0.6), sol("1", 0.6), sol("2", 0.1), sol("2", 0.95)]
-    assert S.majority_vote(team) == ("2", 3)
+    assert D.majority_vote(team) == ("2", 3)
 
 
 def test_vote_without_agent():
     team = [sol("1"), sol("2"), sol("2")]
-    assert S.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
-    assert S.majority_vote(team, exclude=0)[0] == "2"
+    assert D.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
+    assert D.majority_vote(team, exclude=0)[0] == "2"
 
 
 # ---------------------------------------------------------------- the shaped reward
@@ -170,22 +171,22 @@ def test_reward_two_agents_consensus_without_i_is_the_peer():
 # ---------------------------------------------------------------- policies
 def test_oracle_action():
     # agent 0 of a team of 3: its peers are agents 1 and 2, CONCEDE(0) = 2, CONCEDE(1) = 3
-    assert P.oracle_action(0, [True, False, True], [0.5, 0.1, 0.9]) == PERSIST
+    assert D.oracle_action(0, [True, False, True], [0.5, 0.1, 0.9]) == PERSIST
     # the most confident right peer
-    assert P.oracle_action(0, [False, True, True], [0.5, 0.3, 0.9]) == 2 + 1
-    assert P.oracle_action(0, [False, True, False], [0.5, 0.3, 0.9]) == 2 + 0
-    assert P.oracle_action(0, [False, False, False], [0.5, 0.3, 0.9]) == REFINE
+    assert D.oracle_action(0, [False, True, True], [0.5, 0.3, 0.9]) == 2 + 1
+    assert D.oracle_action(0, [False, True, False], [0.5, 0.3, 0.9]) == 2 + 0
+    assert D.oracle_action(0, [False, False, False], [0.5, 0.3, 0.9]) == REFINE
     # agent 2: its peers are agents 0 and 1; a tie in confidence goes to the lower peer index
-    assert P.oracle_action(2, [True, True, False], [0.7, 0.7, 0.9]) == 2 + 0
-    assert P.oracle_action(2, [False, True, False], [0.9, 0.2, 0.1]) == 2 + 1
+    assert D.oracle_action(2, [True, True, False], [0.7, 0.7, 0.9]) == 2 + 0
+    assert D.oracle_action(2, [False, True, False], [0.9, 0.2, 0.1]) == 2 + 1
 
 
 @pytest.mark.parametrize("agents", [2, 3, 5])
 def test_policy_net_any_team_size_and_permutation_equivariant(agents):
     torch.manual_seed(0)
-    policy = P.MetaPolicy(agents=agents)
-    own = torch.rand(4, len(S.OWN_FEATURES))
-    peers = torch.rand(4, agents - 1, len(S.PEER_FEATURES))
+    policy = D.MetaPolicy(agents=agents)
+    own = torch.rand(4, len(D.OWN_FEATURES))
+    peers = torch.rand(4, agents - 1, len(D.PEER_FEATURES))
     logits = policy(own, peers, torch.zeros(4, dtype=torch.long))
     assert logits.shape == (4, 2 + agents - 1)
     perm = torch.randperm(agents - 1)
@@ -195,44 +196,44 @@ def test_policy_net_any_team_size_and_permutation_equivariant(agents):
 
 
 def test_policy_size_and_separate_copies(tmp_path):
-    shared, separate = P.MetaPolicy(agents=3), P.MetaPolicy(agents=3, separate=True)
+    shared, separate = D.MetaPolicy(agents=3), D.MetaPolicy(agents=3, separate=True)
     n_params = sum(p.numel() for p in shared.parameters())
     assert 10_000 <= n_params <= 100_000  # "tens of thousands of parameters"
     assert sum(p.numel() for p in separate.parameters()) == 3 * n_params
-    own, peers = torch.rand(6, len(S.OWN_FEATURES)), torch.rand(6, 2, len(S.PEER_FEATURES))
+    own, peers = torch.rand(6, len(D.OWN_FEATURES)), torch.rand(6, 2, len(D.PEER_FEATURES))
     index = torch.tensor([0, 1, 2, 0, 1, 2])
     logits = separate(own, peers, index)
     torch.testing.assert_close(logits[1], separate.nets[1](own[1:2], peers[1:2])[0])
-    P.save_policy(separate, tmp_path / "p.pt")
-    torch.testing.assert_close(P.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
+    D.save_policy(separate, tmp_path / "p.pt")
+    torch.testing.assert_close(D.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
 
 
 def test_policy_feature_sets_read_only_their_features(tmp_path):
     """features=paper never sees the generation confidence, features=confidence never the
     self-report; a checkpoint keeps its set."""
     torch.manual_seed(0)
-    own, peers = torch.rand(4, len(S.OWN_FEATURES)), torch.rand(4, 2, len(S.PEER_FEATURES))
+    own, peers = torch.rand(4, len(D.OWN_FEATURES)), torch.rand(4, 2, len(D.PEER_FEATURES))
     index = torch.zeros(4, dtype=torch.long)
     for features, hidden_name, seen_name in (
         ("paper", "mean_prob", "self_confidence"),
         ("confidence", "self_confidence", "mean_prob"),
     ):
-        policy = P.MetaPolicy(agents=3, features=features)
+        policy = D.MetaPolicy(agents=3, features=features)
         for name, changes in ((hidden_name, False), (seen_name, True)):
             own2, peers2 = own.clone(), peers.clone()
-            own2[:, S.OWN_FEATURES.index(name)] += 0.5
-            peers2[:, :, S.PEER_FEATURES.index(name)] += 0.5
+            own2[:, D.OWN_FEATURES.index(name)] += 0.5
+            peers2[:, :, D.PEER_FEATURES.index(name)] += 0.5
             moved = not torch.allclose(policy(own2, peers2, index), policy(own, peers, index))
             assert moved == changes, (features, name)
-        P.save_policy(policy, tmp_path / "p.pt")
-        assert P.load_policy(tmp_path / "p.pt").config["features"] == features
+        D.save_policy(policy, tmp_path / "p.pt")
+        assert D.load_policy(tmp_path / "p.pt").config["features"] == features
     with pytest.raises(ValueError, match="unknown feature set"):
-        P.MetaPolicy(features="nope")
+        D.MetaPolicy(features="nope")
 
 
 def test_make_policy_errors():
     with pytest.raises(UsageError, match="neither a fixed policy"):
-        P.make_policy("no/such/policy.pt")
+        D.make_policy("no/such/policy.pt")
 
 
 # ---------------------------------------------------------------- play() with a scripted engine
@@ -258,7 +259,7 @@ def solve_script(cfg, answers):
 
 
 def test_play_oracle_concedes_and_stops_early():
-    cfg = D.GameConfig(agents=3, rounds=3)
+    cfg = GameConfig(agents=3, rounds=3)
     examples = make_examples(2)
     # question 0: agent 2 alone is right -> agents 0 and 1 concede to it, then everyone persists
     # question 1: nobody right -> everyone refines (refine answers gold), then everyone persists
@@ -271,7 +272,8 @@ def test_play_oracle_concedes_and_stops_early():
         ("t/1", 2): 3,
     }
     engine = ScriptedEngine(solve_script(cfg, answers))
-    out = D.play(engine, examples, P.FixedPolicy("oracle"), cfg, record_states=True)
+    games = D.play(engine, examples, D.Oracle(), cfg)
+    out = [game.transcript() for game in games]
     r0 = out[0]["rounds"]
     assert r0[0]["answers"] == ["1", "2", "5"] and r0[0]["vote"] == "1" and not r0[0]["correct"]
     # agent 0's peers are (1, 2): agent 2 is peer 1
@@ -282,29 +284,30 @@ def test_play_oracle_concedes_and_stops_early():
     assert r0[1]["rewards"] == [1 + 1 - 1, 1 + 1 - 1, 0 + 1 - 1]
     assert r0[2]["stopped"] and len(r0) == 3 and out[0]["correct"] and out[0]["pred"] == "5"
     assert out[1]["rounds"][1]["actions"] == [REFINE] * 3 and out[1]["correct"]
-    assert len(r0[1]["own"]) == 3 and len(r0[1]["peers"][0]) == 2
+    observations = games[0].moves[0].observations
+    assert len(observations) == 3 and len(observations[0][1]) == 2
     # calls: 6 solves + 3 refines; the oracle does not read the state, so no critic pass
     assert engine.calls == 9 and engine.critic_calls == 0
     assert out[0]["calls"] == 3 and out[1]["calls"] == 6
 
 
 def test_play_debate_refines_every_round_and_counts_tokens():
-    cfg = D.GameConfig(agents=2, rounds=2)
+    cfg = GameConfig(agents=2, rounds=2)
     engine = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(engine, make_examples(1), P.FixedPolicy("refine"), cfg)
+    out = played(engine, make_examples(1), D.FixedPolicy("refine"), cfg)
     assert [r.get("actions") for r in out[0]["rounds"]] == [None, [REFINE] * 2, [REFINE] * 2]
     assert out[0]["calls"] == 2 * 3 and engine.calls == 6
     assert out[0]["tokens"] > 0
 
 
 def test_play_learned_policy_pays_for_the_critic_only_when_trained_with_it():
-    cfg = D.GameConfig(agents=3, rounds=1)
+    cfg = GameConfig(agents=3, rounds=1)
     engine = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(engine, make_examples(2), P.MetaPolicy(agents=3, critic=True), cfg)
+    out = played(engine, make_examples(2), D.MetaPolicy(agents=3, critic=True), cfg)
     assert engine.critic_calls >= 6
     assert all(c == pytest.approx(0.7) for c in out[0]["rounds"][0]["critic"])
     without = ScriptedEngine(solve_script(cfg, {}))
-    out = D.play(without, make_examples(2), P.MetaPolicy(agents=3), cfg)
+    out = played(without, make_examples(2), D.MetaPolicy(agents=3), cfg)
     assert without.critic_calls == 0 and out[0]["rounds"][0]["critic"] == [None] * 3
     assert out[0]["calls"] == 3 + sum(a == REFINE for a in out[0]["rounds"][1]["actions"])
 
@@ -312,33 +315,33 @@ def test_play_learned_policy_pays_for_the_critic_only_when_trained_with_it():
 def test_play_keeps_what_a_learned_policy_saw_and_gave_each_action():
     """A learned policy's round records keep, per agent, its action probabilities (the greedy
     action the most likely) and the EXPLAINED_FEATURES of its feature set; a fixed policy's none."""
-    cfg = D.GameConfig(agents=3, rounds=1)
+    cfg = GameConfig(agents=3, rounds=1)
     torch.manual_seed(0)
-    [game] = D.play(ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.MetaPolicy(), cfg)
+    [game] = played(ScriptedEngine(solve_script(cfg, {})), make_examples(1), D.MetaPolicy(), cfg)
     record = game["rounds"][1]
     for action, why in zip(record["actions"], record["policy"]):
         assert len(why["probs"]) == 4 and sum(why["probs"]) == pytest.approx(1, abs=1e-3)
         assert max(why["probs"]) == why["probs"][action]
-        assert tuple(why["state"]) == P.EXPLAINED_FEATURES
-    [game] = D.play(
-        ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.MetaPolicy(features="paper"), cfg
+        assert tuple(why["state"]) == D.EXPLAINED_FEATURES
+    [game] = played(
+        ScriptedEngine(solve_script(cfg, {})), make_examples(1), D.MetaPolicy(features="paper"), cfg
     )
     assert [tuple(w["state"]) for w in game["rounds"][1]["policy"]] == [
         ("peer_agreement", "is_majority")
     ] * 3
-    [game] = D.play(
-        ScriptedEngine(solve_script(cfg, {})), make_examples(1), P.FixedPolicy("refine"), cfg
+    [game] = played(
+        ScriptedEngine(solve_script(cfg, {})), make_examples(1), D.FixedPolicy("refine"), cfg
     )
     assert "policy" not in game["rounds"][1]
 
 
 def test_play_random_is_seeded():
-    cfg = D.GameConfig(agents=3, rounds=3, seed=4)
+    cfg = GameConfig(agents=3, rounds=3, seed=4)
     runs = [
-        D.play(
+        played(
             ScriptedEngine(solve_script(cfg, {("t/0", 0): 1, ("t/1", 1): 0})),
             make_examples(2),
-            P.FixedPolicy("random"),
+            D.FixedPolicy("random"),
             cfg,
         )
         for _ in range(2)
@@ -348,38 +351,47 @@ def test_play_random_is_seeded():
     ]
 
 
+def reward_vectors(game):
+    """train_rl.py's counterfactual reward vectors of a game's first decision round."""
+    move, ex = game.moves[0], game.example
+    return train_rl.counterfactual_rewards(
+        move.before, move.after, move.refined, ex.answer, ex.task, move.costs
+    )
+
+
 def test_counterfactual_reward_vectors():
     """Every action's reward, peers held at their actions; the taken action's entry is the actual
     reward."""
-    cfg = D.GameConfig(agents=3, rounds=1)
+    cfg = GameConfig(agents=3, rounds=1)
     # only agent 2 is right; refine answers gold
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     engine = ScriptedEngine(solve_script(cfg, answers))
-    out = D.play(engine, make_examples(1), P.FixedPolicy("persist"), cfg, counterfactual=True)
-    record = out[0]["rounds"][1]
+    [game] = D.play(engine, make_examples(1), D.FixedPolicy("persist"), cfg, refine_all=True)
+    record, vectors = game.rounds[1], reward_vectors(game)
     assert record["actions"] == [PERSIST] * 3 and record["rewards"] == [0, 0, 0]
     # vote ties go to the higher confidence (round-0 answers 5/10, refined ones 9/10), then the
     # lower index agent 0 (peers 1, 2): refine or concede to agent 2 make it right (+1) and the full
     # vote right (+1), while the vote without it (2 vs 5, tied) stays wrong; concede to agent 1
     # changes nothing
-    assert record["reward_vectors"][0] == [0, 2, 0, 2]
-    assert record["reward_vectors"][1] == [0, 2, 0, 2]
+    assert vectors[0] == [0, 2, 0, 2]
+    assert vectors[1] == [0, 2, 0, 2]
     # agent 2 is right: conceding to a wrong peer costs its correctness; refining keeps it right and
     # its higher confidence now wins the three-way tie of the full vote
-    assert record["reward_vectors"][2] == [0, 1, -1, -1]
-    assert [v[a] for v, a in zip(record["reward_vectors"], record["actions"])] == record["rewards"]
+    assert vectors[2] == [0, 1, -1, -1]
+    assert [v[a] for v, a in zip(vectors, record["actions"])] == record["rewards"]
     assert engine.calls == 3 + 3  # one counterfactual REFINE sample per agent
 
 
 def test_play_is_independent_of_the_batch():
     """A question's game does not depend on which other questions share the batch (rank
     sharding)."""
-    cfg = D.GameConfig(agents=3, rounds=3, seed=1, greedy_policy=False)
+    cfg = GameConfig(agents=3, rounds=3, seed=1)
     answers = {("t/0", 0): 1, ("t/1", 1): 0, ("t/2", 2): 3}
     torch.manual_seed(0)
-    policy = P.MetaPolicy(agents=3)
-    together = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3), policy, cfg)
-    alone = D.play(ScriptedEngine(solve_script(cfg, answers)), make_examples(3)[1:2], policy, cfg)
+    policy = D.MetaPolicy(agents=3)
+    engine = ScriptedEngine(solve_script(cfg, answers))
+    together = played(engine, make_examples(3), policy, cfg, greedy=False)
+    alone = played(engine, make_examples(3)[1:2], policy, cfg, greedy=False)
     assert [r.get("actions") for r in alone[0]["rounds"]] == [
         r.get("actions") for r in together[1]["rounds"]
     ]
@@ -387,7 +399,7 @@ def test_play_is_independent_of_the_batch():
 
 def test_sample_actions_inverse_cdf():
     probs = torch.tensor([[0.1, 0.2, 0.7]] * 4)
-    assert P.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [
+    assert D.sample_actions(probs, torch.tensor([0.0, 0.15, 0.35, 0.999], dtype=torch.float64)) == [
         0,
         1,
         2,
@@ -399,7 +411,7 @@ def test_sample_actions_inverse_cdf():
 def test_protocols_on_tiny_model(tiny_model, tmp_path):
     model, tokenizer = tiny_model
     engine = Engine(model=model, tokenizer=tokenizer, cache_dir=tmp_path / "cache")
-    cfg = D.GameConfig(agents=2, rounds=1, max_new_tokens=8)
+    cfg = GameConfig(agents=2, rounds=1, max_new_tokens=8)
     examples = data.load_task("arith", split="test", n=2, seed=0)
     for protocol in (
         "vanilla",
@@ -410,20 +422,20 @@ def test_protocols_on_tiny_model(tiny_model, tmp_path):
         "mpdf-random",
         "mpdf-oracle",
     ):
-        results = D.run_protocol(engine, examples, protocol, cfg)
+        results = E.run_protocol(engine, examples, protocol, cfg)
         assert len(results) == 2 and all(r["tokens"] > 0 and r["calls"] >= 1 for r in results)
         # random weights answer nothing sensible: an unparseable answer is never counted correct
         assert all(r["correct"] == data.is_correct(r["pred"], r["gold"], "arith") for r in results)
-    assert D.run_protocol(engine, examples, "sc", cfg)[0]["calls"] == 2 * (1 + 1)
+    assert E.run_protocol(engine, examples, "sc", cfg)[0]["calls"] == 2 * (1 + 1)
     with pytest.raises(ValueError, match="unknown protocol"):
-        D.run_protocol(engine, examples, "magic", cfg)
+        E.run_protocol(engine, examples, "magic", cfg)
 
 
 def test_lead_peers_vote_then_leader_decides_and_peers_revise():
     """MLPO's protocol: round-0 peers (play's calls), the leader reads them; with rounds=1 the peers
     revise after reading the leader's answer and the leader answers again; its last answer is the
     prediction."""
-    cfg = D.GameConfig(agents=3, rounds=1)
+    cfg = GameConfig(agents=3, rounds=1)
     examples = make_examples(2)
     peers = ScriptedEngine(
         solve_script(
@@ -448,7 +460,7 @@ def test_lead_peers_vote_then_leader_decides_and_peers_revise():
         return f"Answer: {answers[2] if len(seen) <= 2 else max(set(answers), key=answers.count)}"
 
     leader = ScriptedEngine(leader_script)
-    out = D.lead(peers, leader, examples, cfg)
+    out = E.lead(peers, leader, examples, cfg)
     # 1,1,5 votes 1 (gold 5); 6,6,2 votes 6
     assert [r["peer_vote_correct"] for r in out] == [False, True]
     # the leader picked agent 3 both times
@@ -467,20 +479,20 @@ def test_lead_peers_vote_then_leader_decides_and_peers_revise():
 # generation confidence and the one vote rule
 def test_generation_confidence_signals():
     logprobs = [math.log(0.9)] * 10 + [math.log(0.2)] + [math.log(0.8)] * 7
-    signals = S.generation_confidence(logprobs)
+    signals = D.generation_confidence(logprobs)
     assert signals["min_prob"] == pytest.approx(0.2)
     assert signals["tail_prob"] == pytest.approx(math.exp((math.log(0.2) + 7 * math.log(0.8)) / 8))
     assert signals["mean_prob"] == pytest.approx(math.exp(sum(logprobs) / len(logprobs)))
-    s = S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
+    s = D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
     assert s.confidence == pytest.approx(0.2) and s.signals == signals
     assert (
-        S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence
+        D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence
         == signals["tail_prob"]
     )
-    assert S.parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
+    assert D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
     with pytest.raises(ValueError, match="unknown vote rule"):
-        S.parse_solution("Answer: 3", "arith", vote="critic")
-    features = dict(zip(S.PROFILE_FEATURES, S.profile(s)))
+        D.parse_solution("Answer: 3", "arith", vote="critic")
+    features = dict(zip(D.PROFILE_FEATURES, D.profile(s)))
     assert (
         features["min_prob"] == pytest.approx(0.2) and features["mean_prob"] == signals["mean_prob"]
     )
@@ -489,7 +501,7 @@ def test_generation_confidence_signals():
 def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
     """Round-0 ties (1 vs 2 vs 5) break by generation confidence for every protocol, critic on or
     off."""
-    cfg = D.GameConfig(agents=3, rounds=1)
+    cfg = GameConfig(agents=3, rounds=1)
 
     def script(prompt, seed):  # three different answers; agent 2 is the most confident
         agent = {call_seed(cfg.seed, "t/0", i, 0, "solve"): i for i in range(3)}.get(seed)
@@ -501,12 +513,12 @@ def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
 
     votes = []
     for policy, critic in (
-        (P.FixedPolicy("refine"), False),
-        (P.FixedPolicy("persist"), False),
-        (P.FixedPolicy("persist"), True),
-        (P.MetaPolicy(agents=3, critic=True), False),
+        (D.FixedPolicy("refine"), False),
+        (D.FixedPolicy("persist"), False),
+        (D.FixedPolicy("persist"), True),
+        (D.MetaPolicy(agents=3, critic=True), False),
     ):
-        out = D.play(
+        out = played(
             ScriptedEngine(script),
             make_examples(1),
             policy,
@@ -514,10 +526,10 @@ def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
         )
         votes.append(out[0]["rounds"][0]["vote"])
     assert votes == ["3"] * 4
-    index_rule = D.play(
+    index_rule = played(
         ScriptedEngine(script),
         make_examples(1),
-        P.FixedPolicy("persist"),
+        D.FixedPolicy("persist"),
         dataclasses.replace(cfg, vote="index"),
     )
     assert index_rule[0]["rounds"][0]["vote"] == "1"
@@ -529,20 +541,32 @@ def test_refine_cost_is_paid_by_refine_only():
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     runs = {}
     for cost in (0.0, 100.0):
-        cfg = D.GameConfig(agents=3, rounds=1, refine_cost=cost)
-        runs[cost] = D.play(
-            ScriptedEngine(solve_script(cfg, answers)),
-            make_examples(1),
-            P.FixedPolicy("refine"),
-            cfg,
-            counterfactual=True,
-        )[0]["rounds"][1]
-    free, paid = runs[0.0], runs[100.0]
+        cfg = GameConfig(agents=3, rounds=1, refine_cost=cost)
+        engine = ScriptedEngine(solve_script(cfg, answers))
+        [game] = D.play(engine, make_examples(1), D.FixedPolicy("refine"), cfg, refine_all=True)
+        runs[cost] = game.rounds[1], reward_vectors(game)
+    (free, free_vectors), (paid, paid_vectors) = runs[0.0], runs[100.0]
     for i in range(3):
-        spent = free["reward_vectors"][i][REFINE] - paid["reward_vectors"][i][REFINE]
+        spent = free_vectors[i][REFINE] - paid_vectors[i][REFINE]
         # it refined
         assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])
         others = [a for a in range(4) if a != REFINE]
-        assert [paid["reward_vectors"][i][a] for a in others] == [
-            free["reward_vectors"][i][a] for a in others
-        ]
+        assert [paid_vectors[i][a] for a in others] == [free_vectors[i][a] for a in others]
+
+
+def test_a_policy_with_a_copy_per_agent_explains_each_agents_own_probabilities():
+    """--separate: each agent's recorded probabilities are those of its own copy of the network."""
+    cfg = GameConfig(agents=3, rounds=1)
+    torch.manual_seed(0)
+    policy = D.MetaPolicy(agents=3, separate=True)
+    engine = ScriptedEngine(solve_script(cfg, {}))
+    [game] = D.play(engine, make_examples(1), policy, cfg)
+    [move] = game.moves
+    own = torch.tensor([o for o, _ in move.observations])
+    peers = torch.tensor([p for _, p in move.observations])
+    probs = torch.softmax(policy(own, peers, torch.tensor([0, 1, 2])), -1)
+    recorded = torch.tensor([why["probs"] for why in game.rounds[1]["policy"]])
+    torch.testing.assert_close(recorded, probs, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="unknown fixed policy 'oracle'"):
+        # the oracle is no FixedPolicy: it is the one policy that reads the gold answer
+        D.FixedPolicy("oracle")

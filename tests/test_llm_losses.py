@@ -10,8 +10,8 @@ import copy
 import pytest
 import torch
 
-import team_rollouts
 import train_llm
+from llm import rollouts
 from llm.logprobs import completion_batch, completion_logprobs
 from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
 
@@ -87,13 +87,21 @@ def test_aggregation_value_and_gradient_by_hand_over_micro_batches_and_ranks(kin
         for k in range(rows.start, rows.stop, 2):
             micro = slice(k, min(k + 2, rows.stop))
             width = max(lengths[micro])
-            loss = step_loss(part[micro, :width], ref[micro, :width], A[micro],
-                             mask[micro, :width], kind, beta, normalizer)  # fmt: skip
+            loss = step_loss(
+                part[micro, :width],
+                ref[micro, :width],
+                A[micro],
+                mask[micro, :width],
+                kind,
+                beta,
+                normalizer,
+            )
             loss.backward()
             total += loss.item() / world
         grads.append(part.grad)
-    torch.testing.assert_close(torch.tensor(total, dtype=torch.float64), expected_loss, rtol=1e-12,
-                               atol=0)  # fmt: skip
+    torch.testing.assert_close(
+        torch.tensor(total, dtype=torch.float64), expected_loss, rtol=1e-12, atol=0
+    )
     torch.testing.assert_close(sum(grads) / world, expected_grad, rtol=1e-12, atol=1e-15)
 
 
@@ -199,23 +207,36 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
 
     # 2 questions x 2 rollouts x 2 agents; completions of 1..7 tokens, agent 1's longer
     sequences = [
-        team_rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
-        for q in range(2) for k in range(2) for a in range(2)
-    ]  # fmt: skip
+        rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
+        for q in range(2)
+        for k in range(2)
+        for a in range(2)
+    ]
     # small advantages: every gradient norm stays under the clip (1.0), so clipping changes nothing
     advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
-    cfg = train_llm.Config(target="agents", agents=2, separate_agents=True, loss_agg=kind,
-                           micro_batch=3, beta=0.0)  # fmt: skip
+    cfg = train_llm.Config(
+        target="agents", agents=2, separate_agents=True, loss_agg=kind, micro_batch=3, beta=0.0
+    )
     optimizer = CaptureGradients(models)
     learners = [train_llm.Learner(m, list(m.parameters())) for m in models]
-    update = train_llm.llm_step(learners, optimizer, sequences, advantages, cfg,
-                                tokenizer.pad_token_id, torch.device("cpu"), 1, 1.0)  # fmt: skip
+    update = train_llm.llm_step(
+        learners,
+        optimizer,
+        sequences,
+        advantages,
+        cfg,
+        tokenizer.pad_token_id,
+        torch.device("cpu"),
+        1,
+        1.0,
+    )
     assert update["grad_norm"] < 1.0
 
     for e, m in enumerate(models):
         own = [s for s in sequences if s.agent == e]
-        batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in own],
-                                 tokenizer.pad_token_id, "cpu")  # fmt: skip
+        batch = completion_batch(
+            [(s.prompt_ids, s.completion_ids) for s in own], tokenizer.pad_token_id, "cpu"
+        )
         logp, mask = completion_logprobs(m, batch)
         A = advantages[[s.question for s in own], [s.sample for s in own]]
         per_sequence = (-A * torch.where(mask.bool(), logp, 0).sum(-1)).sum()

@@ -3,6 +3,7 @@ tiny random models."""
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,8 +53,9 @@ def test_a_mixed_batch_gives_each_row_its_own_adapters_logits(tiny_model):
         alone = logits(model, IDS[row : row + 1], None if k < 0 else k)[0]
         torch.testing.assert_close(mixed[row], alone, rtol=1e-5, atol=1e-5)
         reference = tiny_model[0] if k < 0 else lora.merged_copy(model, k)
-        torch.testing.assert_close(mixed[row], logits(reference, IDS[row : row + 1])[0],
-                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        torch.testing.assert_close(
+            mixed[row], logits(reference, IDS[row : row + 1])[0], rtol=1e-4, atol=1e-4
+        )
     # the adapters differ from each other and from the base (the test can tell them apart)
     assert not torch.allclose(logits(model, IDS, 0), logits(model, IDS, 1), atol=1e-2)
     assert not torch.allclose(logits(model, IDS, 0), logits(tiny_model[0], IDS), atol=1e-2)
@@ -154,20 +156,28 @@ def team_game(cfg_models, agents=3, **extra):
     """eval.py's config for a tiny arith game with --models (or --model)."""
     import eval as E
 
-    return E.Config(task="arith", agents=agents, rounds=1, max_new_tokens=8, cache_dir="",
-                    dtype="float32", **cfg_models, **extra)  # fmt: skip
+    return E.Config(
+        task="arith",
+        agents=agents,
+        rounds=1,
+        max_new_tokens=8,
+        cache_dir="",
+        dtype="float32",
+        **cfg_models,
+        **extra,
+    )
 
 
 def play_debate(engine, cfg, n=3):
     import data
-    import deliberate
+    import eval as E
 
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    return deliberate.run_protocol(engine, examples, "debate", deliberate.game_config(cfg))
+    return E.run_protocol(engine, examples, "debate", cfg)
 
 
 def test_a_team_of_one_base_plays_the_homogeneous_game_bit_for_bit(tiny_model_dir):
-    from corpus import make_engine
+    from llm.team import make_engine
 
     alone = play_debate(make_engine(team_game({"model": tiny_model_dir}), 0), team_game({}))
     cfg = team_game({"models": ",".join([tiny_model_dir] * 3)})
@@ -181,7 +191,8 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     model. Each agent's round-0 text is what its own model and adapter write alone."""
     import data
     import deliberate
-    from corpus import make_engine
+    import eval as E
+    from llm.team import make_engine
 
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
     other = copy.deepcopy(tiny_model[0])
@@ -194,9 +205,9 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     cfg = team_game({"models": models})
     team = make_engine(cfg, 0)
     assert len(team.engines()) == 2 and [m.adapter for m in team.members] == [0, None, None]
-    game = deliberate.game_config(cfg)
+    game = cfg
     examples = data.load_task("arith", split="test", n=2, seed=0)
-    results = deliberate.run_protocol(team, examples, "debate", game)
+    results = E.run_protocol(team, examples, "debate", game)
     alone = [  # (engine, adapter), each a fresh engine on its own
         (Engine(model=team.members[0].engine.model, tokenizer=tiny_model[1]), 0),
         (Engine(model=tiny_model[0], tokenizer=tiny_model[1]), None),
@@ -206,8 +217,9 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
         for i, text in enumerate(result["rounds"][0]["texts"]):
             (_, prompt, seed, _) = deliberate.solve_calls([ex], game)[i]
             engine, adapter = alone[i]
-            want = engine.generate([engine.chat(prompt)], [seed], 8, game.temperature,
-                                   adapters=[adapter])[0]  # fmt: skip
+            want = engine.generate(
+                [engine.chat(prompt)], [seed], 8, game.temperature, adapters=[adapter]
+            )[0]
             assert text == want.text, (ex.id, i)
     texts = [result["rounds"][0]["texts"] for result in results]
     assert any(len(set(t)) == 3 for t in texts)  # the three agents write differently
@@ -224,10 +236,24 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
     torch.save(state, tmp_path / "elsewhere.pt")
     models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'elsewhere.pt'}"
     done = subprocess.run(
-        [sys.executable, str(root / "eval.py"), "--models", models, "--agents", "2", "--n", "1",
-         "--protocols", "vanilla", "--cache-dir", ""],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(root / "eval.py"),
+            "--models",
+            models,
+            "--agents",
+            "2",
+            "--n",
+            "1",
+            "--protocols",
+            "vanilla",
+            "--cache-dir",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
     assert str(tmp_path / "elsewhere.pt") in line and "another base model" in line
@@ -236,18 +262,25 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
 def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     """--separate-agents on adapters: llm_step gives adapter e the gradient of agent e's loss over
     its own sequences, as whole separate models get (test_llm_losses), here summed on one model."""
-    import team_rollouts
     import train_llm
+    from llm import rollouts
     from llm.logprobs import completion_batch, completion_logprobs
 
     model = adapted(tiny_model, adapters=2)
     pad = tiny_model[1].pad_token_id
     g = torch.Generator().manual_seed(45)
     sequences = [
-        team_rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a],
-                               torch.randint(10, 200, (1 + 2 * a + q + k,), generator=g).tolist())
-        for q in range(2) for k in range(2) for a in range(2)
-    ]  # fmt: skip
+        rollouts.Sequence(
+            q,
+            k,
+            a,
+            [5 + q, 6, 7 + a],
+            torch.randint(10, 200, (1 + 2 * a + q + k,), generator=g).tolist(),
+        )
+        for q in range(2)
+        for k in range(2)
+        for a in range(2)
+    ]
     advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
     cfg = train_llm.Config(target="agents", agents=2, separate_agents=True, micro_batch=3)
     learners = [train_llm.Learner(model, lora.adapter_parameters(model, e), e) for e in (0, 1)]
@@ -260,8 +293,9 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
             model.zero_grad(set_to_none=set_to_none)
 
     optimizer = Capture()
-    update = train_llm.llm_step(learners, optimizer, sequences, advantages, cfg, pad,
-                                torch.device("cpu"), 1, 1.0)  # fmt: skip
+    update = train_llm.llm_step(
+        learners, optimizer, sequences, advantages, cfg, pad, torch.device("cpu"), 1, 1.0
+    )
     assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
     for e in (0, 1):
         own = [s for s in sequences if s.agent == e]
@@ -285,10 +319,18 @@ def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_mod
     lora.merged_copy(model, 0).save_pretrained(tmp_path / "merged")
     tiny_model[1].save_pretrained(tmp_path / "merged")
     specs = [f"{tiny_model_dir}+{tmp_path / 'lead.pt'}", str(tmp_path / "merged"), tiny_model_dir]
-    cfg = E.Config(task="arith", n=3, agents=2, rounds=0, max_new_tokens=8, cache_dir="",
-                   dtype="float32", model=tiny_model_dir,
-                   protocols=",".join(f"leader={s}" for s in specs),
-                   out=str(tmp_path / "out.json"))  # fmt: skip
+    cfg = E.Config(
+        task="arith",
+        n=3,
+        agents=2,
+        rounds=0,
+        max_new_tokens=8,
+        cache_dir="",
+        dtype="float32",
+        model=tiny_model_dir,
+        protocols=",".join(f"leader={s}" for s in specs),
+        out=str(tmp_path / "out.json"),
+    )
     E.check(cfg)
     E.main(cfg)
     details = json.loads((tmp_path / "out.json").read_text())["details"]
@@ -327,14 +369,32 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
     root = Path(__file__).resolve().parents[1]
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
     models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'a0.pt'}"
-    game = ["--models", models, "--agents", "2", "--rounds", "1", "--questions", "4", "--val-n",
-            "2", "--max-new-tokens", "6", "--epochs", "1", "--cache-dir", ""]  # fmt: skip
+    game = [
+        "--models",
+        models,
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--questions",
+        "4",
+        "--val-n",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--epochs",
+        "1",
+        "--cache-dir",
+        "",
+    ]
     for script, extra in (("sft.py", []), ("train_rl.py", ["--init", "sft/policy.pt"])):
         out = script.removesuffix(".py").replace("train_", "")
         done = subprocess.run(
             [sys.executable, str(root / script), *game, *extra, "--out-dir", out],
-            capture_output=True, text=True, cwd=tmp_path,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads((tmp_path / out / "summary.json").read_text())["team"] == models
 
@@ -345,17 +405,26 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     a file of another rank or alpha, or for another base, is refused in one line."""
     from types import SimpleNamespace
 
-    import team_rollouts
     import train_llm
     from common import FileRefused, UsageError
+    from llm import rollouts
 
     path = tmp_path / "a.pt"
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), path)
     saved = load_file(path, "adapter")["tensors"]
-    cfg = SimpleNamespace(agents=3, separate_agents=True, target="agents", model=tiny_model_dir,
-                          engine_batch_size=8, lora_rank=4, lora_alpha=8.0, seed=0,
-                          dtype="float32", init_adapter=str(path))  # fmt: skip
-    models, team = team_rollouts.trained_team(cfg, "cpu")
+    cfg = SimpleNamespace(
+        agents=3,
+        separate_agents=True,
+        target="agents",
+        model=tiny_model_dir,
+        engine_batch_size=8,
+        lora_rank=4,
+        lora_alpha=8.0,
+        seed=0,
+        dtype="float32",
+        init_adapter=str(path),
+    )
+    models, team = rollouts.trained_team(cfg, "cpu")
     model = models[0]
     assert lora.n_adapters(model) == 3 and model.lora["names"] == [
         "unsaved0",
@@ -384,5 +453,29 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     foreign = tmp_path / "foreign.pt"
     torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
     with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
-        team_rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}),
-                                   "cpu")  # fmt: skip
+        rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}), "cpu")
+
+
+@pytest.fixture(scope="module")
+def default_base(default_model_dir):
+    from llm.backbone import load_model
+
+    return load_model(default_model_dir)[0]
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "results" / "agents"
+
+
+@pytest.mark.parametrize("path", sorted(COMMITTED.glob("*.pt")), ids=lambda path: path.name)
+def test_every_committed_adapter_loads(path, default_base):
+    """Each adapter file in results/agents/ is read as plain data and fits the default backbone it
+    was trained on; loaded, it changes the model's output (its B is not all zero)."""
+    state = load_file(path, "adapter")
+    model = copy.deepcopy(default_base)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        plain = model(ids).logits
+        k = lora.load_adapter(model, state)
+        with lora.selecting(model, k):
+            adapted_logits = model(ids).logits
+    assert k == 0 and not torch.equal(plain, adapted_logits)

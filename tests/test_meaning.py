@@ -8,19 +8,20 @@ reach, the policy's sampling distribution, and answer comparison edge cases.
 No model: the engine is a lookup of each call's reply by its seed."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import common
-import corpus
 import data
 import deliberate as D
-import policy as P
-import state as S
-from llm.engine import Completion, call_seed
-from state import PERSIST, REFINE, concede
+import eval as E
+import sft
+import train_rl
+from common import GameConfig
+from deliberate import PERSIST, REFINE, concede
+from llm.cache import call_seed
+from llm.engine import Completion
 
 GOLD = "5"
 
@@ -29,7 +30,7 @@ def sol(answer, text=None, tokens=10, logprobs=None):
     """A hand-built Solution: its vote confidence is 0.5 (no token log-probs), so vote ties go to
     the lower agent index."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    return S.parse_solution(text, "arith", tokens, logprobs, vote="mean_prob")
+    return D.parse_solution(text, "arith", tokens, logprobs, vote="mean_prob")
 
 
 class SeedEngine:
@@ -58,17 +59,17 @@ def replies(qid, solve, refine=()):
 
 
 class Script:
-    """A policy that plays a script: `choose(t, info)` is the action of the agent `info` describes
-    in decision round t (the t-th call of act)."""
+    """A policy that plays a script: `choose(t, agent)` is the action of `agent` in decision round t
+    (the t-th call of act)."""
 
     reads_critic = False
 
     def __init__(self, choose):
         self.choose, self.t = choose, 0
 
-    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
+    def act(self, own, peers, agent_index, uniforms, greedy=True):
         self.t += 1
-        return [self.choose(self.t, x) for x in info]
+        return [self.choose(self.t, int(i)) for i in agent_index]
 
 
 def example(qid, answer=GOLD):
@@ -117,7 +118,7 @@ def test_counterfactual_vectors_hold_peers_at_what_they_did():
     before, refined = [sol(a) for a in BEFORE], dict(enumerate(sol(a) for a in REFINED))
     after = [D.outcome(before, i, a, refined) for i, a in enumerate(ACTIONS)]
     assert [s.answer for s in after] == AFTER
-    vectors = D.counterfactual_rewards(before, after, refined, GOLD, "arith", COSTS)
+    vectors = train_rl.counterfactual_rewards(before, after, refined, GOLD, "arith", COSTS)
     assert vectors == [pytest.approx(v) for v in hand_vectors(COSTS)]
     # (peers held at `before` instead would give agent 0's PERSIST 3,5,4: without 0, 5 vs 4 -> 5
     # right: -1, not 0)
@@ -128,19 +129,21 @@ def test_counterfactual_vectors_through_play_and_the_corpus():
     pays refine_cost 0.5 per 1000 of them: 0.1, 0.2, 0.3, on its own REFINE entry only."""
     refine = {(1, i): (a, n) for i, (a, n) in enumerate(zip(REFINED, (200, 400, 600)))}
     engine = SeedEngine(replies("q/a", dict(enumerate(BEFORE)), refine))
-    script = Script(lambda t, x: ACTIONS[x["agent"]])
-    cfg = D.GameConfig(agents=3, rounds=1, refine_cost=0.5)
-    [game] = D.play(engine, [example("q/a")], script, cfg, counterfactual=True)
-    record = game["rounds"][1]
+    script = Script(lambda t, agent: ACTIONS[agent])
+    cfg = GameConfig(agents=3, rounds=1, refine_cost=0.5)
+    [game] = D.play(engine, [example("q/a")], script, cfg, refine_all=True)
+    record, [move] = game.rounds[1], game.moves
     assert record["answers"] == AFTER and record["actions"] == ACTIONS
     expected = hand_vectors(COSTS)
-    assert record["reward_vectors"] == [pytest.approx(v) for v in expected]
+    vectors = train_rl.counterfactual_rewards(
+        move.before, move.after, move.refined, GOLD, "arith", move.costs
+    )
+    assert vectors == [pytest.approx(v) for v in expected]
     # the reward of the action taken: 0, -1 and agent 2's REFINE 1 - 0.3
     assert record["rewards"] == pytest.approx([0, -1, 1 - 0.3])
     assert engine.calls == 3 + 3  # round 0, then one REFINE sample per agent
-    cfg = SimpleNamespace(agents=3, rounds=1, seed=0)
     engine = SeedEngine(replies("q/a", dict(enumerate(BEFORE)), refine))
-    rows = corpus.collect_states(engine, [example("q/a")], script, cfg, True, 0, 1, refine_cost=0.5)
+    rows = train_rl.scored_states(engine, [example("q/a")], script, cfg, 0, 1, "corpus")
     assert [r["rewards"] for r in rows] == [pytest.approx(v) for v in expected]
 
 
@@ -156,20 +159,19 @@ def test_oracle_label_is_of_the_state_before_the_round():
     refine = {(1, 0): ("5", 9), (1, 1): ("5", 9)}
     engine = SeedEngine(replies("q/b", dict(enumerate(BEFORE)), refine))
     plan = {1: [REFINE, REFINE, PERSIST], 2: [PERSIST] * 3}
-    script = Script(lambda t, x: plan[t][x["agent"]])
-    cfg = SimpleNamespace(agents=3, rounds=2, seed=0)
-    rows = corpus.collect_states(engine, [example("q/b")], script, cfg, False, 0, 1)
+    script = Script(lambda t, agent: plan[t][agent])
+    cfg = GameConfig(agents=3, rounds=2, seed=0)
+    rows = sft.labelled_states(engine, [example("q/b")], script, cfg, 0, 1)
     assert [r["key"] for r in rows] == [("q/b", t, i) for t in (1, 2) for i in range(3)]
     # round 2 reads round 1 (5,5,4): agents 0 and 1 right: PERSIST; agent 2 concedes to peer 0
     labels = [concede(0), PERSIST, concede(1)] + [PERSIST, PERSIST, concede(0)]
     assert [r["label"] for r in rows] == labels
     assert [r["action"] for r in rows] == plan[1] + plan[2]
     assert [r["agent"] for r in rows] == [0, 1, 2] * 2
-    assert all(r["rewards"] is None for r in rows)
     # the state features of each row are its own round's (d, in the game): round index (t-1)/R,
     # each agent's answer changed last round (agent 0: 3->5; agent 1 refined 5 to 5 and agent 2
     # kept 4: no change), its last action
-    own = [dict(zip(S.OWN_FEATURES, r["own"])) for r in rows]
+    own = [dict(zip(D.OWN_FEATURES, r["own"])) for r in rows]
     assert [f["round"] for f in own] == [0, 0, 0, 0.5, 0.5, 0.5]
     assert [f["changed_last"] for f in own] == [0, 0, 0, 1, 0, 0]
     last = [
@@ -177,7 +179,7 @@ def test_oracle_label_is_of_the_state_before_the_round():
     ]
     assert last == [[1, 0, 0, 0]] * 3 + [[0, 0, 1, 0]] * 2 + [[0, 1, 0, 0]]
     # in round 2, agent 2's peers are agents 0 (changed) and 1; agent 0's peers 1 and 2
-    peers = [[dict(zip(S.PEER_FEATURES, p)) for p in r["peers"]] for r in rows]
+    peers = [[dict(zip(D.PEER_FEATURES, p)) for p in r["peers"]] for r in rows]
     assert [p["peer_changed_last"] for p in peers[5]] == [1, 0]
     assert [p["peer_changed_last"] for p in peers[3]] == [0, 0]
     # round 2 (5,5,4): agent 0's peer 1 shares its answer, the vote; agent 1's peer 0 is the vote
@@ -196,19 +198,23 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
             **replies("q/wrong", {0: 1, 1: 2, 2: 3}, wrong),
         }
     )
-    script = Script(lambda t, x: PERSIST if x["agent_correct"][x["agent"]] else REFINE)
-    cfg = SimpleNamespace(agents=3, rounds=3, seed=0)
+    # the oracle: PERSIST when right, else REFINE when no peer is right
+    cfg = GameConfig(agents=3, rounds=3, seed=0)
     examples = [example("q/wrong"), example("q/right")]
-    rows = corpus.collect_states(engine, examples, script, cfg, False, 0, 1)
+
+    def nothing(game, move):
+        return [{}] * 3
+
+    rows = D.collect_states(engine, examples, D.Oracle(), cfg, 0, 1, nothing)
     keys = [("q/right", 1, i) for i in range(3)]
     keys += [("q/wrong", t, i) for t in (1, 2, 3) for i in range(3)]
     assert [r["key"] for r in rows] == keys
     assert [r["action"] for r in rows] == [PERSIST] * 3 + [REFINE] * 9
-    assert [dict(zip(S.OWN_FEATURES, r["own"]))["round"] for r in rows] == pytest.approx(
+    assert [dict(zip(D.OWN_FEATURES, r["own"]))["round"] for r in rows] == pytest.approx(
         [0] * 3 + [0, 0, 0, 1 / 3, 1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3]
     )
     # a rank's shard: rank 1 of 2 plays examples[1::2] (q/right) alone
-    shard = corpus.collect_states(engine, examples, Script(script.choose), cfg, False, 1, 2)
+    shard = D.collect_states(engine, examples, D.Oracle(), cfg, 1, 2, nothing)
     assert [r["key"] for r in shard] == keys[:3]
 
 
@@ -225,13 +231,13 @@ def test_best_action_kinds_by_hand():
             [0.5, 0.5, 0.5, 0.5],
         ]
     )
-    stats = corpus.best_action_kinds(rewards)
+    stats = train_rl.best_action_kinds(rewards)
     assert stats["best_kind"] == {"persist": 0.2, "refine": 0.2, "concede": 0.2, "tied": 0.4}
     assert stats["refine_minus_persist"] == pytest.approx((-1 + 0.75 + 0 - 1 + 0) / 5)
 
 
 # --------------------------------------------------------------------------------------------------
-# (d) every feature of the observation (docs/design.md §2; state.OWN_FEATURES, PEER_FEATURES)
+# (d) every feature of the observation (docs/design.md §2; deliberate.OWN_FEATURES, PEER_FEATURES)
 # --------------------------------------------------------------------------------------------------
 def test_every_observed_feature_by_hand():
     # agent 0: a full trailer, one operation shown ("3 * 4"; "8/10" is not one), its last "= 12" is
@@ -246,32 +252,32 @@ def test_every_observed_feature_by_hand():
     # agent 1: a bare answer, 512 tokens (length clipped to 1); agent 2: nothing parses
     team = [a0, sol("12", tokens=512), sol(None, tokens=32)]
     changed, last = [True, False, True], [REFINE, concede(1), None]
-    own, peers = S.observe(team, 1, 2, 4, changed, last)
+    own, peers = D.observe(team, 1, 2, 4, changed, last)
     profile0 = [1, 1, 0.2, 0.8, 0.9, math.sqrt(0.1), 0.2, math.sqrt(0.1), 0.25, 0.1, 1]
     profile1 = [1, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 0, 0]
     profile2 = [0, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 32 / 256, 0, 0]
     # agent 1 (12): peers 0 (12) and 2 (none): agreement 1/2; the vote is 12; round 2 of 4; its
     # answer did not change; last action CONCEDE
-    assert dict(zip(S.OWN_FEATURES, own)) == pytest.approx(
-        dict(zip(S.OWN_FEATURES, profile1 + [0.5, 1, 0.5, 0, 0, 0, 0, 1]))
+    assert dict(zip(D.OWN_FEATURES, own)) == pytest.approx(
+        dict(zip(D.OWN_FEATURES, profile1 + [0.5, 1, 0.5, 0, 0, 0, 0, 1]))
     )
     # peer rows in agent order: agent 0 (same answer, the vote, changed), agent 2 (none, changed)
-    assert [dict(zip(S.PEER_FEATURES, p)) for p in peers] == [
-        pytest.approx(dict(zip(S.PEER_FEATURES, profile0 + [1, 1, 1]))),
-        pytest.approx(dict(zip(S.PEER_FEATURES, profile2 + [0, 0, 1]))),
+    assert [dict(zip(D.PEER_FEATURES, p)) for p in peers] == [
+        pytest.approx(dict(zip(D.PEER_FEATURES, profile0 + [1, 1, 1]))),
+        pytest.approx(dict(zip(D.PEER_FEATURES, profile2 + [0, 0, 1]))),
     ]
     # agent 2 (unparseable) agrees with nobody and is not the vote; no previous action; round 0
-    own, peers = S.observe(team, 2, 0, 3, changed, last)
-    assert dict(zip(S.OWN_FEATURES, own)) == pytest.approx(
-        dict(zip(S.OWN_FEATURES, profile2 + [0, 0, 0, 1, 1, 0, 0, 0]))
+    own, peers = D.observe(team, 2, 0, 3, changed, last)
+    assert dict(zip(D.OWN_FEATURES, own)) == pytest.approx(
+        dict(zip(D.OWN_FEATURES, profile2 + [0, 0, 0, 1, 1, 0, 0, 0]))
     )
-    assert [p[len(S.PROFILE_FEATURES) :] for p in peers] == [[0, 1, 1], [0, 1, 0]]
+    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[0, 1, 1], [0, 1, 0]]
     # agent 0 (12), last REFINE: peer 1 (agent 1) shares its answer, peer 2 (agent 2) does not
-    own, peers = S.observe(team, 0, 1, 3, changed, last)
-    f = dict(zip(S.OWN_FEATURES, own))
+    own, peers = D.observe(team, 0, 1, 3, changed, last)
+    f = dict(zip(D.OWN_FEATURES, own))
     assert (f["peer_agreement"], f["is_majority"], f["changed_last"]) == (0.5, 1, 1)
     assert f["round"] == pytest.approx(1 / 3) and (f["last_refine"], f["last_concede"]) == (1, 0)
-    assert [p[len(S.PROFILE_FEATURES) :] for p in peers] == [[1, 1, 0], [0, 0, 1]]
+    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[1, 1, 0], [0, 0, 1]]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -293,9 +299,8 @@ def assert_frequencies(actions, probs):
 @pytest.mark.parametrize("agents", [2, 3, 4])
 def test_random_policy_reaches_every_action_uniformly(agents):
     n, k = 3000, 2 + (agents - 1)  # K: PERSIST, REFINE and one CONCEDE per peer
-    own, peers = torch.zeros(n, len(S.OWN_FEATURES)), torch.zeros(n, agents - 1, 3)
-    info = [{"agent": 0}] * n
-    actions = P.FixedPolicy("random").act(own, peers, None, info, uniforms(n), greedy=False)
+    own, peers = torch.zeros(n, len(D.OWN_FEATURES)), torch.zeros(n, agents - 1, 3)
+    actions = D.FixedPolicy("random").act(own, peers, None, uniforms(n), greedy=False)
     assert set(actions) == set(range(k))
     assert_frequencies(actions, [1 / k] * k)
 
@@ -306,22 +311,20 @@ ORACLE_CONCEDES = {0: {1: 2, 2: 3}, 1: {0: 2, 2: 3}, 2: {0: 2, 1: 3}}
 
 @pytest.mark.parametrize("agent", [0, 1, 2])
 def test_oracle_concedes_to_the_right_peer_from_every_position(agent):
-    policy = P.FixedPolicy("oracle")
     for right, action in ORACLE_CONCEDES[agent].items():
         correct = [j == right for j in range(3)]
-        info = [{"agent": agent, "agent_correct": correct, "confidence": [0.5] * 3}]
-        assert policy.act(None, None, None, info, None) == [action]
-        assert S.adopted_agent(agent, action, 3) == right
+        assert D.oracle_action(agent, correct, [0.5] * 3) == action
+        assert D.adopted_agent(agent, action, 3) == right
     # two right peers: the more confident one, whichever index it has
     peer_a, peer_b = sorted(ORACLE_CONCEDES[agent])
     for confident, action in ((peer_a, 2), (peer_b, 3)):
         confidence = [0.9 if j == confident else 0.4 for j in range(3)]
         correct = [j != agent for j in range(3)]
-        assert P.oracle_action(agent, correct, confidence) == action
-    assert P.oracle_action(agent, [j == agent for j in range(3)], [0.5] * 3) == PERSIST
-    assert P.oracle_action(agent, [False] * 3, [0.5] * 3) == REFINE
+        assert D.oracle_action(agent, correct, confidence) == action
+    assert D.oracle_action(agent, [j == agent for j in range(3)], [0.5] * 3) == PERSIST
+    assert D.oracle_action(agent, [False] * 3, [0.5] * 3) == REFINE
     # a team of 4: agent 3's peers are 0, 1, 2; the last of them is CONCEDE(2) = 4
-    assert P.oracle_action(3, [False, False, True, False], [0.5] * 4) == 4
+    assert D.oracle_action(3, [False, False, True, False], [0.5] * 4) == 4
 
 
 LOGITS = [0.1, 0.2, 0.3, 0.4]  # softmax ~ [.214, .236, .261, .289]; as probabilities: .1 .. .4
@@ -331,20 +334,20 @@ def test_sampled_actions_follow_softmax_of_the_logits(monkeypatch):
     n = 4000
     softmax = [math.exp(x) / sum(math.exp(y) for y in LOGITS) for x in LOGITS]
     raw = LOGITS  # what sampling the logits themselves as a distribution would give
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     logits = torch.tensor([LOGITS] * n)
     monkeypatch.setattr(policy, "forward", lambda own, peers, agent_index: logits)
-    args = (torch.zeros(n, 1), torch.zeros(n, 2, 1), torch.zeros(n, dtype=torch.long), [{}] * n)
+    args = (torch.zeros(n, 1), torch.zeros(n, 2, 1), torch.zeros(n, dtype=torch.long))
     sampled = policy.act(*args, uniforms(n), greedy=False)
     assert_frequencies(sampled, softmax)
     assert abs(sampled.count(0) / n - raw[0]) > 0.05  # 0.214 against 0.1: far from raw logits
     assert policy.act(*args, uniforms(n), greedy=True) == [3] * n  # greedy: the argmax
     # sample_actions itself, on probabilities: the inverse CDF
-    assert_frequencies(P.sample_actions(torch.tensor([softmax] * n), uniforms(n)), softmax)
+    assert_frequencies(D.sample_actions(torch.tensor([softmax] * n), uniforms(n)), softmax)
     # each row by its own uniform: u < 0.1 -> 0, [0.1, 0.3) -> 1, [0.3, 0.6) -> 2, above -> 3
     probs = torch.tensor([[0.1, 0.2, 0.3, 0.4]] * 6, dtype=torch.float64)
     u = torch.tensor([0.0, 0.0999, 0.1001, 0.2999, 0.5999, 0.9999], dtype=torch.float64)
-    assert P.sample_actions(probs, u) == [0, 0, 1, 1, 2, 3]
+    assert D.sample_actions(probs, u) == [0, 0, 1, 1, 2, 3]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -396,7 +399,7 @@ def test_is_correct_edge_cases(pred, gold, task, expected):
 
 
 # --------------------------------------------------------------------------------------------------
-# policy.py's mutants the tests above let survive (python experiments/mutation.py policy)
+# the policies' mutants the tests above let survive (python experiments/mutation.py deliberate)
 # --------------------------------------------------------------------------------------------------
 def test_inverse_cdf_edges():
     # action k owns u in [cdf_(k-1), cdf_k): a u equal to a CDF value goes to the next action, so an
@@ -406,34 +409,34 @@ def test_inverse_cdf_edges():
         [[0.0, 0.5, 0.5], [0.25, 0.25, 0.5], [0.5, 0.25, 0.2]], dtype=torch.float64
     )
     u = torch.tensor([0.0, 0.5, 0.97], dtype=torch.float64)
-    assert P.sample_actions(probs, u) == [1, 2, 2]
+    assert D.sample_actions(probs, u) == [1, 2, 2]
 
 
 def test_policy_defaults_copies_files_and_messages(tmp_path):
     # docs/design.md §3: hidden 64, 4 heads; 3 agents by default
-    assert (P.PolicyNet().attend.embed_dim, P.PolicyNet().attend.num_heads) == (64, 4)
+    assert (D.PolicyNet().attend.embed_dim, D.PolicyNet().attend.num_heads) == (64, 4)
     config = {"agents": 3, "hidden": 64, "heads": 4, "separate": False, "critic": False}
-    assert P.MetaPolicy().config == {**config, "features": "all"}
-    assert P.MetaPolicy(hidden=16, heads=2).nets[0].attend.num_heads == 2
+    assert D.MetaPolicy().config == {**config, "features": "all"}
+    assert D.MetaPolicy(hidden=16, heads=2).nets[0].attend.num_heads == 2
     # one shared network answers every agent's row alike
     torch.manual_seed(0)
-    own = torch.rand(1, len(S.OWN_FEATURES)).expand(3, -1)
-    peers = torch.rand(1, 2, len(S.PEER_FEATURES)).expand(3, -1, -1)
-    shared, index = P.MetaPolicy(agents=3), torch.tensor([0, 1, 2])
+    own = torch.rand(1, len(D.OWN_FEATURES)).expand(3, -1)
+    peers = torch.rand(1, 2, len(D.PEER_FEATURES)).expand(3, -1, -1)
+    shared, index = D.MetaPolicy(agents=3), torch.tensor([0, 1, 2])
     logits = shared(own, peers, index)
     torch.testing.assert_close(logits, shared.nets[0](own, peers).expand(3, -1))
-    P.save_policy(shared, tmp_path / "p.pt")
-    torch.testing.assert_close(P.make_policy(str(tmp_path / "p.pt"))(own, peers, index), logits)
-    assert P.make_policy("oracle").name == "oracle"
+    D.save_policy(shared, tmp_path / "p.pt")
+    torch.testing.assert_close(D.make_policy(str(tmp_path / "p.pt"))(own, peers, index), logits)
+    assert D.make_policy("oracle").name == "oracle"
     with pytest.raises(common.FileRefused, match="cannot read the policy file"):
-        P.load_policy(tmp_path / "missing.pt")
+        D.load_policy(tmp_path / "missing.pt")
     with pytest.raises(ValueError, match="choose one of all, paper, confidence$"):
-        P.MetaPolicy(features="nope")
+        D.MetaPolicy(features="nope")
     with pytest.raises(ValueError, match="unknown fixed policy 'nope'"):
-        P.FixedPolicy("nope")
+        D.FixedPolicy("nope")
     fixed = r"fixed policy \(persist, random, refine, oracle\) nor a policy file$"
     with pytest.raises(common.UsageError, match=fixed):
-        P.make_policy("no/such/policy.pt")
+        D.make_policy("no/such/policy.pt")
 
 
 def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
@@ -443,7 +446,7 @@ def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
     def is_majority(team):
         n = len(team)
         return [
-            dict(zip(S.OWN_FEATURES, S.observe(team, i, 0, 2, [False] * n, [None] * n)[0]))[
+            dict(zip(D.OWN_FEATURES, D.observe(team, i, 0, 2, [False] * n, [None] * n)[0]))[
                 "is_majority"
             ]
             for i in range(n)
@@ -456,15 +459,15 @@ def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
 def test_profile_caps_and_defaults():
     """Written-out operations count up to 10 (the feature caps at 1); a solution parsed without a
     token count has 0 completion tokens; the vote rule refused lists the known ones."""
-    many = S.parse_solution("1 + 1 = 2\n" * 25 + "Answer: 2", "arith")
+    many = D.parse_solution("1 + 1 = 2\n" * 25 + "Answer: 2", "arith")
     assert many.n_operations == 25 and many.completion_tokens == 0
-    assert dict(zip(S.PROFILE_FEATURES, S.profile(many)))["operations"] == 1.0
+    assert dict(zip(D.PROFILE_FEATURES, D.profile(many)))["operations"] == 1.0
     with pytest.raises(ValueError, match=r"choose one of min_prob, mean_prob, tail_prob, index$"):
-        S.parse_solution("Answer: 2", "arith", vote="loudest")
+        D.parse_solution("Answer: 2", "arith", vote="loudest")
 
 
 def test_describe_vote_names_the_tie_break():
-    assert S.describe_vote("index") == "majority; ties to the lower agent index"
-    assert S.describe_vote("mean_prob") == (
+    assert E.describe_vote("index") == "majority; ties to the lower agent index"
+    assert E.describe_vote("mean_prob") == (
         "majority; ties to the higher mean_prob (generation confidence), then the lower agent index"
     )

@@ -15,13 +15,16 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scripted import ScriptedEngine
+from scripted import ScriptedEngine, played
 from test_meaning import ACTIONS, BEFORE, GOLD, REFINED, Script, example, hand_vectors, sol
 
 import deliberate as D
-from llm.engine import call_seed
+import eval as E
+import train_rl
+from common import GameConfig
+from deliberate import PERSIST, REFINE, concede
+from llm.cache import call_seed
 from llm.team import Member, Team
-from state import PERSIST, REFINE, concede
 
 PROMPT, COMPLETION, CRITIC = 100, 10, 7
 CALL = PROMPT + COMPLETION  # the tokens one LLM call counts
@@ -75,18 +78,18 @@ def answers_by_round(result):
 @pytest.mark.parametrize(
     "protocol, prompt, asks",
     [
-        ("vanilla", D.vanilla_prompt, "Answer with a number."),
-        ("cot", D.cot_prompt, "Think step by step, then end with 'Answer: <a number>'."),
+        ("vanilla", E.vanilla_prompt, "Answer with a number."),
+        ("cot", E.cot_prompt, "Think step by step, then end with 'Answer: <a number>'."),
     ],
 )
 def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt, asks):
     """One call per question, agent 0's (adapter 10 of the team's 10, 11, 12), at temperature 0
     whatever cfg.temperature, with cfg's top_p and max_new_tokens; its answer is the prediction."""
-    cfg = D.GameConfig(agents=3, rounds=2, seed=7, temperature=0.5, top_p=0.9, max_new_tokens=64)
+    cfg = GameConfig(agents=3, rounds=2, seed=7, temperature=0.5, top_p=0.9, max_new_tokens=64)
     examples = [example("q/1"), example("q/2", "8")]
     engine = Recorder({call_seed(7, "q/1", 0, protocol): 5, call_seed(7, "q/2", 0, protocol): 3})
     team = Team([Member(engine, 10), Member(engine, 11), Member(engine, 12)])
-    results = D.run_protocol(team, examples, protocol, cfg)
+    results = E.run_protocol(team, examples, protocol, cfg)
     [call] = engine.log
     assert call["prompts"] == [prompt(ex) for ex in examples]
     assert all(p.endswith(asks) for p in call["prompts"])
@@ -94,19 +97,37 @@ def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt
     assert call["adapters"] == [10, 10]
     assert (call["temperature"], call["top_p"], call["max_new_tokens"]) == (0.0, 0.9, 64)
     assert results == [
-        {"id": "q/1", "question": "Question q/1?", "gold": "5", "pred": "5", "correct": True,
-         "tokens": CALL, "calls": 1, "texts": ["Answer: 5"], "answers": ["5"],
-         "answer_correct": [True]},
-        {"id": "q/2", "question": "Question q/2?", "gold": "8", "pred": "3", "correct": False,
-         "tokens": CALL, "calls": 1, "texts": ["Answer: 3"], "answers": ["3"],
-         "answer_correct": [False]},
-    ]  # fmt: skip
+        {
+            "id": "q/1",
+            "question": "Question q/1?",
+            "gold": "5",
+            "pred": "5",
+            "correct": True,
+            "tokens": CALL,
+            "calls": 1,
+            "texts": ["Answer: 5"],
+            "answers": ["5"],
+            "answer_correct": [True],
+        },
+        {
+            "id": "q/2",
+            "question": "Question q/2?",
+            "gold": "8",
+            "pred": "3",
+            "correct": False,
+            "tokens": CALL,
+            "calls": 1,
+            "texts": ["Answer: 3"],
+            "answers": ["3"],
+            "answer_correct": [False],
+        },
+    ]
 
 
 def test_self_consistency_votes_as_many_samples_as_debate_makes():
     """sc with 3 agents and 1 round: 3 x (1 + 1) = 6 cot samples per question, sample k from agent
     k mod 3, at cfg.temperature; the prediction is their majority vote."""
-    cfg = D.GameConfig(agents=3, rounds=1, seed=2, temperature=0.7, top_p=0.8, max_new_tokens=32)
+    cfg = GameConfig(agents=3, rounds=1, seed=2, temperature=0.7, top_p=0.8, max_new_tokens=32)
     examples = [example("q/1"), example("q/2", "8")]
     samples = {"q/1": [3, 5, 5, 4, 3, 5], "q/2": [8, 1, 1, 2, 8, 1]}  # votes: 5 (right), 1 (wrong)
     engine = Recorder(
@@ -117,9 +138,9 @@ def test_self_consistency_votes_as_many_samples_as_debate_makes():
         }
     )
     team = Team([Member(engine, 10), Member(engine, 11), Member(engine, 12)])
-    results = D.run_protocol(team, examples, "sc", cfg)
+    results = E.run_protocol(team, examples, "sc", cfg)
     [call] = engine.log
-    assert call["prompts"] == [D.cot_prompt(ex) for ex in examples for _ in range(6)]
+    assert call["prompts"] == [E.cot_prompt(ex) for ex in examples for _ in range(6)]
     assert call["seeds"] == [call_seed(2, q, k, "sc") for q in ("q/1", "q/2") for k in range(6)]
     assert call["adapters"] == [10, 11, 12] * 4
     assert (call["temperature"], call["top_p"], call["max_new_tokens"]) == (0.7, 0.8, 32)
@@ -137,7 +158,7 @@ def test_self_consistency_votes_as_many_samples_as_debate_makes():
 # --------------------------------------------------------------------------------------------------
 # the game's protocols: gold 5, round 0 says 3, 5, 4 (vote: the three-way tie goes to agent 0's 3)
 # --------------------------------------------------------------------------------------------------
-GAME_CFG = D.GameConfig(agents=3, rounds=2, seed=1, temperature=0.6)
+GAME_CFG = GameConfig(agents=3, rounds=2, seed=1, temperature=0.6)
 REFINES = {(1, 0): 5, (1, 1): 5, (1, 2): 4, (2, 0): 5, (2, 1): 5, (2, 2): 5}
 
 
@@ -145,7 +166,7 @@ def test_debate_refines_every_agent_every_round():
     """debate = every agent REFINEs in each of the 2 rounds (never all PERSIST: no early stop): 3 +
     3 + 3 calls at cfg.temperature, each from the round's solutions; 3,5,4 -> 5,5,4 -> 5,5,5."""
     engine = Recorder(game_replies(1, "q/1", [3, 5, 4], REFINES))
-    [result] = D.run_protocol(engine, [example("q/1")], "debate", GAME_CFG)
+    [result] = E.run_protocol(engine, [example("q/1")], "debate", GAME_CFG)
     assert [r.get("actions") for r in result["rounds"]] == [None, [REFINE] * 3, [REFINE] * 3]
     assert answers_by_round(result) == [["3", "5", "4"], ["5", "5", "4"], ["5", "5", "5"]]
     assert [r["vote"] for r in result["rounds"]] == ["3", "5", "5"]
@@ -176,7 +197,7 @@ def test_debate_refines_every_agent_every_round():
 )
 def test_policy_protocols_play_the_named_policy(protocol, actions, answers, calls):
     engine = Recorder(game_replies(1, "q/1", [3, 5, 4], REFINES))
-    [result] = D.run_protocol(engine, [example("q/1")], protocol, GAME_CFG)
+    [result] = E.run_protocol(engine, [example("q/1")], protocol, GAME_CFG)
     assert [r["actions"] for r in result["rounds"][1:]] == actions
     assert answers_by_round(result) == [["3", "5", "4"], *answers]
     assert result["pred"] == answers[-1][0] and result["correct"] == (answers[-1][0] == "5")
@@ -190,16 +211,16 @@ def test_unknown_protocols_and_a_leader_without_its_engine_are_refused():
     message = re.escape(f"unknown protocol 'magic'; known: {known}") + "$"
     # a leader engine does not make any protocol a leader's
     with pytest.raises(ValueError, match=message):
-        D.run_protocol(engine, [example("q/1")], "magic", GAME_CFG, leader=leader)
+        E.run_protocol(engine, [example("q/1")], "magic", GAME_CFG, leader=leader)
     with pytest.raises(ValueError, match="unknown protocol 'leader=default'"):
-        D.run_protocol(engine, [example("q/1")], "leader=default", GAME_CFG)
+        E.run_protocol(engine, [example("q/1")], "leader=default", GAME_CFG)
     assert engine.calls == leader.calls == 0
 
 
 # --------------------------------------------------------------------------------------------------
 # MLPO's leader: 2 peers, 2 revision rounds, the trailer on, two questions (gold 5 and 8)
 # --------------------------------------------------------------------------------------------------
-LEAD_CFG = D.GameConfig(agents=2, rounds=2, seed=3, temperature=0.5, trailer=True)
+LEAD_CFG = GameConfig(agents=2, rounds=2, seed=3, temperature=0.5, trailer=True)
 # per question: the peers' answers in round 0 and after each revision, the leader's in each round
 PEERS = {"q/1": [[3, 4], [5, 4], [5, 5]], "q/2": [[8, 8], [8, 8], [8, 8]]}
 LEADER = {"q/1": [4, 5, 6], "q/2": [8, 7, 8]}
@@ -226,7 +247,7 @@ def test_lead_shows_the_leader_every_peer_and_scores_its_last_answer():
     and 3 leader calls per question."""
     peers, leader, second = lead_engines()
     examples = [example("q/1"), example("q/2", "8")]
-    results = D.lead(peers, Team([Member(leader), Member(second)]), examples, LEAD_CFG)
+    results = E.lead(peers, Team([Member(leader), Member(second)]), examples, LEAD_CFG)
     assert second.calls == 0
     assert [(r["id"], r["gold"], r["pred"], r["correct"]) for r in results] == [
         ("q/1", "5", "6", False),
@@ -277,7 +298,7 @@ def test_lead_shows_the_leader_every_peer_and_scores_its_last_answer():
 def test_leader_protocol_runs_lead_with_the_leaders_engine():
     peers, leader, _ = lead_engines()
     examples = [example("q/1"), example("q/2", "8")]
-    results = D.run_protocol(peers, examples, "leader=default", LEAD_CFG, leader=leader)
+    results = E.run_protocol(peers, examples, "leader=default", LEAD_CFG, leader=leader)
     assert [(r["pred"], r["leader_correct"]) for r in results] == [
         ("6", [False, True, False]),
         ("8", [True, False, True]),
@@ -299,12 +320,12 @@ class Ticks:
 def test_play_records_prompts_and_progress():
     """Trailer on, 3 agents, 2 rounds: round 1 agents 0 and 2 REFINE (to 5 and 5), agent 1
     PERSISTs; round 2 all PERSIST. 3 solves + 2 refines, one progress tick per round played."""
-    cfg = D.GameConfig(agents=3, rounds=2, seed=0, trailer=True)
+    cfg = GameConfig(agents=3, rounds=2, seed=0, trailer=True)
     engine = Recorder(game_replies(0, "q/1", [3, 5, 4], {(1, 0): 5, (1, 2): 5}))
     plan = {1: [REFINE, PERSIST, REFINE], 2: [PERSIST] * 3}
     ticks = Ticks()
-    [result] = D.play(
-        engine, [example("q/1")], Script(lambda t, x: plan[t][x["agent"]]), cfg, progress=ticks
+    [result] = played(
+        engine, [example("q/1")], Script(lambda t, agent: plan[t][agent]), cfg, progress=ticks
     )
     assert ticks.n == 2
     solve, refine = engine.log[0]["prompts"], engine.log[1]["prompts"]
@@ -331,7 +352,7 @@ def test_play_records_prompts_and_progress():
 
 def test_play_needs_two_agents():
     with pytest.raises(ValueError, match="^the game needs at least 2 agents$"):
-        D.play(Recorder({}), [example("q/1")], Script(None), D.GameConfig(agents=1))
+        played(Recorder({}), [example("q/1")], Script(None), GameConfig(agents=1))
 
 
 def test_the_critic_pass_costs_tokens_calls_and_refine_reward():
@@ -339,10 +360,10 @@ def test_the_critic_pass_costs_tokens_calls_and_refine_reward():
     prompt tokens) and counts as 2 calls. Gold 5, round 0: 3, 5; agent 0 REFINEs to 5, agent 1
     PERSISTs. Agent 0: own +1, vote 5 right, without it agent 1's 5 right: 1 + 1 - 1 = 1, less
     117 / 1000. Agent 1: own 0, vote right, without it agent 0's 5 right: 0."""
-    cfg = D.GameConfig(agents=2, rounds=1, seed=0, critic=True, refine_cost=1.0)
+    cfg = GameConfig(agents=2, rounds=1, seed=0, critic=True, refine_cost=1.0)
     engine = Recorder(game_replies(0, "q/1", [3, 5], {(1, 0): 5}))
-    script = Script(lambda t, x: [REFINE, PERSIST][x["agent"]])
-    [result] = D.play(engine, [example("q/1")], script, cfg)
+    script = Script(lambda t, agent: [REFINE, PERSIST][agent])
+    [result] = played(engine, [example("q/1")], script, cfg)
     assert engine.verdicts == [["Correct", "Incorrect"]] * 2  # round 0's pass, then the REFINE's
     assert result["rounds"][0]["critic"] == [pytest.approx(0.7)] * 2
     assert result["rounds"][1]["rewards"] == pytest.approx([1 - (CALL + CRITIC) / 1000, 0])
@@ -359,31 +380,33 @@ class Spy(Script):
         super().__init__(choose)
         self.seen = []
 
-    def act(self, own, peers, agent_index, info, uniforms, greedy=True):
-        self.seen.append(dict(own=own, peers=peers, agents=agent_index, info=info, u=uniforms))
+    def act(self, own, peers, agent_index, uniforms, greedy=True):
+        self.seen.append(dict(own=own, peers=peers, agents=agent_index, u=uniforms))
         self.seen[-1]["greedy"] = greedy
-        return super().act(own, peers, agent_index, info, uniforms, greedy)
+        self.t += 1
+        return self.choose(self.t)
 
 
 @pytest.mark.parametrize("default_dtype", [torch.float32, torch.float64])
 def test_decide_gives_the_policy_each_agents_state_and_its_own_uniform(default_dtype):
-    """Two questions, 2 agents, 2 rounds, seed 9, sampled actions (greedy_policy False): in each
-    round the policy sees one row per (question, agent), question-major, the agent indices, the
-    oracle's info from the round's solutions, and uniform call_seed(9, question, agent, round,
-    "act") / 2^60 in float64 (float32 would round the uniforms). Both whatever torch's default
-    dtype: the observations are float32 (the policy's weights are), the uniforms float64."""
-    cfg = D.GameConfig(agents=2, rounds=2, seed=9, greedy_policy=False)
+    """Two questions, 2 agents, 2 rounds, seed 9, sampled actions (greedy False): in each round the
+    policy sees one row per (question, agent), question-major, the agent indices, and uniform
+    call_seed(9, question, agent, round, "act") / 2^60 in float64 (float32 would round the
+    uniforms); never the gold answer. Both whatever torch's default dtype: the observations are
+    float32 (the policy's weights are), the uniforms float64."""
+    cfg = GameConfig(agents=2, rounds=2, seed=9)
     engine = Recorder(
         {
             **game_replies(9, "q/1", [5, 3], {(1, 1): 5}),
             **game_replies(9, "q/2", [1, 8], {(1, 0): 2}),
         }
     )
-    spy = Spy(lambda t, x: REFINE if t == 1 and not x["agent_correct"][x["agent"]] else PERSIST)
+    # round 1: the wrong agents (q/1's agent 1, q/2's agent 0) REFINE; round 2: all PERSIST
+    spy = Spy(lambda t: [PERSIST, REFINE, REFINE, PERSIST] if t == 1 else [PERSIST] * 4)
     default = torch.get_default_dtype()
     torch.set_default_dtype(default_dtype)
     try:
-        D.play(engine, [example("q/1"), example("q/2", "8")], spy, cfg)
+        played(engine, [example("q/1"), example("q/2", "8")], spy, cfg, greedy=False)
     finally:
         torch.set_default_dtype(default)
     assert len(spy.seen) == 2  # round 2: q/1 is all right, q/2's agent 0 stays wrong: PERSIST
@@ -395,13 +418,7 @@ def test_decide_gives_the_policy_each_agents_state_and_its_own_uniform(default_d
         assert seen["greedy"] is False
         assert (seen["own"].dtype, seen["peers"].dtype) == (torch.float32, torch.float32)
         assert seen["own"].shape[0] == 4 and seen["peers"].shape[:2] == (4, 1)
-    assert [x["agent_correct"] for x in spy.seen[0]["info"]] == [[True, False]] * 2 + [
-        [False, True]
-    ] * 2
-    assert [x["agent_correct"] for x in spy.seen[1]["info"]] == [[True, True]] * 2 + [
-        [False, True]
-    ] * 2
-    assert [x["agent"] for x in spy.seen[1]["info"]] == [0, 1, 0, 1]
+    assert set(spy.seen[0]) == {"own", "peers", "agents", "u", "greedy"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,5 +442,5 @@ def test_action_counts_by_kind_and_round():
 def test_counterfactual_vectors_without_costs_leave_refine_free():
     before, refined = [sol(a) for a in BEFORE], dict(enumerate(sol(a) for a in REFINED))
     after = [D.outcome(before, i, a, refined) for i, a in enumerate(ACTIONS)]
-    vectors = D.counterfactual_rewards(before, after, refined, GOLD, "arith")
+    vectors = train_rl.counterfactual_rewards(before, after, refined, GOLD, "arith")
     assert vectors == [pytest.approx(v) for v in hand_vectors([0.0, 0.0, 0.0])]

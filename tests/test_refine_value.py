@@ -13,13 +13,28 @@ import refine_value  # noqa: E402
 
 # actions: 0 PERSIST, 1 REFINE, 2+ CONCEDE to a peer; reward_vectors[i][a]: agent i's reward for a
 GAMES = [
-    {"rounds": [{}, {"actions": [1, 0, 2], "reward_vectors": [[0.0, 1.0, 0.5, 0.0],
-                                                              [0.5, 0.0, 0.0, 0.0],
-                                                              [0.0, -1.0, 1.0, 0.0]]},
-                {"actions": [1, 1, 0], "reward_vectors": [[0.5, 0.0, 0.0, 0.0],
-                                                          [0.0, 0.0, 0.0, 0.0],
-                                                          [0.0, 1.0, 0.0, 0.0]]}]},
-]  # fmt: skip
+    {
+        "rounds": [
+            {},
+            {
+                "actions": [1, 0, 2],
+                "reward_vectors": [
+                    [0.0, 1.0, 0.5, 0.0],
+                    [0.5, 0.0, 0.0, 0.0],
+                    [0.0, -1.0, 1.0, 0.0],
+                ],
+            },
+            {
+                "actions": [1, 1, 0],
+                "reward_vectors": [
+                    [0.5, 0.0, 0.0, 0.0],
+                    [0.0, 0.0, 0.0, 0.0],
+                    [0.0, 1.0, 0.0, 0.0],
+                ],
+            },
+        ]
+    }
+]
 
 
 def test_decision_values_by_hand():
@@ -47,22 +62,55 @@ def test_decision_values_by_hand():
 def test_refine_value_plays_the_game_eval_plays(tmp_path, tiny_model_dir):
     """The counterfactual samples change nothing in the game: the random policy's actions by
     round and the per-question outcomes are eval.py's mpdf-random ones."""
-    game = ["--model", tiny_model_dir, "--n", "4", "--agents", "3", "--rounds", "2",
-            "--max-new-tokens", "6", "--cache-dir", str(tmp_path / "cache"),
-            "--dtype", "float32"]  # fmt: skip
+    game = [
+        "--model",
+        tiny_model_dir,
+        "--n",
+        "4",
+        "--agents",
+        "3",
+        "--rounds",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--dtype",
+        "float32",
+    ]
     mine = tmp_path / "refine.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "refine_value.py"), *game,
-         "--policy", "random", "--out", str(mine)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "experiments" / "refine_value.py"),
+            *game,
+            "--policy",
+            "random",
+            "--out",
+            str(mine),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     theirs = tmp_path / "eval.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "eval.py"), *game, "--protocols", "mpdf-random",
-         "--out", str(theirs)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "eval.py"),
+            *game,
+            "--protocols",
+            "mpdf-random",
+            "--out",
+            str(theirs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     mine, theirs = json.loads(mine.read_text()), json.loads(theirs.read_text())["mpdf-random"]
     assert mine["question_ids"] == theirs["question_ids"]

@@ -16,9 +16,7 @@ import pytest
 import torch
 
 import common
-import corpus
-import policy as P
-import state as S
+import deliberate as D
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,12 +64,12 @@ class TinyConfig:
 def load(kind, path):
     """The project's own loader of each kind of file."""
     if kind == "policy":
-        return P.load_policy(path)
+        return D.load_policy(path)
     if kind == "checkpoint":
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.AdamW(model.parameters())
         return common.load_checkpoint(path.parent, model, optimizer, 0, TinyConfig())
-    return corpus.load_corpus(path, TinyConfig())
+    return common.load_made_under(path, {"seed": 0}, "corpus")
 
 
 @pytest.mark.parametrize("how", ["open", "os.system"])
@@ -107,9 +105,9 @@ def test_a_missing_or_broken_file_is_refused_in_one_line(tmp_path):
 
 # ---------------------------------------------------------------- the round trips stay exact
 def test_policy_round_trip(tmp_path):
-    policy = P.MetaPolicy(agents=3, hidden=16, heads=2, separate=True, features="paper")
-    P.save_policy(policy, tmp_path / "p.pt", summary={"accuracy": 0.5, "curve": [0.1, None]})
-    loaded = P.load_policy(tmp_path / "p.pt")
+    policy = D.MetaPolicy(agents=3, hidden=16, heads=2, separate=True, features="paper")
+    D.save_policy(policy, tmp_path / "p.pt", summary={"accuracy": 0.5, "curve": [0.1, None]})
+    loaded = D.load_policy(tmp_path / "p.pt")
     assert loaded.config == policy.config
     a, b = policy.state_dict(), loaded.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -133,8 +131,13 @@ def test_checkpoint_round_trip_continues_every_rng_exactly(tmp_path):
     common.save_checkpoint(tmp_path, model, optimizer, {"step": 3}, TinyConfig(), rank=0)
 
     def draws():
-        return (torch.rand(5), np.random.rand(5), np.random.randn(), random.random(),
-                random.gauss(0, 1))  # fmt: skip
+        return (
+            torch.rand(5),
+            np.random.rand(5),
+            np.random.randn(),
+            random.random(),
+            random.gauss(0, 1),
+        )
 
     expected = draws()
     seed_everything(9)  # the checkpoint, not this, must decide what comes next
@@ -155,13 +158,20 @@ def test_checkpoint_round_trip_continues_every_rng_exactly(tmp_path):
 
 def test_corpus_round_trip(tmp_path):
     rows = [
-        {"key": ("arith/7", 1, a), "own": [0.5] * len(S.OWN_FEATURES),
-         "peers": [[0.25] * len(S.PEER_FEATURES)] * 2, "agent": a, "action": 2, "label": 0,
-         "rewards": [1.0, 0.0, -0.5, 0.25] if a else None, "old_logits": [0.1, 0.2, 0.3, 0.4]}
+        {
+            "key": ("arith/7", 1, a),
+            "own": [0.5] * len(D.OWN_FEATURES),
+            "peers": [[0.25] * len(D.PEER_FEATURES)] * 2,
+            "agent": a,
+            "action": 2,
+            "label": 0,
+            "rewards": [1.0, 0.0, -0.5, 0.25] if a else None,
+            "old_logits": [0.1, 0.2, 0.3, 0.4],
+        }
         for a in range(3)
-    ]  # fmt: skip
-    corpus.save_corpus(rows, tmp_path / "corpus.pt", 0, TinyConfig())
-    loaded = corpus.load_corpus(tmp_path / "corpus.pt", TinyConfig())
+    ]
+    common.save_made_under(rows, tmp_path / "corpus.pt", {"seed": 0}, 0)
+    loaded = common.load_made_under(tmp_path / "corpus.pt", {"seed": 0}, "corpus")
     assert loaded == rows and all(type(r["key"]) is tuple for r in loaded)
 
 
@@ -179,9 +189,12 @@ def test_a_script_refuses_a_crafted_file_with_status_2_and_one_line(tmp_path, sc
     path, marker = crafted(kind, tmp_path, "os.system")
     proc = subprocess.run(
         [sys.executable, str(ROOT / script), *args(path, tmp_path / "out")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
         env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().count("\n") == 0 and str(path) in proc.stderr, proc.stderr
     assert not marker.exists()
@@ -192,6 +205,6 @@ def test_a_script_refuses_a_crafted_file_with_status_2_and_one_line(tmp_path, sc
     "path", sorted((ROOT / "results" / "policies").glob("*.pt")), ids=lambda path: path.name
 )
 def test_every_committed_policy_loads(path):
-    policy = P.load_policy(path)
-    own, peers = torch.zeros(2, len(S.OWN_FEATURES)), torch.zeros(2, 2, len(S.PEER_FEATURES))
+    policy = D.load_policy(path)
+    own, peers = torch.zeros(2, len(D.OWN_FEATURES)), torch.zeros(2, 2, len(D.PEER_FEATURES))
     assert policy(own, peers, torch.zeros(2, dtype=torch.long)).shape == (2, 4)

@@ -617,8 +617,9 @@ def test_full_action_set_losses_take_any_leading_batch_shape():
         torch.testing.assert_close(loss3, loss2)
         assert stats3 == pytest.approx(stats2)
     matched3 = rank_matching_loss(logits, ref, A, 0.3, mask=mask)
-    matched2 = rank_matching_loss(logits.reshape(6, 4), ref.reshape(6, 4), A.reshape(6, 4), 0.3,
-                                  mask=mask.reshape(6, 4))  # fmt: skip
+    matched2 = rank_matching_loss(
+        logits.reshape(6, 4), ref.reshape(6, 4), A.reshape(6, 4), 0.3, mask=mask.reshape(6, 4)
+    )
     torch.testing.assert_close(matched3[0], matched2[0])
     torch.testing.assert_close(
         optimal_policy(A, ref, 0.3, 0.05, mask).reshape(6, 4),

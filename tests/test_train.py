@@ -12,21 +12,30 @@ import pytest
 import torch
 
 import common
-import policy as P
-import state as S
+import deliberate as D
 import train_rl
 
 ROOT = Path(__file__).resolve().parents[1]
-GAME = ["--questions", "8", "--val-n", "4", "--agents", "3", "--rounds", "2",
-        "--max-new-tokens", "8"]  # fmt: skip
+GAME = [
+    "--questions",
+    "8",
+    "--val-n",
+    "4",
+    "--agents",
+    "3",
+    "--rounds",
+    "2",
+    "--max-new-tokens",
+    "8",
+]
 
 
 # ---------------------------------------------------------------- losses and helpers, in process
 def synthetic_batch(n=64, rewards=(0.0, 1.0, 0.0, -1.0)):
     g = torch.Generator().manual_seed(0)
     own, peers = (
-        torch.rand(n, len(S.OWN_FEATURES), generator=g),
-        torch.rand(n, 2, len(S.PEER_FEATURES), generator=g),
+        torch.rand(n, len(D.OWN_FEATURES), generator=g),
+        torch.rand(n, 2, len(D.PEER_FEATURES), generator=g),
     )
     return {
         "own": own,
@@ -50,7 +59,7 @@ def rl_loss(policy, batch, cfg):
 )
 def test_every_algo_moves_toward_the_best_action(algo, objective):
     torch.manual_seed(0)
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     # Eq. 4 regresses beta * log(pi / pi_ref) onto A: at beta = 0 it has nothing to fit
     cfg = train_rl.Config(
         algo=algo, objective=objective, beta=0.1 if objective == "eq4" else 0.0, lam=0.0
@@ -95,7 +104,7 @@ def test_corpus_objective_minimum_is_a_lower_bound_that_descent_reaches(algo):
 
 
 def test_all_equal_rewards_teach_nothing_and_are_counted():
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(1.0, 1.0, 1.0, 1.0))
     for algo in ("softrank", "grpo", "ppo"):
         loss, stats = rl_loss(policy, batch, train_rl.Config(algo=algo, beta=0.0, lam=0.0))
@@ -106,7 +115,7 @@ def test_all_equal_rewards_teach_nothing_and_are_counted():
 
 
 def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
-    policy = P.MetaPolicy(agents=3)
+    policy = D.MetaPolicy(agents=3)
     batch = synthetic_batch(rewards=(0.0, 1.0, 0.5, -1.0))
 
     def loss(algo, scale, transform):
@@ -258,9 +267,27 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
     outs = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
         outs[name] = tmp_path / name
-        run([str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
-             "--algo", algo, "--epochs", "3", "--batch-size", "16", "--lam", "0.05",
-             "--out-dir", str(outs[name])], tmp_path, torchrun, scripted=True)  # fmt: skip
+        run(
+            [
+                str(ROOT / "train_rl.py"),
+                "--init",
+                str(sft_runs["single"] / "policy.pt"),
+                *GAME,
+                "--algo",
+                algo,
+                "--epochs",
+                "3",
+                "--batch-size",
+                "16",
+                "--lam",
+                "0.05",
+                "--out-dir",
+                str(outs[name]),
+            ],
+            tmp_path,
+            torchrun,
+            scripted=True,
+        )
     a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
     rest, key_bias = ddp_difference(a, b)
     assert rest < 1e-4 and key_bias < 1e-3
@@ -307,9 +334,24 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
 def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     """Two online iterations on non-flat corpora, killed inside the second and resumed:
     bit-identical."""
-    args = [str(ROOT / "train_rl.py"), "--init", str(sft_runs["single"] / "policy.pt"), *GAME,
-            "--iterations", "2", "--epochs", "3", "--batch-size", "8", "--save-every", "4",
-            "--lam", "0.05", "--algo", algo]  # fmt: skip
+    args = [
+        str(ROOT / "train_rl.py"),
+        "--init",
+        str(sft_runs["single"] / "policy.pt"),
+        *GAME,
+        "--iterations",
+        "2",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--save-every",
+        "4",
+        "--lam",
+        "0.05",
+        "--algo",
+        algo,
+    ]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["corpus"]["frac_zero_std"] < 0.9

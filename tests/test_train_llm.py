@@ -15,12 +15,11 @@ from test_train import metrics, run
 import common
 import data
 import deliberate
+import deliberate as D
 import softrank
-import state as S
-import team_rollouts
 import train_llm
 from data.worked import worked_solution
-from llm import backbone, lora
+from llm import backbone, lora, rollouts
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
 
@@ -69,10 +68,31 @@ def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_
     """--target sft keeps right, finished solutions, trains on them and writes a directory --model
     accepts. Batches of one sequence under a 2-process torchrun leave a rank without rows at every
     step: it neither hangs nor drifts (the same weights as one process)."""
-    args = [str(ROOT / "train_llm.py"), "--target", "sft", "--solutions", "sampled",
-            "--lora-rank", "0", "--questions", "12", "--val-n", "4", "--samples", "4",
-            "--max-new-tokens", "128", "--batch-size", "1", "--micro-batch", "1", "--epochs", "1",
-            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    args = [
+        str(ROOT / "train_llm.py"),
+        "--target",
+        "sft",
+        "--solutions",
+        "sampled",
+        "--lora-rank",
+        "0",
+        "--questions",
+        "12",
+        "--val-n",
+        "4",
+        "--samples",
+        "4",
+        "--max-new-tokens",
+        "128",
+        "--batch-size",
+        "1",
+        "--micro-batch",
+        "1",
+        "--epochs",
+        "1",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     run(args + ["--out-dir", str(tmp_path / "llm")], tmp_path)
     losses = [r["loss"] for r in metrics(tmp_path / "llm")]
     assert losses and all(0 < x < 10 for x in losses)
@@ -98,8 +118,8 @@ def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_
 def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_model_dir):
     engine = Engine(model_path=tiny_model_dir)
     cfg = train_llm.Config(target="sft", questions=3, val_n=2, seed=1)
-    pairs = team_rollouts.worked_solutions(engine, cfg)
-    questions, _ = team_rollouts.training_questions(cfg)
+    pairs = rollouts.worked_solutions(engine, cfg)
+    questions, _ = rollouts.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, completion) in zip(questions, pairs):
         assert prompt == engine.encode(engine.chat(deliberate.solve_prompt(ex)))
@@ -115,11 +135,18 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     lora.add_lora(model, 2, 8.0, adapters=1)
     path = tmp_path / "contexts.pt"
     torch.save(lora.adapter_state(model, 0, "tiny"), path)
-    cfg = train_llm.Config(target="sft", questions=3, val_n=2, seed=1, agents=3,
-                           refine_contexts=str(path), max_new_tokens=8)  # fmt: skip
+    cfg = train_llm.Config(
+        target="sft",
+        questions=3,
+        val_n=2,
+        seed=1,
+        agents=3,
+        refine_contexts=str(path),
+        max_new_tokens=8,
+    )
     engine = Engine(model_path=tiny_model_dir)
-    pairs = team_rollouts.refine_examples(engine, cfg, 0, 1)
-    questions, _ = team_rollouts.training_questions(cfg)
+    pairs = rollouts.refine_examples(engine, cfg, 0, 1)
+    questions, _ = rollouts.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, target) in zip(questions, pairs):
         text = engine.tokenizer.decode(prompt)
@@ -130,14 +157,33 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
     bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
     with pytest.raises(common.FileRefused, match="bad.pt"):
-        team_rollouts.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
+        rollouts.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
 
 
 def sft_args(tmp_path, model_dir, *extra):
     """train_llm.py --target sft on 8 worked arith solutions, every step the same 8."""
-    return [str(ROOT / "train_llm.py"), "--target", "sft", "--model", model_dir,
-            "--questions", "8", "--val-n", "2", "--batch-size", "8", "--micro-batch", "4",
-            "--epochs", "4", "--lr", "1e-2", "--save-every", "1", *extra]  # fmt: skip
+    return [
+        str(ROOT / "train_llm.py"),
+        "--target",
+        "sft",
+        "--model",
+        model_dir,
+        "--questions",
+        "8",
+        "--val-n",
+        "2",
+        "--batch-size",
+        "8",
+        "--micro-batch",
+        "4",
+        "--epochs",
+        "4",
+        "--lr",
+        "1e-2",
+        "--save-every",
+        "1",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
@@ -145,8 +191,16 @@ def test_worked_sft_lowers_the_loss_on_its_solutions(tmp_path, tiny_model_dir, t
     """Four steps on the same 8 worked solutions lower their loss; the result is an adapter on the
     layers asked for, which a team of the base model plays."""
     out = tmp_path / "sft"
-    args = sft_args(tmp_path, tiny_model_dir, "--lora-rank", "2", "--lora-targets",
-                    "q_proj,v_proj", "--out-dir", str(out))  # fmt: skip
+    args = sft_args(
+        tmp_path,
+        tiny_model_dir,
+        "--lora-rank",
+        "2",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--out-dir",
+        str(out),
+    )
     run(args, tmp_path, torchrun)
     losses = [r["loss"] for r in metrics(out) if "loss" in r]
     assert len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:]))
@@ -164,8 +218,11 @@ def test_worked_sft_lowers_the_loss_on_its_solutions(tmp_path, tiny_model_dir, t
 def test_worked_sft_resumes_exactly_after_sigkill(tmp_path, tiny_model_dir):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(whole)), tmp_path)
-    killed = run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed), "--crash-at-step",
-                          "2"), tmp_path, check=False)  # fmt: skip
+    killed = run(
+        sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed), "--crash-at-step", "2"),
+        tmp_path,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed)), tmp_path)
     assert [r["step"] for r in metrics(resumed)] == [1, 2, 3, 4]
@@ -290,10 +347,36 @@ def test_agents_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
 def train_llm_target(tmp_path, model_dir, torchrun, target, *extra):
     """train_llm.py --target agents|leader for 2 steps of 2 questions x 2 rollouts into
     tmp_path/target, validated at steps 0 and 2; returns its training metric lines."""
-    run([str(ROOT / "train_llm.py"), "--target", target, "--algo", "magrpo", "--model", model_dir,
-         "--questions-per-step", "2", "--group", "2", "--max-new-tokens", "6", "--steps", "2",
-         "--val-n", "4", "--micro-batch", "3", "--eval-every", "2", "--out-dir",
-         str(tmp_path / target), *extra], tmp_path, torchrun)  # fmt: skip
+    run(
+        [
+            str(ROOT / "train_llm.py"),
+            "--target",
+            target,
+            "--algo",
+            "magrpo",
+            "--model",
+            model_dir,
+            "--questions-per-step",
+            "2",
+            "--group",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--steps",
+            "2",
+            "--val-n",
+            "4",
+            "--micro-batch",
+            "3",
+            "--eval-every",
+            "2",
+            "--out-dir",
+            str(tmp_path / target),
+            *extra,
+        ],
+        tmp_path,
+        torchrun,
+    )
     lines = metrics(tmp_path / target)
     # held-out validation at steps 0 and 2, on all 4
     # validation questions whatever the number of ranks
@@ -309,9 +392,21 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     out = tmp_path / "agents"
     # adapters (the default), one per agent; the bf16 path (rollouts from a bf16 copy, autocast
     # loss) in one of the two runs
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "agents", "--agents", "2",
-                             "--rounds", "1", "--beta", "0.1", "--separate-agents",
-                             "--dtype", "float32" if torchrun else "bfloat16")  # fmt: skip
+    lines = train_llm_target(
+        tmp_path,
+        tiny_model_dir,
+        torchrun,
+        "agents",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--beta",
+        "0.1",
+        "--separate-agents",
+        "--dtype",
+        "float32" if torchrun else "bfloat16",
+    )
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
     assert all(
@@ -331,9 +426,22 @@ def test_train_agents_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
 def test_train_leader_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "leader"
     # full fine-tuning (--lora-rank 0): an HF directory
-    lines = train_llm_target(tmp_path, tiny_model_dir, torchrun, "leader", "--questions", "6",
-                             "--agents", "3", "--beta", "0", "--lora-rank", "0",
-                             "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
+    lines = train_llm_target(
+        tmp_path,
+        tiny_model_dir,
+        torchrun,
+        "leader",
+        "--questions",
+        "6",
+        "--agents",
+        "3",
+        "--beta",
+        "0",
+        "--lora-rank",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     # random peers are never right: no question is filtered out
     assert json.loads((out / "pool.json").read_text()) == {
         "candidates": 6,
@@ -364,19 +472,19 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         for ex, *_ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
             outputs.append(
-                (S.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
             )
         return outputs
 
-    monkeypatch.setattr(team_rollouts, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(team_rollouts, "make_engine", lambda cfg, rank, device, models: None)
-    monkeypatch.setattr(team_rollouts.deliberate, "run_llm", run_llm)
+    monkeypatch.setattr(rollouts, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(rollouts, "make_engine", lambda cfg, rank, device: None)
+    monkeypatch.setattr(rollouts, "run_llm", run_llm)
     cfg = train_llm.Config(target="leader", agents=3, questions=3, val_n=0)
-    pool, stats = team_rollouts.peer_pool(cfg, 0, 1, "cpu")
+    pool, stats = rollouts.peer_pool(cfg, 0, 1, "cpu")
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
     keep_all = train_llm.Config(target="leader", agents=3, questions=3, val_n=0, filter_easy=0)
-    pool, _ = team_rollouts.peer_pool(keep_all, 0, 1, "cpu")
+    pool, _ = rollouts.peer_pool(keep_all, 0, 1, "cpu")
     assert len(pool) == 3
 
 
@@ -385,14 +493,14 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
     is refused beside --peers-model, for another target, or with one entry too few."""
     built = {}
 
-    def make_engine(cfg, rank, device, models):
-        built.update(models=models, model=cfg.model)
+    def make_engine(cfg, rank, device):
+        built.update(models=cfg.models, model=cfg.model)
 
-    monkeypatch.setattr(team_rollouts, "make_engine", make_engine)
+    monkeypatch.setattr(rollouts, "make_engine", make_engine)
     monkeypatch.setattr(
-        team_rollouts.deliberate,
+        rollouts,
         "run_llm",
-        lambda engine, calls, game: [(S.parse_solution("Answer: 5", "arith"), 1) for _ in calls],
+        lambda engine, calls, game: [(D.parse_solution("Answer: 5", "arith"), 1) for _ in calls],
     )
     examples = [data.Example(question="q", answer="5", task="arith", id="t/0")]
     adapter = tmp_path / "a.pt"
@@ -400,7 +508,7 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
     peers = f"default+{adapter},default"
     cfg = train_llm.Config(target="leader", agents=2, peers=peers)
     train_llm.check(cfg, 1)
-    [(example, solutions)] = team_rollouts.peer_solutions(examples, cfg, 0, 1, "cpu")
+    [(example, solutions)] = rollouts.peer_solutions(examples, cfg, 0, 1, "cpu")
     assert built == {"models": peers, "model": ""} and len(solutions) == 2
     for wrong in ({"peers_model": str(tmp_path)}, {"target": "agents"}, {"agents": 3}):
         with pytest.raises(common.UsageError, match="--peers:"):
@@ -411,10 +519,33 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
 def test_llm_training_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
     """--target agents on the default backbone (rewards vary: the format term), killed after step 2
     of 3 and resumed: the same weights as an uninterrupted run, no metric step logged twice."""
-    args = [str(ROOT / "train_llm.py"), "--target", "agents", "--algo", "magrpo",
-            "--protocol", "parallel", "--agents", "1", "--questions-per-step", "2", "--group", "2",
-            "--max-new-tokens", "24", "--format-reward", "0.5", "--steps", "3", "--save-every", "1",
-            "--lr", "1e-4", "--val-n", "4"]  # fmt: skip
+    args = [
+        str(ROOT / "train_llm.py"),
+        "--target",
+        "agents",
+        "--algo",
+        "magrpo",
+        "--protocol",
+        "parallel",
+        "--agents",
+        "1",
+        "--questions-per-step",
+        "2",
+        "--group",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "--format-reward",
+        "0.5",
+        "--steps",
+        "3",
+        "--save-every",
+        "1",
+        "--lr",
+        "1e-4",
+        "--val-n",
+        "4",
+    ]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)
     killed = run(
         args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", "2"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from policy import MetaPolicy, save_policy
+from deliberate import MetaPolicy, save_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 # a completion that would run, and mark the page, if the page did not escape it
@@ -30,10 +30,28 @@ def results(tmp_path_factory, tiny_model_dir):
     save_policy(MetaPolicy(agents=2), folder / "policy.pt")
     out = folder / "results.json"
     protocols = f"vanilla,sc,debate,mpdf-persist,mpdf={folder / 'policy.pt'},leader=default"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--models", f"default,{tiny_model_dir}",
-           "--n", "3", "--agents", "2", "--rounds", "1", "--max-new-tokens", "6",
-           "--cache-dir", "", "--protocols", protocols, "--reference", "debate",
-           "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "eval.py"),
+        "--models",
+        f"default,{tiny_model_dir}",
+        "--n",
+        "3",
+        "--agents",
+        "2",
+        "--rounds",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--cache-dir",
+        "",
+        "--protocols",
+        protocols,
+        "--reference",
+        "debate",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "MPDF_MODEL_DIR": tiny_model_dir}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=folder, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -139,10 +157,19 @@ def chromium():
 
 def dump_dom(page, tmp_path, fragment=""):
     """The page's DOM after its scripts ran, in headless Chromium."""
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-           page.resolve().as_uri() + fragment]  # fmt: skip
+    cmd = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom",
+        page.resolve().as_uri() + fragment,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return Page(proc.stdout)

@@ -1,5 +1,5 @@
 """The sampled episodes train_llm.py learns from (docs/design.md §8), on the game's prompts and
-vote.
+vote (deliberate.py), and the weights it trains.
 
 Sequence          - one sampled completion, the unit the token-level loss trains on
 joint_rollouts    - MAGRPO: G joint rollouts of a protocol (parallel or debate) per question, one
@@ -25,14 +25,23 @@ from dataclasses import dataclass
 import torch
 
 import data
-import deliberate
 from common import FileRefused, UsageError, all_gather_list, all_reduce_sum, load_file
-from corpus import make_engine, training_pool, training_questions
+from data import training_pool, training_questions
 from data.worked import WorkedSolutionMissing, worked_solution
+from deliberate import (
+    leader_prompt,
+    majority_vote,
+    parse_solution,
+    per_question,
+    refine_prompt,
+    run_llm,
+    solve_calls,
+    solve_prompt,
+)
 from llm import lora
-from llm.engine import Engine, call_seed
-from llm.team import Member, Team
-from state import majority_vote, parse_solution
+from llm.cache import call_seed
+from llm.engine import Engine
+from llm.team import Member, Team, make_engine
 
 
 @dataclass
@@ -91,11 +100,9 @@ def joint_rollouts(team, examples, cfg, step):
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution
 
-    run_round(0, lambda q, g, i: deliberate.solve_prompt(examples[q], cfg.trailer))
+    run_round(0, lambda q, g, i: solve_prompt(examples[q], cfg.trailer))
     for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
-        run_round(
-            t, lambda q, g, i: deliberate.refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer)
-        )
+        run_round(t, lambda q, g, i: refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer))
     rewards = torch.zeros(len(examples), cfg.group)
     for (q, g), team in teams.items():
         vote, _ = majority_vote(team)
@@ -110,7 +117,7 @@ def leader_rollouts(team, items, cfg, step):
     joint_rollouts returns them: the leader's Sequences and a (len(items), G) tensor of rewards,
     its correctness (+ format_reward if it parses)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
-    prompts = [deliberate.leader_prompt(items[q][0], items[q][1], cfg.trailer) for q, _ in calls]
+    prompts = [leader_prompt(items[q][0], items[q][1], cfg.trailer) for q, _ in calls]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
     completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)
@@ -128,15 +135,12 @@ def peer_solutions(examples, cfg, rank, world, device):
     """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
     generates its shard through the engine and its cache (the game's own calls), then every rank
     gets all of them."""
-    engine = make_engine(
-        dataclasses.replace(cfg, model=cfg.peers_model or cfg.model), rank, device, models=cfg.peers
-    )
-    game = deliberate.game_config(cfg, greedy_policy=True)
+    # --peers: the frozen peers as a team of adapters, built as eval.py builds --models
+    peers = dataclasses.replace(cfg, model=cfg.peers_model or cfg.model, models=cfg.peers)
+    engine = make_engine(peers, rank, device)
     mine = list(range(rank, len(examples), world))
-    outputs = deliberate.run_llm(
-        engine, deliberate.solve_calls([examples[k] for k in mine], game), game
-    )
-    teams = deliberate.per_question([s for s, _ in outputs], cfg.agents)
+    outputs = run_llm(engine, solve_calls([examples[k] for k in mine], cfg), cfg)
+    teams = per_question([s for s, _ in outputs], cfg.agents)
     gathered = sorted(all_gather_list(list(zip(mine, teams))), key=lambda item: item[0])
     return [(examples[k], solutions) for k, solutions in gathered]
 
@@ -177,7 +181,7 @@ def right_solutions(engine, cfg, rank, world):
     sorted, whatever the world size."""
     questions, _ = training_questions(cfg)
     calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
-    prompts = [engine.chat(deliberate.solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
+    prompts = [engine.chat(solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
     seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
     completions = engine.generate(
         prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
@@ -192,8 +196,10 @@ def right_solutions(engine, cfg, rank, world):
     kept = sorted(all_gather_list(kept))
     if rank == 0:
         kind = " well-formatted" if cfg.trailer else ""
-        print(f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
+            file=sys.stderr,
+        )
     return kept
 
 
@@ -204,10 +210,12 @@ def worked_solutions(engine, cfg):
     eos = engine.tokenizer.eos_token_id
     try:
         return [
-            (engine.encode(engine.chat(deliberate.solve_prompt(ex))),
-             engine.encode(worked_solution(ex)) + [eos])
+            (
+                engine.encode(engine.chat(solve_prompt(ex))),
+                engine.encode(worked_solution(ex)) + [eos],
+            )
             for ex in questions
-        ]  # fmt: skip
+        ]
     except WorkedSolutionMissing as e:
         raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
 
@@ -227,7 +235,7 @@ def refine_examples(engine, cfg, rank, world):
     mine = list(enumerate(questions))[rank::world]
     calls = [(q, ex, i) for q, ex in mine for i in range(cfg.agents)]
     completions = engine.generate(
-        [engine.chat(deliberate.solve_prompt(ex)) for _, ex, _ in calls],
+        [engine.chat(solve_prompt(ex)) for _, ex, _ in calls],
         [call_seed(cfg.seed, ex.id, i, "refine-context") for _, ex, i in calls],
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,
@@ -238,10 +246,13 @@ def refine_examples(engine, cfg, rank, world):
         teams.setdefault(q, []).append(parse_solution(c.text, ex.task))
     eos = engine.tokenizer.eos_token_id
     examples = [
-        (q, engine.encode(engine.chat(deliberate.refine_prompt(ex, teams[q], 0))),
-         engine.encode(worked_solution(ex)) + [eos])
+        (
+            q,
+            engine.encode(engine.chat(refine_prompt(ex, teams[q], 0))),
+            engine.encode(worked_solution(ex)) + [eos],
+        )
         for q, ex in mine
-    ]  # fmt: skip
+    ]
     return [(prompt, target) for _, prompt, target in sorted(all_gather_list(examples))]
 
 
@@ -254,10 +265,14 @@ def trained_team(cfg, device):
     token)."""
     n_trained = cfg.agents if cfg.separate_agents and cfg.target == "agents" else 1
     engines = [
-        Engine(model_path=cfg.model or None, dtype="float32", device=str(device),
-               batch_size=cfg.engine_batch_size)
+        Engine(
+            model_path=cfg.model or None,
+            dtype="float32",
+            device=str(device),
+            batch_size=cfg.engine_batch_size,
+        )
         for _ in range(1 if cfg.lora_rank else n_trained)
-    ]  # fmt: skip
+    ]
     models = [e.model for e in engines]
     if cfg.lora_rank and cfg.init_adapter:
         state = load_file(cfg.init_adapter, "adapter")
@@ -273,10 +288,14 @@ def trained_team(cfg, device):
         lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, n_trained, cfg.seed, parts)
     if cfg.dtype == "bfloat16":
         engines = [
-            Engine(model=copy.deepcopy(m).to(torch.bfloat16), tokenizer=e.tokenizer,
-                   device=str(device), batch_size=cfg.engine_batch_size)
+            Engine(
+                model=copy.deepcopy(m).to(torch.bfloat16),
+                tokenizer=e.tokenizer,
+                device=str(device),
+                batch_size=cfg.engine_batch_size,
+            )
             for m, e in zip(models, engines)
-        ]  # fmt: skip
+        ]
     members = [
         Member(engines[0], e) if cfg.lora_rank else Member(engines[e]) for e in range(n_trained)
     ]
@@ -307,8 +326,10 @@ def validate(models, team, validation, cfg, rank, world, device, log, step):
     sums = all_reduce_sum([float(right.sum()), right.numel()], device)
     log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
     if rank == 0:
-        print(f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
+            file=sys.stderr,
+        )
 
 
 def save_trained(models, tokenizer, out, cfg):
