@@ -128,8 +128,7 @@ class Config(GameConfig):
     peers_model: str = ""
     """--target leader: the frozen peers' HF directory; empty: the same as --model"""
     peers: str = ""
-    """--target leader: the frozen peers as a team, one entry per peer as eval.py's --models
-    (a model directory or default, + an adapter file or not); empty: --peers-model for every peer"""
+    """--target leader: the frozen peers as a team, one entry each as eval.py's --models"""
     filter_easy: float = 0.75
     """--target leader: drop questions where at least this fraction of the peers is right (0: keep
     all)"""
@@ -485,10 +484,7 @@ def check(cfg, world):
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
     check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
     if cfg.target == "sft" and cfg.solutions == "worked" and cfg.trailer:
-        raise UsageError(
-            "--solutions worked: worked solutions end in 'Answer: n' alone; they "
-            "carry no Steps / Confidence trailer (drop --trailer)"
-        )
+        raise UsageError("--solutions worked: worked solutions carry no trailer (drop --trailer)")
     if cfg.loss_agg:
         check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
     check_at_least(cfg, 1, "steps", "questions", "questions_per_step", "micro_batch", "save_every")
@@ -508,9 +504,7 @@ def check(cfg, world):
     if cfg.peers_model:
         check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
     if cfg.refine_contexts and (cfg.target != "sft" or cfg.solutions != "worked"):
-        raise UsageError(
-            "--refine-contexts: REFINE examples go with --target sft --solutions worked"
-        )
+        raise UsageError("--refine-contexts: REFINE examples need --target sft --solutions worked")
     if cfg.refine_contexts:
         load_file(cfg.refine_contexts, "adapter")
     if cfg.init_adapter:

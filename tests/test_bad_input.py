@@ -87,7 +87,7 @@ def init_for(name, tmp_path):
         ("train_llm.py", ["--lora-rank", "-1"], "--lora-rank -1: must be at least 0"),
         ("train_llm.py", ["--solutions", "mine"], "unknown --solutions 'mine'"),
         ("train_llm.py", ["--target", "sft", "--trailer"], "(drop --trailer)"),
-        ("train_llm.py", ["--refine-contexts", "a.pt"], "go with --target sft --solutions worked"),
+        ("train_llm.py", ["--refine-contexts", "a.pt"], "need --target sft --solutions worked"),
         ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
         ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
         ("eval.py", ["--models", "default+no.pt,default,default"], "no adapter file 'no.pt'"),
