@@ -97,10 +97,11 @@ TEAMS = {
     "default+results/agents/magrpo-debate-L1-seed0.pt",
     # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
     "worked": ",".join(["default+results/agents/worked-L1-r8-seed0.pt"] * 3),
-    # and three adapters of its sweep that differ in capacity: rank 8, rank 4, rank 16 on the
-    # attention projections alone
+    # and three members that differ in skill and specialty: the adapter continued on REFINE
+    # examples, the worked-solution adapter, and the sweep's rank-4 adapter
     "varied": ",".join(
-        f"default+results/agents/worked-L1-{name}-seed0.pt" for name in ("r8", "r4", "r16-attn")
+        f"default+results/agents/{run}.pt"
+        for run in ("worked-refine-L1-r8-seed0", "worked-L1-r8-seed0", "worked-L1-r4-seed0")
     ),
 }
 # softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default

@@ -14,8 +14,8 @@ TEAM_LABELS = {
     "revisers": "three agents trained by MAGRPO on debate",
     "mixed": "member 0 the untrained backbone, 1 an agent trained on parallel answers, 2 on debate",
     "worked": "three copies of the adapter trained on easy arith's worked solutions",
-    "varied": "three adapters trained on worked solutions: rank 8, rank 4, rank 16 on attention "
-    "alone",
+    "varied": "member 0 the worked-solution adapter continued on REFINE examples, 1 the "
+    "worked-solution adapter, 2 its rank-4 sibling",
 }
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
