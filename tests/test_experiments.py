@@ -589,6 +589,8 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             command = vanilla[f"table-arith300-team-{team}-seed0-vanilla-m{j}"]["command"]
             assert command[command.index("--models") + 1] == ",".join([member] * 3)
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
+        # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
+        competent = {"ranks", "loo", "leader"} if team in ("worked", "varied") else set()
         assert names == {
             *(f"vanilla-m{j}" for j in range(len(members))),
             "persist",
@@ -598,11 +600,15 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             "softrank-cost0",
             "sc",
             "debate",
+            *competent,
         }
         for name, piece in mine.items():
             command = piece["command"]
             assert set(adapters) <= set(piece["needs"]), name
-            if "vanilla" not in name:
+            if name.startswith("llm-mlpo-team-"):
+                # the leader's frozen peers are the team
+                assert command[command.index("--peers") + 1] == models, name
+            elif "vanilla" not in name:
                 assert command[command.index("--models") + 1] == models, name
             policy = next((a for a in command if str(a).startswith("mpdf=")), "")
             if policy:
@@ -614,6 +620,12 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
         free = mine[f"train-arith-team-{team}-seed0-softrank-cost0"]["command"]
         assert free[free.index("--refine-cost") + 1] == "0" and "--refine-cost" not in rl
         assert free[free.index("--algo") + 1] == "softrank"
+        if competent:
+            leader = mine[f"table-arith300-team-{team}-seed0-leader"]
+            adapter = f"results/agents/mlpo-team-{team}-seed0.pt"
+            assert f"leader=default+{adapter}" in leader["command"] and adapter in leader["needs"]
+            assert leader["command"][leader["command"].index("--rounds") + 1] == "0"
+            assert mine[f"llm-mlpo-team-{team}-seed0"]["copies"]
     # the default team's pieces keep their names and files
     assert pieces.table_policy("arith", "softrank", 1) == "results/policies/arith-seed1-softrank.pt"
     assert "--models" not in runner.PIECES["train-arith-seed0-sft"]["command"]
@@ -757,6 +769,7 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
                 "question_ids": ids,
                 "correct": right,
                 "actions": {"persist": 0.8, "refine": 0.0, "concede": 0.2},
+                "any_agent_right_round0": 0.75,
             }
             path = tmp_path / "tables" / f"arith300-team-revisers-seed{seed}-{part}.json"
             path.write_text(json.dumps({part: summary}))
@@ -774,8 +787,43 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
         "+0.250 [" in text
     )
     assert "REFINE on 0% of its decisions" in text
+    # the vote 0.25, the oracle 0.75: SoftRankPO's 0.75 closes the whole gap
+    assert (
+        "closing +100% of the gap from the team's vote (0.250) to the oracle (any member right in "
+        "round 0, 0.750)" in text
+    )
     assert "it plays 0.500 (+0.000 [" in text and "] (2) against the same)" in text
     assert "REFINEs on 25% of its decisions and each REFINE gains -0.125 [-0.250, +0.000]" in text
+
+
+def test_competent_team_table_measures_the_gap_to_the_oracle_and_where_the_vote_is_wrong(
+    tmp_path, monkeypatch
+):
+    """Issue 54's table: the strongest fixed protocol (sc here) is each row's reference; the gap
+    from the vote (0.25) to the oracle (0.75) closed, and the accuracy on the questions the vote
+    gets wrong (2, 3 and 4)."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "tables").mkdir()
+    correct = {"persist": [1, 0, 0, 0], "sc": [1, 1, 0, 0], "softrank": [1, 1, 1, 0]}
+    for part, right in correct.items():
+        summary = {
+            "accuracy": sum(right) / 4,
+            "question_ids": [1, 2, 3, 4],
+            "correct": right,
+            "tokens_per_question": 100,
+            "any_agent_right_round0": 0.75,
+        }
+        path = tmp_path / "tables" / f"arith300-team-worked-seed0-{part}.json"
+        path.write_text(json.dumps({part: summary}))
+    text = team_tables.competent_team_table("worked", seeds=(0,))
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
+    rows = {row[0]: row for row in cells if len(row) == 8}
+    assert "vs self-consistency" in text
+    assert rows["self-consistency"][6:8] == ["+0.50", "0.333 (3)"]
+    assert rows["softrank"][6:8] == ["+1.00", "0.667 (3)"]
+    assert rows["the team's vote"][6:8] == ["", ""]
+    assert rows["oracle: any member right in round 0"][2].startswith("0.750")
+    assert "arith300-team-worked-seed0-debate.json" in text  # a missing protocol, named
 
 
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
