@@ -277,7 +277,7 @@ LLM_PIECES |= {
             [*WORKED_SFT, "--level", "1", *WORKED_SWEEP["r8"], "--seed", "1"]
             + ["--init-adapter", worked_adapter(1, "r8")]
             + ["--refine-contexts", worked_adapter(1, "r8")]
-            # a continued adapter at the fresh one's 2e-3 lost its solo accuracy within 24 steps
+            # at the fresh adapter's 2e-3 the continued one lost its solo accuracy (results/)
             + ["--lr", "5e-4"],
             adapter=True,
         ),
