@@ -144,38 +144,47 @@ def seeds_table(name, parts, reference, seeds=(0, 1, 2), pictures=False):
         "|---|---|---|---|---|---|---|",
     ]
     for part, by_seed in runs.items():
-        accuracy = [s["accuracy"] for s in by_seed.values()]
-        actions = (
-            "/".join(
-                f"{mean([s['actions'][k] for s in by_seed.values()]):.2f}"
-                for k in ("persist", "refine", "concede")
-            )
-            if "actions" in next(iter(by_seed.values()))
-            else ""
-        )
-        shared = [seed for seed in by_seed if seed in theirs]
-        paired = (
-            format_paired(
-                paired_difference(
-                    pooled({k: by_seed[k] for k in shared}), pooled({k: theirs[k] for k in shared})
-                )
-            )
-            if shared and part != reference
-            else ""
-        )
-        spread = (
-            f"{sample_std(accuracy):.3f}" if len(accuracy) > 1 else "–"
-        )  # one seed has no spread
+        paired = paired_over_seeds(by_seed, theirs) if part != reference else ""
         lines.append(
-            f"| {part} | {len(by_seed)} | {mean(accuracy):.3f} ± {spread} | "
+            f"| {part} | {len(by_seed)} | {accuracy_over_seeds(by_seed)} | "
             f"{mean([s['tokens_per_question'] for s in by_seed.values()]):.0f} | "
-            f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | {actions} | "
-            f"{paired} |"
+            f"{mean([s['calls_per_question'] for s in by_seed.values()]):.1f} | "
+            f"{mean_actions(by_seed)} | {paired} |"
         )
     text = "\n".join(lines)
     if pictures:
         text += "\n\n" + pictures_of(name, runs)
     return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def accuracy_over_seeds(by_seed):
+    """A protocol's accuracy over its seeds: mean ± sample std (one seed has no spread: –)."""
+    values = [s["accuracy"] for s in by_seed.values()]
+    spread = f"{sample_std(values):.3f}" if len(values) > 1 else "–"
+    return f"{mean(values):.3f} ± {spread}"
+
+
+def mean_actions(by_seed):
+    """persist/refine/concede shares, averaged over the seeds ("" for a protocol that never
+    decides)."""
+    if "actions" not in next(iter(by_seed.values())):
+        return ""
+    return "/".join(
+        f"{mean([s['actions'][k] for s in by_seed.values()]):.2f}"
+        for k in ("persist", "refine", "concede")
+    )
+
+
+def paired_over_seeds(mine, theirs):
+    """The paired difference of two protocols pooled over the seeds both have ("" if none)."""
+    shared = [seed for seed in mine if seed in theirs]
+    if not shared:
+        return ""
+    return format_paired(
+        paired_difference(
+            pooled({k: mine[k] for k in shared}), pooled({k: theirs[k] for k in shared})
+        )
+    )
 
 
 def pictures_of(name, runs):

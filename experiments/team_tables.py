@@ -3,7 +3,19 @@ trained (results/after/), and which kind of action pays in each team's counterfa
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
 from pieces import team_members, team_rl_algos
-from tables import by_seed, fmt, load, mean, missing, pictures_of, pooled, summary_of
+from tables import (
+    accuracy_over_seeds,
+    by_seed,
+    fmt,
+    load,
+    mean,
+    mean_actions,
+    missing,
+    paired_over_seeds,
+    pictures_of,
+    pooled,
+    summary_of,
+)
 
 from eval import format_paired, paired_difference, sample_std
 
@@ -312,32 +324,12 @@ def competent_team_table(team, seeds=(0, 1, 2)):
         where_wrong = (
             f"{fmt(mean(wrong) if wrong else None)} ({len(wrong)})" if part != "persist" else ""
         )
-        theirs = runs[strongest]
-        both = [seed for seed in found if seed in theirs]
-        paired = (
-            format_paired(
-                paired_difference(
-                    pooled({k: found[k] for k in both}), pooled({k: theirs[k] for k in both})
-                )
-            )
-            if both and part != strongest
-            else ""
-        )
-        actions = (
-            "/".join(
-                f"{mean([s['actions'][k] for s in found.values()]):.2f}"
-                for k in ("persist", "refine", "concede")
-            )
-            if "actions" in next(iter(found.values()))
-            else ""
-        )
-        values = [s["accuracy"] for s in found.values()]
-        spread = f"{sample_std(values):.3f}" if len(values) > 1 else "–"
+        paired = paired_over_seeds(found, runs[strongest]) if part != strongest else ""
         lines.append(
             f"| {fixed_name(part) if part in fixed else part} | {len(found)} | "
-            f"{mean(values):.3f} ± {spread} | "
-            f"{mean([s['tokens_per_question'] for s in found.values()]):.0f} | {actions} | "
-            f"{paired} | {closed} | {where_wrong} |"
+            f"{accuracy_over_seeds(found)} | "
+            f"{mean([s['tokens_per_question'] for s in found.values()]):.0f} | "
+            f"{mean_actions(found)} | {paired} | {closed} | {where_wrong} |"
         )
     ceiling = list(oracle.values())
     spread = f"{sample_std(ceiling):.3f}" if len(ceiling) > 1 else "–"
