@@ -219,10 +219,12 @@ class AdapterMismatch(ValueError):
 
 def load_adapter(model, state):
     """Adds an adapter (adapter_state's dict, e.g. loaded with common.load_file) to the model,
-    wrapping the model first if it has no LoRA yet; returns its index (its name: the file's
-    fingerprint). A dict
-    that is not an adapter, or one for another base, rank, alpha or set of layers, raises
-    AdapterMismatch saying why in one line."""
+    wrapping the model first (at the file's rank) if it has no LoRA yet; returns its index (its
+    name: the file's fingerprint). An adapter of a lower rank than the model's fits exactly: its A
+    and B padded with zero rows and columns, B rescaled to the model's alpha / rank, so that one
+    engine holds a team of mixed ranks (wrap at the highest). A dict that is not an adapter, or one
+    for another base or set of layers or of a higher rank, raises AdapterMismatch saying why in one
+    line."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise AdapterMismatch("not an adapter file (train_llm.py writes them)")
     if getattr(model, "lora", None) is None:
@@ -232,8 +234,8 @@ def load_adapter(model, state):
         except (ValueError, TypeError) as e:
             raise AdapterMismatch(f"the file's layers do not fit this model: {e}") from None
     lora = model.lora
-    for key in ("base_fingerprint", "rank", "alpha", "targets"):
-        if state[key] != lora[key]:
+    for key in ("base_fingerprint", "rank", "targets"):
+        if state[key] != lora[key] and not (key == "rank" and state[key] < lora[key]):
             what = "base model" if key == "base_fingerprint" else key
             mine, theirs = lora[key], state[key]
             if key == "targets":
@@ -242,20 +244,24 @@ def load_adapter(model, state):
                 f"an adapter for another {what} ({theirs} there, {mine} here; the file "
                 f"was trained on {state['base']!r})"
             )
+    rank = state["rank"]
     layers = lora_layers(model)
     for name, layer in layers.items():
-        for part, mine in (("A", layer.lora_A), ("B", layer.lora_B)):
+        for part in ("A", "B"):
             tensor = state["tensors"].get(f"{name}.{part}")
-            shape = (lora["rank"], layer.base.in_features) if part == "A" else None
-            shape = shape or (layer.base.out_features, lora["rank"])
+            shape = (rank, layer.base.in_features) if part == "A" else None
+            shape = shape or (layer.base.out_features, rank)
             if tensor is None or tuple(tensor.shape) != shape:
                 got = "nothing" if tensor is None else tuple(tensor.shape)
                 raise AdapterMismatch(f"{name}.{part} should be {shape}, the file has {got}")
+    # the file's delta (alpha / r) B A under the model's scale: B times the ratio of the scales
+    rescale = (state["alpha"] / rank) / (lora["alpha"] / lora["rank"])
     k = new_adapter(model, name=adapter_fingerprint(state))
     with torch.no_grad():
         for name, layer in layers.items():
-            layer.lora_A[k].copy_(state["tensors"][f"{name}.A"])
-            layer.lora_B[k].copy_(state["tensors"][f"{name}.B"])
+            layer.lora_A[k].zero_()[:rank].copy_(state["tensors"][f"{name}.A"])
+            b = state["tensors"][f"{name}.B"].to(layer.lora_B[k].dtype)
+            layer.lora_B[k].zero_()[:, :rank].copy_(b * rescale)
     return k
 
 

@@ -93,24 +93,32 @@ def resolve_engine_dtype(cfg, device="cpu"):
     return replace(cfg, dtype=dtype), why
 
 
+def adapter_rank(state):
+    """An adapter file's rank (0 for what is not one: load_adapter refuses it)."""
+    return state.get("rank", 0) if isinstance(state, dict) else 0
+
+
 def make_engine(cfg, rank, device="cpu"):
     """The generation engine of one rank on its device: the cache file that every rank shares, a
     progress bar on rank 0. With --models, a Team: one engine per distinct base model, each agent's
-    adapter loaded into its base's engine (the file read as data: common.load_file)."""
+    adapter loaded into its base's engine (the file read as data: common.load_file), the engine
+    wrapped at the highest rank among them."""
     if cfg.models:
-        engines, adapters, members = {}, {}, []
-        for base, adapter in team_entries(cfg.models, cfg.agents):
+        entries = team_entries(cfg.models, cfg.agents)
+        engines, files, adapters = {}, {}, {}
+        for base, adapter in entries:
             if base not in engines:
                 engines[base] = make_engine(replace(cfg, model=base, models=""), rank, device)
-            if adapter and (base, adapter) not in adapters:
-                try:
-                    adapters[base, adapter] = lora.load_adapter(
-                        engines[base].model, load_file(adapter, "adapter")
-                    )
-                except lora.AdapterMismatch as e:
-                    raise FileRefused(f"{adapter}: {e}") from None
-            members.append(Member(engines[base], adapters.get((base, adapter))))
-        return Team(members)
+            if adapter and (base, adapter) not in files:
+                files[base, adapter] = load_file(adapter, "adapter")
+        # the highest rank first: the first adapter wraps its engine, lower ranks pad into it
+        by_rank = sorted(files.items(), key=lambda item: -adapter_rank(item[1]))
+        for (base, adapter), state in by_rank:
+            try:
+                adapters[base, adapter] = lora.load_adapter(engines[base].model, state)
+            except lora.AdapterMismatch as e:
+                raise FileRefused(f"{adapter}: {e}") from None
+        return Team([Member(engines[b], adapters.get((b, adapter))) for b, adapter in entries])
     return Engine(
         model_path=cfg.model or None,
         dtype=cfg.dtype,

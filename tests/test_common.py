@@ -293,6 +293,17 @@ def test_make_engine_of_a_team(monkeypatch):
     ]
     assert loads == [("weights of None", "a.pt as adapter"), ("weights of b", "c.pt as adapter")]
 
+    # adapters of mixed ranks on one base: the highest loads first (it wraps the engine), each
+    # agent keeps its own
+    files = {"lo.pt": {"rank": 4}, "hi.pt": {"rank": 8}, "mid.pt": {"rank": 4}}
+    monkeypatch.setattr(teams, "load_file", lambda path, what: dict(files[path], path=path))
+    loads.clear()
+    team = teams.make_engine(replace(cfg, models="b+lo.pt,b+hi.pt,b+mid.pt", agents=3), 0)
+    assert [state["path"] for _, state in loads] == ["hi.pt", "lo.pt", "mid.pt"]
+    names = ["lo.pt", "hi.pt", "mid.pt"]
+    assert [m.adapter for m in team.members] == [f"adapter {dict(files[n], path=n)}" for n in names]
+    monkeypatch.setattr(teams, "load_file", lambda path, what: f"{path} as {what}")
+
     # rank 0's engines show progress
     assert all(m.engine.kw["progress"] for m in teams.make_engine(cfg, 0, "cpu").members)
 

@@ -112,6 +112,26 @@ def test_adapter_file_round_trip(tiny_model, tmp_path):
     assert fresh.lora["names"][again] == fresh.lora["names"][k]
 
 
+def test_a_lower_rank_adapter_loads_into_a_higher_rank_model_exactly(tiny_model):
+    """A team of mixed ranks in one engine: a rank-4 file padded into a model wrapped at rank 8 (and
+    another alpha) gives its own logits, alone and in a batch beside a rank-8 adapter."""
+    low = lora.adapter_state(adapted(tiny_model, adapters=1, seed=1), 0, "tiny")
+    high = lora.adapter_state(adapted(tiny_model, adapters=1, rank=8, seed=2), 0, "tiny")
+    own = copy.deepcopy(tiny_model[0])
+    lora.load_adapter(own, low)
+    wide = copy.deepcopy(tiny_model[0])
+    lora.add_lora(wide, rank=8, alpha=4)
+    h, k = lora.load_adapter(wide, high), lora.load_adapter(wide, low)
+    assert wide.lora["rank"] == 8 and wide.lora["alpha"] == 4
+    torch.testing.assert_close(logits(wide, IDS, k), logits(own, IDS, 0), rtol=1e-5, atol=1e-5)
+    mixed = logits(wide, IDS, torch.tensor([k, h, k]))
+    torch.testing.assert_close(mixed[[0, 2]], logits(own, IDS, 0)[[0, 2]], rtol=1e-5, atol=1e-5)
+    # the padding rows and columns stay zero: the delta is the file's
+    layer = next(iter(lora.lora_layers(wide).values()))
+    assert not layer.lora_A[k][4:].any() and not layer.lora_B[k][:, 4:].any()
+    assert not torch.allclose(mixed[1], logits(own, IDS, 0)[1], atol=1e-2)
+
+
 def test_an_adapter_for_another_base_or_shape_is_refused(tiny_model, tmp_path):
     model = adapted(tiny_model, adapters=1)
     state = lora.adapter_state(model, 0, "tiny")
@@ -120,9 +140,9 @@ def test_an_adapter_for_another_base_or_shape_is_refused(tiny_model, tmp_path):
         other.model.layers[0].mlp.up_proj.weight.mul_(1.5)
     with pytest.raises(lora.AdapterMismatch, match="another base model"):
         lora.load_adapter(other, state)
-    wider = lora.add_lora(copy.deepcopy(tiny_model[0]), rank=8, alpha=8)
-    with pytest.raises(lora.AdapterMismatch, match="another rank"):
-        lora.load_adapter(wider, state)
+    narrower = lora.add_lora(copy.deepcopy(tiny_model[0]), rank=2, alpha=8)
+    with pytest.raises(lora.AdapterMismatch, match=r"another rank \(4 there, 2 here"):
+        lora.load_adapter(narrower, state)
     broken = copy.deepcopy(state)
     name = next(iter(broken["tensors"]))
     broken["tensors"][name] = broken["tensors"][name][:, :3]
