@@ -5,6 +5,9 @@ by piece.
     python experiments/run.py                   # compute what is missing, in order
     python experiments/run.py auroc- --commit   # the pieces whose name starts so; commit each
                                                 # when done
+    python experiments/run.py --check after-worked-L1-r8-seed0-level1
+                                                # rerun a committed eval piece from scratch and
+                                                # compare its accuracies with the committed file's
 
 A piece is a command and the files it leaves in results/; it runs only when one of them is missing,
 so a rerun skips what is done, and a piece cut off (a session ends, a process is killed) starts
@@ -19,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +63,35 @@ def run_piece(name, piece, commit):
         subprocess.run(["git", "commit", "-q", "-m", f"results: {name}", "--", *files], check=True)
 
 
+def check_piece(name, piece, tolerance):
+    """Reruns a committed eval.py piece from scratch (no generation cache, its JSON written to a
+    scratch folder) and prints each protocol's accuracy beside the committed one; True when every
+    one lies within `tolerance` of it."""
+    command = list(map(str, piece["command"]))
+    if not any(a.endswith("eval.py") for a in command) or not all(
+        p.exists() for p in outputs(piece)
+    ):
+        sys.exit(f"--check: {name} is not a committed eval.py piece")
+    committed = json.loads(Path(command[command.index("--out") + 1]).read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        command[command.index("--out") + 1] = str(Path(scratch) / "rerun.json")
+        print(f"== {name} (rerun, no cache): {' '.join(command)}", flush=True)
+        subprocess.run([*command, "--cache-dir", ""], check=True)
+        rerun = json.loads((Path(scratch) / "rerun.json").read_text())
+    within = True
+    for protocol, mine in rerun.items():
+        if not isinstance(mine, dict) or "accuracy" not in mine:
+            continue
+        theirs = committed[protocol]["accuracy"]
+        close = abs(mine["accuracy"] - theirs) <= tolerance
+        within &= close
+        print(
+            f"{name} {protocol}: committed {theirs:.4f}, rerun {mine['accuracy']:.4f} "
+            f"({'within' if close else 'NOT within'} {tolerance}; rerun on {rerun['machine']})"
+        )
+    return within
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -70,6 +103,13 @@ def main():
     parser.add_argument(
         "--commit", action="store_true", help="git-commit each piece's files when it is done"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="rerun the chosen committed eval.py pieces without the cache and compare their "
+        "accuracies with the committed files' (exit 1 if one differs by more than --tolerance)",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.02, help="for --check")
     args = parser.parse_args()
     os.chdir(ROOT)  # every path of a piece is relative to the repository
     chosen = {
@@ -79,6 +119,9 @@ def main():
     }
     if not chosen:
         sys.exit(f"no piece starts with {args.prefixes}; pieces: {', '.join(PIECES)}")
+    if args.check:
+        checked = [check_piece(name, piece, args.tolerance) for name, piece in chosen.items()]
+        sys.exit(0 if all(checked) else 1)
     for name, piece in chosen.items():
         done = all(p.exists() for p in outputs(piece))
         if args.list:

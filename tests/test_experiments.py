@@ -210,6 +210,37 @@ def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
         runner.main()
 
 
+def test_runner_checks_a_committed_eval_piece_by_rerunning_it_without_the_cache(
+    tmp_path, monkeypatch, capsys
+):
+    """--check: the piece's eval.py command rerun with the cache off, its JSON to a scratch file
+    (the committed one untouched), each protocol's accuracy against the committed within the
+    tolerance; exit 1 when one is not."""
+    fake_eval = tmp_path / "eval.py"
+    fake_eval.write_text(
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "assert args[-2:] == ['--cache-dir', ''], args\n"
+        "out = args[args.index('--out') + 1]\n"
+        "json.dump({'machine': 'm', 'config': {}, 'vanilla': {'accuracy': 0.70}}, open(out, 'w'))\n"
+    )
+    committed = tmp_path / "results" / "after" / "x.json"
+    committed.parent.mkdir(parents=True)
+    piece = {"command": [sys.executable, str(fake_eval), "--out", str(committed)]}
+    monkeypatch.setattr(runner, "PIECES", {"after-x": dict(piece, outputs=[str(committed)])})
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    for accuracy, code in ((0.71, 0), (0.73, 1)):
+        committed.write_text(json.dumps({"vanilla": {"accuracy": accuracy}}))
+        monkeypatch.setattr(sys, "argv", ["run.py", "--check", "after-x"])
+        with pytest.raises(SystemExit) as exit:
+            runner.main()
+        assert exit.value.code == code
+        assert json.loads(committed.read_text())["vanilla"]["accuracy"] == accuracy
+        said = capsys.readouterr().out
+        assert f"committed {accuracy:.4f}, rerun 0.7000" in said
+        assert ("NOT within" in said) == bool(code)
+
+
 def test_runner_pieces_name_existing_scripts():
     for name, piece in runner.PIECES.items():
         script = next(str(a) for a in piece["command"][1:] if str(a).endswith(".py"))
