@@ -254,6 +254,12 @@ EQUIVALENT = {
         "deliberate.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
         "deliberate.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
         "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
+        "deliberate.x_play__mutmut_123": (
+            "an agent's REFINE cost is read only where it REFINEs (the shaped reward multiplies "
+            "it by a == REFINE) or beside its REFINE sample (counterfactual_rewards, under "
+            "refine_all, which draws every agent's sample and sets every cost): the initial "
+            "value is never read"
+        ),
     },
 }
 

@@ -106,6 +106,70 @@ def test_unparseable_peers_never_agree():
     assert dict(zip(D.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
 
 
+# ---------------------------------------------------------------- the prompts
+def test_the_prompts_word_for_word():
+    """Every prompt exactly: the generation cache's keys and the adapters trained on the solve and
+    refine prompts depend on each character. A solution is shown by its last 300 characters
+    (refine and leader), a peer by its answer, an unparseable one as 'no answer'."""
+    ex = data.Example(question="Tom has 7 pens and buys 5 more. How many pens?", answer="12",
+                      task="arith", id="t/1")  # fmt: skip
+    long = "x" * 50 + "y" * 291 + "Answer: 1"
+    sols = [sol(None, text=long), sol(None, text="no idea"), sol(13, text="7 + 5 = 12\nAnswer: 13")]
+    question = "Tom has 7 pens and buys 5 more. How many pens?"
+    plain = "End with 'Answer: <a number>'."
+    trailer = (
+        "Show short steps, then end with three lines:\nSteps: <number of steps>\n"
+        "Confidence: <0-10>/10\nAnswer: <a number>"
+    )
+    assert D.solve_prompt(ex) == f"{question}\n{plain}"
+    assert D.solve_prompt(ex, True) == (
+        f"Solve the problem. {trailer}\n\nExample:\nProblem: Ann has 3 bags with 4 apples in "
+        "each bag. She eats 2 apples. How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\n"
+        f"Steps: 2\nConfidence: 9/10\nAnswer: 10\n\nProblem: {question}\n"
+    )
+    tail = "y" * 291 + "Answer: 1"
+    assert D.refine_prompt(ex, sols, 0) == (
+        f"{question}\n\nYour previous solution:\n{tail}\n\nOther agents' answers: Agent 2: no "
+        f"answer, Agent 3: 13.\nCheck the solutions and solve the problem again. {plain}"
+    )
+    assert D.refine_prompt(ex, sols, 2, True) == (
+        f"{question}\n\nYour previous solution:\n7 + 5 = 12\nAnswer: 13\n\nOther agents' "
+        "answers: Agent 1: 1, Agent 2: no answer.\nCheck the solutions and solve the problem "
+        f"again. {trailer}"
+    )
+    assert D.leader_prompt(ex, sols) == (
+        f"{question}\n\nSolutions from 3 agents:\n\nAgent 1:\n{tail}\n\nAgent 2:\nno idea\n\n"
+        "Agent 3:\n7 + 5 = 12\nAnswer: 13\n\nCheck these solutions and solve the problem. "
+        f"{plain}"
+    )
+    assert D.leader_prompt(ex, sols[1:], True).endswith(
+        f"Solutions from 2 agents:\n\nAgent 1:\nno idea\n\nAgent 2:\n7 + 5 = 12\nAnswer: 13"
+        f"\n\nCheck these solutions and solve the problem. {trailer}"
+    )
+    assert D.critic_prompt(ex, sols[2]) == (
+        f"Problem: {question}\n\nProposed solution:\n7 + 5 = 12\nAnswer: 13\n\n"
+        "Is the proposed solution correct? Reply with one word: Correct or Incorrect."
+    )
+
+
+def test_a_policy_with_a_copy_per_agent_plays_only_its_own_team_size():
+    """check_team: a shared policy plays a team of any size; one with a copy per agent
+    (--separate) refuses another size, naming the file and the flag that fixes it."""
+    from types import SimpleNamespace
+
+    shared = SimpleNamespace(config={"agents": 3, "separate": False})
+    separate = SimpleNamespace(config={"agents": 3, "separate": True})
+    for agents in (2, 3, 5):
+        D.check_team(shared, agents, "p.pt")
+    D.check_team(separate, 3, "p.pt")
+    with pytest.raises(UsageError) as refused:
+        D.check_team(separate, 2, "p.pt")
+    assert str(refused.value) == (
+        "p.pt: a policy with one copy per agent for 3 agents cannot play 2 agents: pass "
+        "--agents 3, or train a shared policy"
+    )
+
+
 # ---------------------------------------------------------------- the vote
 def test_vote_majority():
     assert D.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
