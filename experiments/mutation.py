@@ -109,6 +109,10 @@ FLAT = (
     "ranks or zero deviation over eps); with the padding counted a group is flat only if its "
     "existing rewards are, and ~m zeroes the padding: the guard's mask changes nothing"
 )
+NON_PERSISTENT = (
+    "register_buffer tests `persistent` for truth: None keeps the buffer out of the state dict as "
+    "False does"
+)
 COUNT = (
     "a count of a bool tensor stays int64; counts and half-counts are exact in any float dtype and "
     "the next division by a float tensor promotes to the rewards' dtype"
@@ -254,6 +258,11 @@ EQUIVALENT = {
         "deliberate.xǁPolicyNetǁforward__mutmut_14": NEED_WEIGHTS,
         "deliberate.xǁFixedPolicyǁact__mutmut_1": "FixedPolicy.act never reads `greedy`",
         "deliberate.x_run_critic__mutmut_21": VERDICT_AXIS,
+        "deliberate.x_solve_prompt__mutmut_8": (
+            "answer_request tests `trailer` for truth: None is False"
+        ),
+        "deliberate.xǁMetaPolicyǁ__init____mutmut_35": NON_PERSISTENT,
+        "deliberate.xǁMetaPolicyǁ__init____mutmut_48": NON_PERSISTENT,
         "deliberate.x_play__mutmut_123": (
             "an agent's REFINE cost is read only where it REFINEs (the shaped reward multiplies "
             "it by a == REFINE) or beside its REFINE sample (counterfactual_rewards, under "
