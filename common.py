@@ -134,8 +134,8 @@ class GameConfig:
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
     models: str = ""
     """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
-    (train_llm.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on one base share its
-    engine (empty: --model for every agent)"""
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
     dtype: str = "auto"
     """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
     runs it natively, else fp32; docs/design.md §11)"""
@@ -263,7 +263,8 @@ def check_models(flag_name, models, agents, max_new_tokens):
 
 def team_entries(models, agents, flag_name="--models"):
     """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
-    directory or `default` (the embedded backbone), + an adapter file (train_llm.py) or not."""
+    directory or `default` (the embedded backbone), + an adapter file (an LLM-weight trainer's) or
+    not."""
     entries = [entry.strip() for entry in models.split(",")]
     if len(entries) != agents:
         raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")

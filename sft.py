@@ -8,7 +8,7 @@ Read top to bottom: play the game with a behaviour policy (uniform random by def
 questions; label every (agent, round) state with the oracle action, from the state the agent decided
 in (own answer right -> PERSIST; else a right peer -> CONCEDE to the most confident right peer; else
 REFINE); train the policy by cross-entropy, one optimizer step per global batch of states. The LLM
-itself is fine-tuned by train_llm.py (--target sft: the rejection-sampling warm start).
+itself is fine-tuned by train_solver.py (on worked solutions, or its own right answers).
 """
 
 import dataclasses

@@ -2,7 +2,8 @@
 
 Read top to bottom:
   1. Advantages - softrank_advantages (paper Eq. 2), and the baselines rank_advantages (GOPO),
-                  grpo_advantages, mean_baseline_advantages (MAGRPO), rloo_advantages (C3).
+                  grpo_advantages, mean_baseline_advantages (MAGRPO), rloo_advantages (C3);
+                  group_advantages, the LLM trainers' choice of one.
   2. Losses over the whole action set - softrank_loss (paper Eq. 3: the expected advantage,
                   bounded, with its optimum optimal_policy), rank_matching_loss (paper Eq. 4), and
                   the unbounded literal form unweighted_softrank_loss, kept to show why it is not
@@ -133,6 +134,18 @@ def rloo_advantages(rewards, mask=None):
     total = torch.where(m, rewards, 0).sum(-1, keepdim=True)
     A = rewards - (total - rewards) / (K - 1)
     return torch.where(flat_groups(rewards, m) | ~m, 0, A)
+
+
+# the LLM trainers' --algo: the advantage every sequence of a rollout shares
+GROUP_ADVANTAGES = ("magrpo", "grpo", "softrank")
+
+
+def group_advantages(rewards, algo, tau=0.5):
+    """(questions, G) rewards -> each rollout's advantage by `algo` (GROUP_ADVANTAGES): magrpo
+    (reward - group mean, the paper's), grpo (z-score) or softrank (at temperature tau)."""
+    if algo == "softrank":
+        return softrank_advantages(rewards, tau)
+    return {"magrpo": mean_baseline_advantages, "grpo": grpo_advantages}[algo](rewards)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Worked solutions: a correct step-by-step solution to a training question, the target that
-supervised agent training (train_llm.py --target sft --solutions worked) teaches.
+supervised agent training (train_solver.py --solutions worked) teaches.
 
     from data.worked import worked_solution
     worked_solution(example)   # "3 * 4 = 12\n12 - 2 = 10\nAnswer: 10"

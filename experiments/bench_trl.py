@@ -1,4 +1,4 @@
-"""Step time of GRPO on the LLM weights: train_llm.py --target agents --agents 1 vs TRL's
+"""Step time of GRPO on the LLM weights: train_magrpo.py --agents 1 vs TRL's
 GRPOTrainer (issue 6).
 
     bash experiments/bench_trl.sh  # makes .venv-trl (the project's pins + trl), then runs this file
@@ -32,14 +32,15 @@ PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
 
 
 def ours(steps, dtype, root):
-    """train_llm.py as users run it (a subprocess: no script imports another); its metrics.jsonl."""
+    """train_magrpo.py as users run it (a subprocess: no script imports another); its
+    metrics.jsonl."""
     out = Path(root) / f"ours-{dtype}"
-    flags = {"target": "agents", "agents": 1, "protocol": "parallel", "algo": "magrpo",
+    flags = {"agents": 1, "protocol": "parallel", "algo": "magrpo",
              "loss-agg": "const", "beta": 0.0, "questions-per-step": PROMPTS, "group": GROUP,
              "max-new-tokens": NEW_TOKENS, "rollout-temperature": 1.0, "lr": LR,
              "micro-batch": PROMPTS * GROUP, "steps": steps, "save-every": 10**6, "dtype": dtype,
              "val-n": 0, "lora-rank": 0, "out-dir": out}  # fmt: skip
-    command = [sys.executable, str(ROOT / "train_llm.py")]
+    command = [sys.executable, str(ROOT / "train_magrpo.py")]
     subprocess.run(command + [f"--{k}={v}" for k, v in flags.items()], check=True)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [r["step_s"] for r in lines], [r["rollout_s"] for r in lines]
@@ -50,7 +51,7 @@ def trl(steps, dtype, root):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    # our run's questions, in order (train_llm.py's default task and seed)
+    # our run's questions, in order (train_magrpo.py's default task and seed)
     pool_of = SimpleNamespace(task="arith", path="", level=0, seed=0)
     examples = data.training_pool(pool_of)[: PROMPTS * steps]
     dataset = Dataset.from_list(

@@ -7,10 +7,11 @@
                     tokens its adapter gives alone (greedy)
   3. seeded         sampling on the GPU: the same seeds give the same text twice; the per-row
                     uniforms come from CPU generators, so a seed means the same draw on any device
-  4. scripts        eval.py (one process), then sft.py, train_rl.py and train_llm.py (agents:
-                    adapters, one per agent, bf16 rollouts; leader: full weights) under
-                    `torchrun --nproc_per_node=1`, so NCCL and DDP on the GPU; train_llm.py
-                    extended from 2 to 3 steps resumes
+  4. scripts        eval.py (one process), then sft.py, train_rl.py, train_magrpo.py (adapters,
+                    one per agent, bf16 rollouts) and train_mlpo.py (full weights) under
+                    `torchrun --nproc_per_node=1`, so NCCL and DDP on the GPU; train_magrpo.py
+                    extended from 2 to 3 steps resumes (a file committed before these two
+                    scripts names their runs train_llm-agents and train_llm-leader)
 
     python experiments/cuda_check.py --out results/cuda/check.json [--tokenizer DIR]
 
@@ -104,8 +105,8 @@ def scripts(model_dir, work):
     llm = ["--algo", "magrpo", "--model", model_dir, "--questions-per-step", "2", "--group",
            "2", "--max-new-tokens", "6", "--val-n", "4", "--micro-batch", "3", "--eval-every",
            "2"]  # fmt: skip
-    agents = [*llm, "--target", "agents", "--agents", "2", "--rounds", "1", "--separate-agents",
-              "--dtype", "bfloat16", "--out-dir", "agents"]  # fmt: skip
+    agents = [*llm, "--agents", "2", "--rounds", "1", "--separate-agents", "--dtype", "bfloat16",
+              "--out-dir", "agents"]  # fmt: skip
     runs = {
         "eval": [
             "eval.py",
@@ -128,13 +129,11 @@ def scripts(model_dir, work):
             "--out-dir",
             "rl",
         ],  # fmt: skip
-        "train_llm-agents": ["train_llm.py", *agents, "--steps", "2"],
-        "train_llm-agents-resumed": ["train_llm.py", *agents, "--steps", "3"],
-        "train_llm-leader": [
-            "train_llm.py",
+        "train_magrpo": ["train_magrpo.py", *agents, "--steps", "2"],
+        "train_magrpo-resumed": ["train_magrpo.py", *agents, "--steps", "3"],
+        "train_mlpo": [
+            "train_mlpo.py",
             *llm,
-            "--target",
-            "leader",
             "--questions",
             "6",
             "--lora-rank",
@@ -164,9 +163,7 @@ def scripts(model_dir, work):
         lines = [
             json.loads(x) for x in (work / "agents" / "metrics.jsonl").read_text().split("\n") if x
         ]
-        results["train_llm-agents-resumed"]["steps_logged"] = [
-            r["step"] for r in lines if "loss" in r
-        ]
+        results["train_magrpo-resumed"]["steps_logged"] = [r["step"] for r in lines if "loss" in r]
     for name, path in (("sft", "sft/summary.json"), ("train_rl", "rl/summary.json")):
         if (work / path).is_file():
             summary = json.loads((work / path).read_text())

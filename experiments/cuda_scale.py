@@ -1,4 +1,4 @@
-"""The engine and train_llm.py at the scale users run: a randomly initialized Llama of about 1B
+"""The engine and train_magrpo.py at the scale users run: a randomly initialized Llama of about 1B
 parameters (Llama-3.2-1B's shapes over the default tokenizer) in bf16 on one GPU, one file in
 results/cuda/.
 
@@ -6,7 +6,7 @@ results/cuda/.
                 prompts: new tokens per second of each, and the rows whose tokens are identical
                 (in bf16 near-ties may flip: the first position where a row differs is kept);
                 the equality again in fp32 on 16 rows
-  2. train      two steps of `train_llm.py --target agents` (LoRA adapters, bf16 rollouts, the KL
+  2. train      two steps of `train_magrpo.py` (LoRA adapters, bf16 rollouts, the KL
                 term on, so every sequence is trained on although random weights earn no reward)
                 under `torchrun --nproc_per_node=1`: seconds per step, rollout seconds, peak GPU
                 memory
@@ -100,7 +100,7 @@ def generate(model_dir, device, new_tokens, dtype="bfloat16", rows=len(PROMPTS))
 def train(model_dir, work, device, new_tokens):
     out = Path(work) / "agents"
     args = [
-        "--model", model_dir, "--target", "agents", "--protocol", "parallel", "--agents", "3",
+        "--model", model_dir, "--protocol", "parallel", "--agents", "3",
         "--group", "4", "--questions-per-step", "4", "--steps", "2", "--max-new-tokens",
         str(new_tokens), "--micro-batch", "12", "--beta", "0.1", "--dtype", "bfloat16",
         "--eval-every", "0", "--cache-dir", "", "--out-dir", str(out),
@@ -108,7 +108,7 @@ def train(model_dir, work, device, new_tokens):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1"]
     env = dict(os.environ, **({} if device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""}))
     proc = subprocess.run(
-        [*launcher, str(ROOT / "train_llm.py"), *args],
+        [*launcher, str(ROOT / "train_magrpo.py"), *args],
         capture_output=True, text=True, cwd=work, timeout=500, env=env,
     )  # fmt: skip
     result = {"returncode": proc.returncode}

@@ -8,9 +8,9 @@ on the untrained model.
         --out results/llm/flat_groups-leader.json
 
 --target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question,
-sampled at the rollout temperature; its reward is the team vote's correctness (train_llm.py --target
-agents). --target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions
-where >= 75% of them are right are filtered out, as train_llm.py does; a rollout is one leader
+sampled at the rollout temperature; its reward is the team vote's correctness (train_magrpo.py).
+--target leader: the peers answer once (the game's round-0 calls at T = 0.7); questions where >=
+75% of them are right are filtered out, as train_mlpo.py does; a rollout is one leader
 answer over those peers, its reward its correctness. The 8 rollouts of a question are sampled once
 through the engine and its cache; G = 2 and 4 use the first G of them.
 """
@@ -41,7 +41,7 @@ class Config:
     level: int = 1  # arith difficulty
     agents: int = 3
     n: int = 32  # training-split questions
-    temperature: float = 1.0  # the rollout temperature (train_llm.py --rollout-temperature)
+    temperature: float = 1.0  # the rollout temperature (train_magrpo.py --rollout-temperature)
     max_new_tokens: int = 96
     seed: int = 0
     cache_dir: str = "cache/generations"

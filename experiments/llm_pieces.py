@@ -1,6 +1,6 @@
-"""The pieces of the LLM-weight runs (train_llm.py: MAGRPO, MLPO, adapters) and of their
-evaluations after training; experiments/pieces.py holds them with every other piece (the same
-dict form: "command", "outputs" or "copies", "needs")."""
+"""The pieces of the LLM-weight runs (train_magrpo.py, train_mlpo.py, train_solver.py; adapters)
+and of their evaluations after training; experiments/pieces.py holds them with every other piece
+(the same dict form: "command", "outputs" or "copies", "needs")."""
 
 import sys
 from pathlib import Path
@@ -10,9 +10,9 @@ RUNS = Path("runs/results")
 # issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith,
 # G = 8 joint rollouts at T = 0.7 (about half the groups are flat there:
 # results/llm/flat_groups-L1-a3-T0.7.json), arith answers need far fewer than 192 tokens; the team's
-# greedy vote on 100 held-out questions every 6 steps
+# greedy vote on 100 held-out questions every 6 steps (a preset: the script, then its flags)
 MAGRPO_PRESET = (
-    "--target agents --algo magrpo --protocol parallel --agents 3 --task arith --level 1 --group "
+    "train_magrpo.py --algo magrpo --protocol parallel --agents 3 --task arith --level 1 --group "
     "8 --questions-per-step 4 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
@@ -31,7 +31,7 @@ LORA_RUNS = [(f"magrpo-lora-lr{lr}-L1-seed0", 0, lr) for lr in LORA_LRS] + [
 # there: flat_groups-leader-L1-T0.7.json, so 8 questions per step); the leader's greedy answer over
 # its peers on 100 held-out questions every 6 steps
 MLPO_PRESET = (
-    "--target leader --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
+    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
@@ -52,13 +52,14 @@ def parallel_adapter(seed):
 
 
 def llm_run(name, args, adapter=False):
-    """An LLM-weights run (train_llm.py --target agents | leader): its metrics (training reward,
-    held-out accuracy every --eval-every steps, wall time, tokens) go to results/llm/; whole
-    weights stay out of git, a shared LoRA `adapter` (a few MB) goes to results/agents/."""
+    """An LLM-weights run (`args`: train_magrpo.py, train_mlpo.py or train_solver.py, then its
+    flags): its metrics (training reward or loss, held-out accuracy every --eval-every steps, wall
+    time, tokens) go to results/llm/; whole weights stay out of git, a shared LoRA `adapter` (a
+    few MB) goes to results/agents/."""
     out = RUNS / name
     kept = {out / "adapter.pt": f"results/agents/{name}.pt"} if adapter else {}
     return {
-        "command": [PY, "train_llm.py", *args, "--out-dir", str(out)],
+        "command": [PY, *args, "--out-dir", str(out)],
         "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl", **kept},
     }
 
@@ -229,11 +230,11 @@ LLM_PIECES = {
     },
 }
 
-# issue 54: agents trained on the task's own worked solutions (train_llm.py --target sft
-# --solutions worked, adapters): a small sweep of the adapters' rank and layers on easy arith, and
+# issue 54: agents trained on the task's own worked solutions (train_solver.py --solutions worked,
+# adapters): a small sweep of the adapters' rank and layers on easy arith, and
 # the chosen adapter's settings trained on harder levels (members of a team that differ in skill)
 WORKED_SFT = (
-    "--target sft --solutions worked --task arith --questions 1024 --batch-size 32 "
+    "train_solver.py --solutions worked --task arith --questions 1024 --batch-size 32 "
     "--micro-batch 16 --epochs 1 --eval-every 8 --val-n 64 --save-every 4 --max-new-tokens 96"
 ).split()
 WORKED_SWEEP = {"r8": ["--lora-rank", "8"], "r4": ["--lora-rank", "4"],

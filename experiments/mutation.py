@@ -64,11 +64,18 @@ MODULES = {
         ["a_script_refuses", "every_flag_has"],
     ),
     "llm.team": ("llm/team.py", ["tests/test_common.py", "tests/test_protocols.py"], []),
-    "llm.rollouts": (
-        "llm/rollouts.py",
-        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
-        ["default_model", "sigkill", "torchrun", "lowers_the_loss", "trains_"],
+    "llm.training": (
+        "llm/training.py",
+        ["tests/test_llm_training.py", "tests/test_llm_losses.py", "tests/test_train_mlpo.py"],
+        ["runs_"],
     ),
+    # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
+    "train_solver": (
+        "train_solver.py",
+        ["tests/test_train_solver.py"],
+        ["default_backbone", "sigkill", "lowers_the_loss"],
+    ),
+    "train_mlpo": ("train_mlpo.py", ["tests/test_train_mlpo.py"], ["runs_"]),
     # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the
     # original module, not the mutant: left out, as above
     "llm.cache": (
@@ -80,7 +87,7 @@ MODULES = {
     "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
     "llm.logprobs": (
         "llm/logprobs.py",
-        ["tests/test_train_llm.py", "tests/test_llm_losses.py"],
+        ["tests/test_llm_training.py", "tests/test_llm_losses.py"],
         [],
     ),
     "llm.lora": ("llm/lora.py", ["tests/test_lora.py"], []),

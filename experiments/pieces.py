@@ -269,10 +269,10 @@ def team_pieces(team, seed):
     }
 
 
-# the MLPO leader over a competent team as its frozen peers (train_llm.py --target leader --peers):
+# the MLPO leader over a competent team as its frozen peers (train_mlpo.py --peers):
 # MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one
 LEADER_FLAGS = (
-    "--target leader --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
+    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
     "--init-adapter results/agents/worked-L1-r8-seed0.pt"

@@ -1,7 +1,7 @@
 """Compares two experiments/same_behaviour.sh outputs: policy weights bit for bit, each run's
 metrics.jsonl, its corpus (every state's key, observation and action, and the oracle label of a
-stage-1 corpus, the counterfactual reward vector and behaviour logits of a stage-2 one) and the eval
-tables.
+stage-1 corpus, the counterfactual reward vector and behaviour logits of a stage-2 one), the eval
+tables, and the LLM-weight runs' metrics and saved adapters.
 
 python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
 """
@@ -24,18 +24,28 @@ def table(folder):
     return [re.sub(r"[ -]+", " ", line).strip() for line in text.splitlines()]
 
 
-def llm_step(folder):
-    """A train_llm.py step: its logged loss, grad norm and reward (not its timings), and the sha256
-    of the adapter it saved with its tensors' sum."""
-    [record] = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    kept = {k: record[k] for k in ("loss", "kl", "grad_norm", "mean_reward", "tokens")}
+def saved_adapter(folder):
+    """The sha256 of the adapter an LLM-weight run saved, and its tensors' sum."""
     adapter = folder / "adapter.pt"
     total = sum(float(t.double().sum()) for t in load_file(adapter, "adapter")["tensors"].values())
     return {
-        **kept,
         "adapter_sha256": hashlib.sha256(adapter.read_bytes()).hexdigest()[:16],
         "adapter_sum": total,
     }
+
+
+def llm_step(folder):
+    """A MAGRPO or MLPO step: its logged loss, grad norm and reward (not its timings), and the
+    adapter it saved."""
+    [record] = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    kept = {k: record[k] for k in ("loss", "kl", "grad_norm", "mean_reward", "tokens")}
+    return {**kept, **saved_adapter(folder)}
+
+
+def solver_run(folder):
+    """train_solver.py's run: every logged line (losses, grad norms, the greedy validation's
+    accuracy) and the adapter it saved."""
+    return {"metrics": (folder / "metrics.jsonl").read_text(), **saved_adapter(folder)}
 
 
 def corpus_rows(path):
@@ -73,6 +83,10 @@ if __name__ == "__main__":
         same &= steps[0] == steps[1]
         verdict = "identical" if steps[0] == steps[1] else "DIFFERENT"
         print(f"{run}: loss, grad norm, reward and saved adapter {verdict}: {steps[1]}")
+    runs = [solver_run(Path(d) / "solver") for d in (before, after)]
+    same &= runs[0] == runs[1]
+    verdict = "identical" if runs[0] == runs[1] else "DIFFERENT"
+    print(f"solver: metrics.jsonl and saved adapter {verdict}: {runs[1]['adapter_sha256']}")
     tables = table(before) == table(after)
     print(f"eval table: {'identical' if tables else 'DIFFERENT'}")
     sys.exit(0 if same and tables else 1)

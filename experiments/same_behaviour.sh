@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Behaviour check for refactors: a tiny-budget sft.py -> train_rl.py run (fixed seed, plain python and a
-# 2-process torchrun), an eval.py table on 16 questions, and one MAGRPO and one MLPO step of
-# train_llm.py, each with its own cold generation cache.
+# 2-process torchrun), an eval.py table on 16 questions, one MAGRPO step (train_magrpo.py), one MLPO
+# step (train_mlpo.py) and one supervised epoch of an agent on worked solutions (train_solver.py),
+# each with its own cold generation cache. A checkout from before those three scripts runs the same
+# through train_llm.py --target agents | leader | sft.
 # Run it on a checkout before and after a change, then compare:
 #   git worktree add /tmp/before HEAD~1 && bash experiments/same_behaviour.sh /tmp/before /tmp/check-before
 #   bash experiments/same_behaviour.sh . /tmp/check-after
@@ -24,9 +26,19 @@ done
 $PY eval.py --task arith --split test --n 16 --seed 0 --agents 3 --rounds 2 --max-new-tokens 64 \
   --protocols "vanilla,sc,debate,mpdf-persist,mpdf-oracle,mpdf=$OUT/sft-py/policy.pt,mpdf=$OUT/rl-py/policy.pt" \
   --cache-dir "$OUT/cache-eval" > "$OUT/eval.out" 2> "$OUT/eval.err"
+if [ -f train_llm.py ]; then
+  MAGRPO="train_llm.py --target agents"; MLPO="train_llm.py --target leader"
+  SOLVER="train_llm.py --target sft"
+else
+  MAGRPO=train_magrpo.py; MLPO=train_mlpo.py; SOLVER=train_solver.py
+fi
 # the format reward makes groups that are not flat, so each step has a gradient
-LLM="--agents 2 --rounds 1 --group 4 --questions-per-step 2 --steps 1 --questions 8 --val-n 0"
+LLM="--agents 2 --rounds 1 --group 4 --questions-per-step 2 --steps 1 --val-n 0"
 LLM="$LLM --max-new-tokens 32 --seed 3 --format-reward 0.5 --cache-dir $OUT/cache-llm"
-$PY train_llm.py --target agents $LLM --out-dir "$OUT/magrpo" > "$OUT/magrpo.log" 2>&1
-$PY train_llm.py --target leader --filter-easy 0 $LLM --out-dir "$OUT/mlpo" > "$OUT/mlpo.log" 2>&1
+$PY $MAGRPO $LLM --out-dir "$OUT/magrpo" > "$OUT/magrpo.log" 2>&1
+$PY $MLPO --questions 8 --filter-easy 0 $LLM --out-dir "$OUT/mlpo" > "$OUT/mlpo.log" 2>&1
+# validated greedily before and after its one step (at this rate the answers change)
+$PY $SOLVER --questions 8 --val-n 16 --epochs 1 --batch-size 8 --micro-batch 4 --max-new-tokens 64 \
+  --seed 1 --eval-every 1 --lr 1e-3 --cache-dir "$OUT/cache-solver" --out-dir "$OUT/solver" \
+  > "$OUT/solver.log" 2>&1
 echo "done: $OUT"

@@ -1,4 +1,5 @@
-"""An LLM's log-probs of its own completions: what the LLM-weight losses (train_llm.py) train on."""
+"""An LLM's log-probs of its own completions: what the LLM-weight losses (llm/training.py) train
+on."""
 
 import torch
 

@@ -226,7 +226,7 @@ def load_adapter(model, state):
     for another base or set of layers or of a higher rank, raises AdapterMismatch saying why in one
     line."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise AdapterMismatch("not an adapter file (train_llm.py writes them)")
+        raise AdapterMismatch("not an adapter file (the LLM-weight trainers write them)")
     if getattr(model, "lora", None) is None:
         # the file's own layers (exact names: a mismatch is caught below)
         try:

@@ -47,7 +47,17 @@ GAME = [  # (flag and bad value, what the line must say): every game script shar
 ]
 
 
-@pytest.mark.parametrize("name", ["sft.py", "train_rl.py", "eval.py", "train_llm.py"])
+SCRIPTS = [
+    "sft.py",
+    "train_rl.py",
+    "eval.py",
+    "train_solver.py",
+    "train_magrpo.py",
+    "train_mlpo.py",
+]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("argv,says", GAME)
 def test_every_script_refuses_a_bad_game_flag(name, argv, says, tmp_path):
     out = ["--out-dir" if name != "eval.py" else "--out", str(tmp_path / "out")]
@@ -81,13 +91,23 @@ def init_for(name, tmp_path):
         ("sft.py", ["--hidden", "10", "--heads", "4"], "--hidden 10: must be a multiple"),
         ("sft.py", ["--behaviour", "nobody"], "policy 'nobody' is neither a fixed policy"),
         ("train_rl.py", ["--init", "nowhere.pt"], "--init 'nowhere.pt' is not a policy file"),
-        ("train_llm.py", ["--group", "1"], "--group 1: must be at least 2"),
-        ("train_llm.py", ["--rollout-temperature", "0"], "--rollout-temperature 0.0: must be > 0"),
-        ("train_llm.py", ["--target", "policy"], "unknown --target 'policy'"),
-        ("train_llm.py", ["--lora-rank", "-1"], "--lora-rank -1: must be at least 0"),
-        ("train_llm.py", ["--solutions", "mine"], "unknown --solutions 'mine'"),
-        ("train_llm.py", ["--target", "sft", "--trailer"], "(drop --trailer)"),
-        ("train_llm.py", ["--refine-contexts", "a.pt"], "need --target sft --solutions worked"),
+        ("train_magrpo.py", ["--group", "1"], "--group 1: must be at least 2"),
+        ("train_mlpo.py", ["--group", "1"], "--group 1: must be at least 2"),
+        ("train_magrpo.py", ["--rollout-temperature", "0"], "--rollout-temperature 0.0: must be"),
+        ("train_mlpo.py", ["--rollout-temperature", "0"], "--rollout-temperature 0.0: must be"),
+        ("train_magrpo.py", ["--protocol", "vote"], "unknown --protocol 'vote'"),
+        ("train_mlpo.py", ["--algo", "ppo"], "unknown --algo 'ppo'"),
+        ("train_mlpo.py", ["--filter-easy", "2"], "--filter-easy 2.0: a share of the peers"),
+        ("train_solver.py", ["--lora-rank", "-1"], "--lora-rank -1: must be at least 0"),
+        ("train_magrpo.py", ["--lora-rank", "-1"], "--lora-rank -1: must be at least 0"),
+        ("train_solver.py", ["--solutions", "mine"], "unknown --solutions 'mine'"),
+        ("train_solver.py", ["--trailer"], "(drop --trailer)"),
+        (
+            "train_solver.py",
+            ["--solutions", "sampled", "--refine-contexts", "a.pt"],
+            "--refine-contexts: REFINE examples need --solutions worked",
+        ),
+        ("train_solver.py", ["--critic"], "--critic: the LLM-weight trainers train --model's,"),
         ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
         ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
         ("eval.py", ["--models", "default+no.pt,default,default"], "no adapter file 'no.pt'"),
@@ -105,8 +125,9 @@ def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):
     assert "--batch-size 1: must be at least 2" in refusal(
         "train_rl.py", pi + ["--batch-size", "1"], 2
     )
-    said = refusal("train_llm.py", ["--questions-per-step", "3"], world=2)
-    assert "--questions-per-step 3 must be a multiple of the 2 processes" in said
+    for name in ("train_magrpo.py", "train_mlpo.py"):
+        said = refusal(name, ["--questions-per-step", "3"], world=2)
+        assert "--questions-per-step 3 must be a multiple of the 2 processes" in said
 
 
 def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):

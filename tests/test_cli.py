@@ -12,7 +12,16 @@ import pytest
 from common import field_docs, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["sft.py", "train_rl.py", "train_llm.py", "eval.py", "view.py", "experiments/bench.py"]
+SCRIPTS = [
+    "sft.py",
+    "train_rl.py",
+    "train_solver.py",
+    "train_magrpo.py",
+    "train_mlpo.py",
+    "eval.py",
+    "view.py",
+    "experiments/bench.py",
+]
 
 
 def config_of(script):

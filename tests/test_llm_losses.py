@@ -2,7 +2,7 @@
 aggregation's value and gradient, split into micro-batches over two simulated ranks; MAGRPO's
 default against CoMLRL's formula; the KL penalty's expected gradient on a small categorical
 distribution; and --separate-agents, each agent's gradient that of its own objective
-(train_llm.llm_step).
+(llm.training.policy_step).
 Run: python -m pytest -q tests/test_llm_losses.py"""
 
 import copy
@@ -10,9 +10,11 @@ import copy
 import pytest
 import torch
 
-import train_llm
-from llm import rollouts
+import train_magrpo
+import train_mlpo
+import train_solver
 from llm.logprobs import completion_batch, completion_logprobs
+from llm.training import Learner, Objective, Sequence, policy_step
 from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
 
 MAX_LEN = 20  # the generation budget, above every completion's length
@@ -59,7 +61,7 @@ def by_hand(logp, ref, A, lengths, kind, beta):
 
 
 def step_loss(logp, ref, A, mask, kind, beta, normalizer):
-    """The loss train_llm.agents_loss builds from one micro-batch's log-probs."""
+    """The loss llm.training.policy_loss builds from one micro-batch's log-probs."""
     loss, _ = policy_gradient_loss(logp, A, mask, kind, normalizer)
     return loss + beta * aggregate(kl_k3(logp, ref), mask, kind, normalizer)
 
@@ -128,7 +130,11 @@ def test_seq_averages_the_kl_per_sequence_like_the_policy_gradient():
 def test_magrpo_default_is_comlrl_loss():
     """CoMLRL's MAGRPO: each completion's token log-probs summed, times its advantage, averaged over
     completions: L = -mean_b (A_b sum_t logp_bt). MLPO keeps Dr.GRPO's const; sft a token mean."""
-    kinds = {t: train_llm.loss_aggregation(train_llm.Config(target=t)) for t in train_llm.TARGETS}
+    kinds = {
+        "agents": train_magrpo.Config().loss_agg,
+        "leader": train_mlpo.Config().loss_agg,
+        "sft": train_solver.CROSS_ENTROPY.agg,
+    }
     assert kinds == {"agents": "sum", "leader": "const", "sft": "token"}
     logp, _, A, mask, lengths = padded_batch(seed=43)
     ours = logp.clone().requires_grad_()
@@ -207,29 +213,21 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
 
     # 2 questions x 2 rollouts x 2 agents; completions of 1..7 tokens, agent 1's longer
     sequences = [
-        rollouts.Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
+        Sequence(q, k, a, [5 + q, 6, 7 + a], completion(1 + 2 * a + q + k))
         for q in range(2)
         for k in range(2)
         for a in range(2)
     ]
     # small advantages: every gradient norm stays under the clip (1.0), so clipping changes nothing
     advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
-    cfg = train_llm.Config(
-        target="agents", agents=2, separate_agents=True, loss_agg=kind, micro_batch=3, beta=0.0
+    cfg = train_magrpo.Config(
+        agents=2, separate_agents=True, loss_agg=kind, micro_batch=3, beta=0.0
     )
     optimizer = CaptureGradients(models)
-    learners = [train_llm.Learner(m, list(m.parameters())) for m in models]
-    update = train_llm.llm_step(
-        learners,
-        optimizer,
-        sequences,
-        advantages,
-        cfg,
-        tokenizer.pad_token_id,
-        torch.device("cpu"),
-        1,
-        1.0,
-    )
+    learners = [Learner(m, list(m.parameters())) for m in models]
+    objective = Objective(cfg.loss_agg, cfg.beta, 1.0)
+    pad, cpu = tokenizer.pad_token_id, torch.device("cpu")
+    update = policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad, cpu, 1)
     assert update["grad_norm"] < 1.0
 
     for e, m in enumerate(models):

@@ -280,17 +280,18 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
 
 
 def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
-    """--separate-agents on adapters: llm_step gives adapter e the gradient of agent e's loss over
-    its own sequences, as whole separate models get (test_llm_losses), here summed on one model."""
-    import train_llm
-    from llm import rollouts
+    """--separate-agents on adapters: policy_step gives adapter e the gradient of agent e's loss
+    over its own sequences, as whole separate models get (test_llm_losses), here summed on one
+    model."""
+    import train_magrpo
+    from llm import training
     from llm.logprobs import completion_batch, completion_logprobs
 
     model = adapted(tiny_model, adapters=2)
     pad = tiny_model[1].pad_token_id
     g = torch.Generator().manual_seed(45)
     sequences = [
-        rollouts.Sequence(
+        training.Sequence(
             q,
             k,
             a,
@@ -302,8 +303,8 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
         for a in range(2)
     ]
     advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
-    cfg = train_llm.Config(target="agents", agents=2, separate_agents=True, micro_batch=3)
-    learners = [train_llm.Learner(model, lora.adapter_parameters(model, e), e) for e in (0, 1)]
+    cfg = train_magrpo.Config(agents=2, separate_agents=True, micro_batch=3)
+    learners = [training.Learner(model, lora.adapter_parameters(model, e), e) for e in (0, 1)]
 
     class Capture:  # the optimizer: keeps the clipped gradients
         def step(self):
@@ -313,8 +314,9 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
             model.zero_grad(set_to_none=set_to_none)
 
     optimizer = Capture()
-    update = train_llm.llm_step(
-        learners, optimizer, sequences, advantages, cfg, pad, torch.device("cpu"), 1, 1.0
+    objective = training.Objective(cfg.loss_agg, cfg.beta, 1.0)
+    update = training.policy_step(
+        learners, optimizer, sequences, advantages, objective, cfg, pad, torch.device("cpu"), 1
     )
     assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
     for e in (0, 1):
@@ -361,13 +363,13 @@ def test_a_leader_with_an_adapter_leads_as_the_merged_model(tiny_model, tiny_mod
 def test_gradient_checkpointing_gives_adapters_the_same_gradient(tiny_model):
     """--gradient-checkpointing recomputes activations; with the base frozen (no input needs a
     gradient) the adapters must still get their gradient, the same one."""
-    import train_llm
+    from llm import training
 
     grads = []
     for checkpointing in (False, True):
         model = adapted(tiny_model, adapters=1).train()
         if checkpointing:
-            model.activation_checkpointing_enable(train_llm.GRADIENT_CHECKPOINTING)
+            model.activation_checkpointing_enable(training.GRADIENT_CHECKPOINTING)
         with lora.selecting(model, 0):
             model(input_ids=IDS).logits.logsumexp(-1).sum().backward()
         grads.append([p.grad for p in lora.adapter_parameters(model, 0)])
@@ -420,22 +422,20 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
 
 
 def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp_path):
-    """train_llm.py --init-adapter: every trained adapter starts as a copy of the file's (not zero),
-    trainable, the base frozen, named as unsaved weights (the copies will differ once trained);
-    a file of another rank or alpha, or for another base, is refused in one line."""
+    """--init-adapter (train_magrpo.py, train_mlpo.py, train_solver.py): every trained adapter
+    starts as a copy of the file's (not zero), trainable, the base frozen, named as unsaved weights
+    (the copies will differ once trained); a file of another rank or alpha, or for another base, is
+    refused in one line."""
     from types import SimpleNamespace
 
-    import train_llm
+    import train_magrpo
     from common import FileRefused, UsageError
-    from llm import rollouts
+    from llm import training
 
     path = tmp_path / "a.pt"
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), path)
     saved = load_file(path, "adapter")["tensors"]
     cfg = SimpleNamespace(
-        agents=3,
-        separate_agents=True,
-        target="agents",
         model=tiny_model_dir,
         engine_batch_size=8,
         lora_rank=4,
@@ -444,7 +444,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
         dtype="float32",
         init_adapter=str(path),
     )
-    models, team = rollouts.trained_team(cfg, "cpu")
+    models, team = training.trained_team(cfg, 3, "cpu")
     model = models[0]
     assert lora.n_adapters(model) == 3 and model.lora["names"] == [
         "unsaved0",
@@ -462,18 +462,20 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
     torch.testing.assert_close(logits(model, IDS, 1), logits(reference, IDS, 0))
     assert not torch.allclose(logits(model, IDS, 1), logits(tiny_model[0], IDS), atol=1e-2)
     # refused: another rank / alpha (before any model loads), another base (when it loads)
-    config = train_llm.Config(init_adapter=str(path), lora_rank=8, lora_alpha=8.0)
+    config = train_magrpo.Config(init_adapter=str(path), lora_rank=8, lora_alpha=8.0)
     with pytest.raises(UsageError, match="--init-adapter .*rank 4, alpha 8 there, --lora-rank 8"):
-        train_llm.check(config, 1)
+        train_magrpo.check(config, 1)
     with pytest.raises(UsageError, match="--init-adapter: adapters train with"):
-        train_llm.check(train_llm.Config(init_adapter=str(path), lora_rank=0), 1)
+        train_magrpo.check(train_magrpo.Config(init_adapter=str(path), lora_rank=0), 1)
     other = copy.deepcopy(tiny_model[0])
     with torch.no_grad():
         other.model.layers[0].mlp.up_proj.weight.mul_(1.5)
     foreign = tmp_path / "foreign.pt"
     torch.save(lora.adapter_state(lora.add_lora(other, 4, 8.0, adapters=1), 0, "x"), foreign)
     with pytest.raises(FileRefused, match="foreign.pt: an adapter for another base model"):
-        rollouts.trained_team(SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}), "cpu")
+        training.trained_team(
+            SimpleNamespace(**{**vars(cfg), "init_adapter": str(foreign)}), 3, "cpu"
+        )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,113 @@
+"""train_mlpo.py: the peer pool and its filter, the peers the flags name (in process), and the
+script as users run it (subprocesses on a tiny random model): plain python vs a 2-process
+torchrun."""
+
+import dataclasses
+import json
+
+import pytest
+from test_train_magrpo import rollout_run
+
+import common
+import data
+import deliberate as D
+import train_magrpo
+import train_mlpo
+from llm.engine import Engine
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_mlpo_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
+    out = tmp_path / "train_mlpo"
+    # full fine-tuning (--lora-rank 0): an HF directory
+    lines = rollout_run(
+        tmp_path,
+        tiny_model_dir,
+        torchrun,
+        "train_mlpo.py",
+        "--questions",
+        "6",
+        "--agents",
+        "3",
+        "--beta",
+        "0",
+        "--lora-rank",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
+    # random peers are never right: no question is filtered out
+    assert json.loads((out / "pool.json").read_text()) == {
+        "candidates": 6,
+        "kept": 6,
+        "peer_accuracy": 0.0,
+    }
+    assert [r["step"] for r in lines] == [1, 2]
+    assert all(r["zero_std_groups"] == 2 and r["grad_norm"] == 0 for r in lines)
+    # beta 0: flat groups are skipped; each rank still runs one (zero) backward for the all-reduce
+    assert all(r["trained_sequences"] == (2 if torchrun else 1) for r in lines)
+    checkpoint = common.load_file(out / "checkpoint.pt", "checkpoint")
+    # the run's settings, the leader's own among them
+    assert checkpoint["config"].keys() == {f.name for f in dataclasses.fields(train_mlpo.Config)}
+    assert checkpoint["config"]["questions"] == 6 and checkpoint["config"]["filter_easy"] == 0.75
+    assert Engine(model_path=str(out / "model")).model.config.num_hidden_layers == 2
+    # the peers' generations of every rank in one database
+    assert {p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()} == {"generations.db"}
+
+
+def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
+    """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)
+    ]
+    right = {"t/0": 3, "t/1": 2, "t/2": 0}
+
+    def run_llm(engine, calls, game):
+        seen = {}
+        outputs = []
+        for ex, *_ in calls:
+            k = seen[ex.id] = seen.get(ex.id, 0) + 1
+            outputs.append(
+                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+            )
+        return outputs
+
+    monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, rank, device: None)
+    monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
+    cfg = train_mlpo.Config(agents=3, questions=3, val_n=0)
+    pool, stats = train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+    assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
+    assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
+    keep_all = train_mlpo.Config(agents=3, questions=3, val_n=0, filter_easy=0)
+    pool, _ = train_mlpo.peer_pool(keep_all, 0, 1, "cpu")
+    assert len(pool) == 3
+
+
+def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
+    """--peers: the frozen peers' engine is built from that team (one entry per peer), and the flag
+    is refused beside --peers-model or with one entry too few; MAGRPO has no such flag."""
+    built = {}
+
+    def make_engine(cfg, rank, device):
+        built.update(models=cfg.models, model=cfg.model)
+
+    monkeypatch.setattr(train_mlpo, "make_engine", make_engine)
+    monkeypatch.setattr(
+        train_mlpo,
+        "run_llm",
+        lambda engine, calls, game: [(D.parse_solution("Answer: 5", "arith"), 1) for _ in calls],
+    )
+    examples = [data.Example(question="q", answer="5", task="arith", id="t/0")]
+    adapter = tmp_path / "a.pt"
+    adapter.write_bytes(b"")
+    peers = f"default+{adapter},default"
+    cfg = train_mlpo.Config(agents=2, peers=peers)
+    train_mlpo.check(cfg, 1)
+    [(example, solutions)] = train_mlpo.peer_solutions(examples, cfg, 0, 1, "cpu")
+    assert built == {"models": peers, "model": ""} and len(solutions) == 2
+    for wrong in ({"peers_model": str(tmp_path)}, {"agents": 3}):
+        with pytest.raises(common.UsageError, match="--peers:"):
+            train_mlpo.check(dataclasses.replace(cfg, **wrong), 1)
+    with pytest.raises(SystemExit):
+        common.parse_config(train_magrpo.Config, ["--peers", peers])

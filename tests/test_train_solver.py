@@ -1,0 +1,179 @@
+"""train_solver.py (an agent's LLM weights by supervised learning on solutions): its training data
+in process (worked solutions, REFINE examples), then the script as users run it (subprocesses on a
+tiny random model or the default backbone): the loss falls, plain python vs a 2-process torchrun,
+and a run killed with SIGKILL and resumed."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import metrics, run
+
+import common
+import data
+import deliberate
+import train_solver
+from data.worked import worked_solution
+from llm import backbone, lora
+from llm.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_dir):
+    """--solutions sampled keeps right, finished solutions, trains on them and writes a directory
+    --model accepts. Batches of one sequence under a 2-process torchrun leave a rank without rows at
+    every step: it neither hangs nor drifts (the same weights as one process)."""
+    args = [
+        str(ROOT / "train_solver.py"),
+        "--solutions",
+        "sampled",
+        "--lora-rank",
+        "0",
+        "--questions",
+        "12",
+        "--val-n",
+        "4",
+        "--samples",
+        "4",
+        "--max-new-tokens",
+        "128",
+        "--batch-size",
+        "1",
+        "--micro-batch",
+        "1",
+        "--epochs",
+        "1",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
+    run(args + ["--out-dir", str(tmp_path / "llm")], tmp_path)
+    losses = [r["loss"] for r in metrics(tmp_path / "llm")]
+    assert losses and all(0 < x < 10 for x in losses)
+    tuned, _ = backbone.load_model(str(tmp_path / "llm" / "model"))
+    original, _ = backbone.load_model(default_model_dir)
+    changed = [
+        name
+        for name, p in tuned.named_parameters()
+        if not torch.equal(p, dict(original.named_parameters())[name])
+    ]
+    assert changed  # one optimizer step at lr 1e-5 moves the weights
+    engine = Engine(model_path=str(tmp_path / "llm" / "model"))
+    completion = engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0]
+    assert completion.completion_tokens > 0
+    run(args + ["--out-dir", str(tmp_path / "llm2")], tmp_path, torchrun=True)
+    two, _ = backbone.load_model(str(tmp_path / "llm2" / "model"))
+    assert [r["step"] for r in metrics(tmp_path / "llm2")] == list(range(1, len(losses) + 1))
+    assert (
+        max((a - b).abs().max().item() for a, b in zip(tuned.parameters(), two.parameters())) < 1e-5
+    )
+
+
+def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_model_dir):
+    engine = Engine(model_path=tiny_model_dir)
+    cfg = train_solver.Config(questions=3, val_n=2, seed=1)
+    pairs = train_solver.worked_solutions(engine, cfg)
+    questions, _ = data.training_questions(cfg)
+    assert len(pairs) == 3
+    for ex, (prompt, completion) in zip(questions, pairs):
+        assert prompt == engine.encode(engine.chat(deliberate.solve_prompt(ex)))
+        assert completion[-1] == engine.tokenizer.eos_token_id
+        solution = engine.tokenizer.decode(completion[:-1])
+        assert solution.endswith(f"Answer: {ex.answer}") and " = " in solution
+
+
+def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_path, tiny_model_dir):
+    """A REFINE example per question: the refine prompt over the solutions sampled from the
+    adapter the flag names (the agent's own, its peers' answers), the worked solution as target."""
+    model, _ = backbone.load_model(tiny_model_dir)
+    lora.add_lora(model, 2, 8.0, adapters=1)
+    path = tmp_path / "contexts.pt"
+    torch.save(lora.adapter_state(model, 0, "tiny"), path)
+    cfg = train_solver.Config(
+        questions=3, val_n=2, seed=1, agents=3, refine_contexts=str(path), max_new_tokens=8
+    )
+    engine = Engine(model_path=tiny_model_dir)
+    pairs = train_solver.refine_examples(engine, cfg, 0, 1)
+    questions, _ = data.training_questions(cfg)
+    assert len(pairs) == 3
+    for ex, (prompt, target) in zip(questions, pairs):
+        text = engine.tokenizer.decode(prompt)
+        assert ex.question in text and "Your previous solution:" in text
+        assert "Agent 2:" in text and "Agent 3:" in text and "Agent 1:" not in text
+        assert engine.tokenizer.decode(target[:-1]) == worked_solution(ex)
+    # a file that is not an adapter is refused by name
+    torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
+    bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
+    with pytest.raises(common.FileRefused, match="bad.pt"):
+        train_solver.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
+
+
+def sft_args(tmp_path, model_dir, *extra):
+    """train_solver.py on 8 worked arith solutions, every step the same 8."""
+    return [
+        str(ROOT / "train_solver.py"),
+        "--model",
+        model_dir,
+        "--questions",
+        "8",
+        "--val-n",
+        "2",
+        "--batch-size",
+        "8",
+        "--micro-batch",
+        "4",
+        "--epochs",
+        "4",
+        "--lr",
+        "1e-2",
+        "--save-every",
+        "1",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_worked_sft_lowers_the_loss_on_its_solutions(tmp_path, tiny_model_dir, torchrun):
+    """Four steps on the same 8 worked solutions lower their loss; the result is an adapter on the
+    layers asked for, which a team of the base model plays."""
+    out = tmp_path / "sft"
+    args = sft_args(
+        tmp_path,
+        tiny_model_dir,
+        "--lora-rank",
+        "2",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--out-dir",
+        str(out),
+    )
+    run(args, tmp_path, torchrun)
+    losses = [r["loss"] for r in metrics(out) if "loss" in r]
+    assert len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:]))
+    assert losses[-1] < losses[0] - 0.1
+    state = common.load_file(out / "adapter.pt", "adapter")
+    assert state["rank"] == 2 and state["targets"]
+    assert all(name.endswith(("q_proj", "v_proj")) for name in state["targets"])
+    engine = Engine(model_path=tiny_model_dir)
+    k = lora.load_adapter(engine.model, state)
+    assert sorted(lora.lora_layers(engine.model)) == sorted(state["targets"])
+    completion = engine.generate([engine.chat("Hi")], [0], max_new_tokens=4, adapters=[k])[0]
+    assert completion.completion_tokens > 0
+
+
+def test_worked_sft_resumes_exactly_after_sigkill(tmp_path, tiny_model_dir):
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(whole)), tmp_path)
+    killed = run(
+        sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed), "--crash-at-step", "2"),
+        tmp_path,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed)), tmp_path)
+    assert [r["step"] for r in metrics(resumed)] == [1, 2, 3, 4]
+    assert [r["loss"] for r in metrics(resumed)] == [r["loss"] for r in metrics(whole)]
+    a, b = (common.load_file(d / "adapter.pt", "adapter")["tensors"] for d in (whole, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,270 @@
+"""MLPO (arXiv 2507.08960, docs/design.md §8): a leader's LLM weights, trained to answer after
+reading its frozen peers' solutions.
+
+    python train_mlpo.py --agents 3 --out-dir runs/mlpo
+    python eval.py --protocols leader=default+runs/mlpo/adapter.pt   # peers answer, the trained
+                                                                     # leader decides
+
+Read top to bottom: the frozen peers' solutions to the training questions are generated once
+(peer_pool); questions the peers already get right (>= --filter-easy of them) are dropped; the
+leader reads a question and its peers' solutions and answers, G samples per prompt, reward =
+correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
+leader_rollouts -> softrank.group_advantages -> llm.training.policy_step.
+
+The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt;
+--lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
+"""
+
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import data
+import softrank
+from common import (
+    GameConfig,
+    UsageError,
+    all_gather_list,
+    check_at_least,
+    check_model,
+    check_models,
+    crash_if_asked,
+    distributed,
+    launch_world_size,
+    parse_config,
+    peak_memory_mb,
+    save_checkpoint,
+    user_errors,
+)
+from data import training_pool
+from deliberate import leader_prompt, parse_solution, per_question, run_llm, solve_calls
+from llm.cache import call_seed
+from llm.logprobs import without_dropout
+from llm.team import make_engine
+from llm.training import (
+    Objective,
+    Sequence,
+    check_rollouts,
+    check_weights,
+    learning_rate,
+    policy_step,
+    prompt_ids,
+    refresh_rollout_weights,
+    resumed,
+    rollout_stats,
+    sample,
+    save_trained,
+    trained_team,
+    validate,
+)
+
+
+@dataclass
+class Config(GameConfig):
+    peers_model: str = ""
+    """the frozen peers' HF directory; empty: the same as --model"""
+    peers: str = ""
+    """the frozen peers as a team, one entry each as eval.py's --models"""
+    questions: int = 256
+    """candidate training questions, before the filter"""
+    filter_easy: float = 0.75
+    """drop questions where at least this fraction of the peers is right (0: keep all)"""
+    group: int = 4
+    """G: leader samples per question"""
+    algo: str = "magrpo"
+    """the group advantage: magrpo (reward - group mean) | grpo (z-score) | softrank"""
+    tau: float = 0.5
+    """SoftRank temperature (--algo softrank)"""
+    format_reward: float = 0.0
+    """+ this if the leader's answer parses"""
+    questions_per_step: int = 8
+    """questions per optimizer step, over all ranks (whole groups per rank); the pool cycles"""
+    steps: int = 20
+    """optimizer steps"""
+    rollout_temperature: float = 1.0
+    """sampling temperature of the leader's samples, and of the log-probs the loss scores them
+    with"""
+    loss_agg: str = "const"
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO's constant normalizer, MLPO's) | sum (CoMLRL's
+    MAGRPO), see softrank.aggregate"""
+    beta: float = 0.0
+    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the paper (no
+    reference copy in memory)"""
+    lora_rank: int = 4
+    """rank of the LoRA adapter trained on the frozen base (0: full fine-tuning of every weight)"""
+    lora_targets: str = ""
+    """the layers the adapter wraps: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    init_adapter: str = ""
+    """start the leader's adapter from this adapter file (of the same rank and alpha) instead of
+    from the base model, e.g. one trained on worked solutions (train_solver.py)"""
+    lr: float = 0.0
+    """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
+    dtype: str = "float32"
+    """float32 | bfloat16 (autocast on fp32 master weights, bf16 rollouts)"""
+    out_dir: str = "runs/mlpo"
+    """where the trained weights, the peer pool's statistics, metrics.jsonl and the checkpoint
+    go"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+
+
+# --------------------------------------------------------------------------------------------------
+# The peers' solutions (generated once) and the leader's rollouts over them
+# --------------------------------------------------------------------------------------------------
+def peer_solutions(examples, cfg, rank, world, device):
+    """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
+    generates its shard through the engine and its cache (the game's own calls), then every rank
+    gets all of them."""
+    # --peers: the frozen peers as a team of adapters, built as eval.py builds --models
+    peers = dataclasses.replace(cfg, model=cfg.peers_model or cfg.model, models=cfg.peers)
+    engine = make_engine(peers, rank, device)
+    mine = list(range(rank, len(examples), world))
+    outputs = run_llm(engine, solve_calls([examples[k] for k in mine], cfg), cfg)
+    teams = per_question([s for s, _ in outputs], cfg.agents)
+    gathered = sorted(all_gather_list(list(zip(mine, teams))), key=lambda item: item[0])
+    return [(examples[k], solutions) for k, solutions in gathered]
+
+
+def peer_pool(cfg, rank, world, device):
+    """The offline pool: the frozen peers' solutions to the candidate training questions, generated
+    once. Questions where at least cfg.filter_easy of the peers are right are dropped: the leader
+    has nothing to learn there."""
+    candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
+    pool, peer_right = [], []
+    for example, solutions in peer_solutions(candidates, cfg, rank, world, device):
+        right = (
+            sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions)
+            / cfg.agents
+        )
+        peer_right.append(right)
+        if not cfg.filter_easy or right < cfg.filter_easy:
+            pool.append((example, solutions))
+    stats = {
+        "candidates": len(candidates),
+        "kept": len(pool),
+        "peer_accuracy": sum(peer_right) / len(peer_right),
+    }
+    if rank == 0:
+        print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
+    if not pool:
+        sys.exit(
+            f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers "
+            "right: lower --filter-easy or add --questions"
+        )
+    return pool, stats
+
+
+def leader_rollouts(team, items, cfg, step):
+    """G samples of the leader (the team's agent 0) per (example, peer solutions) item. Returns
+    (sequences, rewards): the leader's Sequences and a (len(items), G) tensor of rewards, its
+    correctness (+ format_reward if it parses)."""
+    calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
+    prompts = [leader_prompt(items[q][0], items[q][1], cfg.trailer) for q, _ in calls]
+    seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
+    completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
+    sequences, rewards = [], torch.zeros(len(items), cfg.group)
+    for (q, g), prompt, c in zip(calls, prompts, completions):
+        example = items[q][0]
+        sequences.append(Sequence(q, g, 0, prompt_ids(team, prompt, 0), c.token_ids))
+        answer = parse_solution(c.text, example.task).answer
+        rewards[q, g] = float(
+            data.is_correct(answer, example.answer, example.task)
+        ) + cfg.format_reward * (answer is not None)
+    return sequences, rewards
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+def train(cfg, rank, world, device):
+    out = Path(cfg.out_dir)
+    torch.manual_seed(cfg.seed)
+    pool, pool_stats = peer_pool(cfg, rank, world, device)
+    if rank == 0:
+        (out / "pool.json").write_text(json.dumps(pool_stats))
+    models, team = trained_team(cfg, 1, device)
+    objective = Objective(cfg.loss_agg, cfg.beta, cfg.rollout_temperature)
+    lr = learning_rate(cfg, adapter_lr=5e-4)
+    optimizer, holder, counters, log, learners = resumed(
+        models, cfg, lr, objective, out, rank, device, "steps"
+    )
+    pad = team.first.tokenizer.pad_token_id
+    # the leader is validated over its peers' solutions
+    validation = training_pool(cfg)[: cfg.val_n]
+    if cfg.eval_every:
+        validation = peer_solutions(validation, cfg, rank, world, device)[rank::world]
+
+    if cfg.eval_every and counters["step"] == 0:
+        validate(models, team, leader_rollouts, validation, cfg, 0, rank, device, log)
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} leader", disable=rank != 0)
+    for step in bar:
+        began = time.time()
+        start = step * cfg.questions_per_step
+        items = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
+        refresh_rollout_weights(models, team)
+        sequences, rewards = leader_rollouts(team, items[rank::world], cfg, step)
+        rollout_s = time.time() - began
+        advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau)
+        # the loss scores the tokens as the sampler drew them
+        without_dropout(models[0].train())
+        update = policy_step(
+            learners, optimizer, sequences, advantages, objective, cfg, pad, device, world
+        )
+
+        stats = rollout_stats(update, rewards, world, device) | {"rollout_s": rollout_s}
+        stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(device)}
+        bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
+        log.write(step=step + 1, **stats)
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+            validate(models, team, leader_rollouts, validation, cfg, step + 1, rank, device, log)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        saved = save_trained(models, team.first.tokenizer, out, cfg)
+        print(json.dumps({"steps": cfg.steps, "saved": saved}))
+
+
+def check(cfg, world):
+    """The whole configuration, before any model is loaded (a mistake: common.UsageError). A leader
+    needs at least one peer."""
+    check_weights(cfg)
+    check_rollouts(cfg, world)
+    check_at_least(cfg, 1, "questions")
+    if not 0 <= cfg.filter_easy <= 1:
+        raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
+    if cfg.peers:
+        if cfg.peers_model:
+            raise UsageError("--peers: the frozen peers as a team, not with --peers-model")
+        check_models("--peers", cfg.peers, cfg.agents, cfg.max_new_tokens)
+    if cfg.peers_model:
+        check_model("--peers-model", cfg.peers_model, cfg.max_new_tokens)
+
+
+if __name__ == "__main__":
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
+    with user_errors(config.out_dir):
+        check(config, launch_world_size())
+        with distributed(config.out_dir) as (rank, world, device):
+            train(config, rank, world, device)

@@ -1,0 +1,293 @@
+"""An agent's LLM weights by supervised learning on solutions (docs/design.md §8): the task's own
+worked solutions, or the backbone's own right answers (rejection sampling).
+
+    python train_solver.py --out-dir runs/solver           # arith's worked solutions
+    python eval.py --models default+runs/solver/adapter.pt,default,default --protocols debate
+    python train_solver.py --solutions sampled --out-dir runs/solver-sampled
+
+Read top to bottom: the training solutions (worked_solutions, data/worked.py; or right_solutions,
+sampled; with --refine-contexts also refine_examples, REFINE prompts over sampled peers with the
+worked solution as target), then epochs of cross-entropy on the solution tokens only, the prompt
+masked out: llm.training.policy_step with advantage 1 on every sequence and the token mean.
+
+A LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt that eval.py
+--models default+adapter.pt,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
+directory, model/).
+"""
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import data
+from common import (
+    FileRefused,
+    GameConfig,
+    UsageError,
+    all_gather_list,
+    all_reduce_sum,
+    batch_schedule,
+    check_at_least,
+    check_choice,
+    crash_if_asked,
+    distributed,
+    launch_world_size,
+    load_file,
+    parse_config,
+    save_checkpoint,
+    user_errors,
+)
+from data import training_pool, training_questions
+from data.worked import WorkedSolutionMissing, worked_solution
+from deliberate import parse_solution, refine_prompt, solve_prompt
+from llm import lora
+from llm.cache import call_seed
+from llm.logprobs import without_dropout
+from llm.team import make_engine
+from llm.training import (
+    Objective,
+    Sequence,
+    check_weights,
+    learning_rate,
+    log_accuracy,
+    policy_step,
+    refresh_rollout_weights,
+    resumed,
+    save_trained,
+    trained_team,
+)
+
+# the cross-entropy of the solution tokens (with advantage 1): every token of the step weighs the
+# same (softrank.aggregate's token mean), no KL term, the model's own distribution
+CROSS_ENTROPY = Objective(agg="token", beta=0.0, temperature=1.0)
+
+
+@dataclass
+class Config(GameConfig):
+    solutions: str = "worked"
+    """worked (the task's own worked solutions, data/worked.py: arith, gsm8k) | sampled (rejection
+    sampling: the backbone's own right answers)"""
+    refine_contexts: str = ""
+    """--solutions worked: also one REFINE example per training question, its own solution and its
+    peers' answers sampled from the base model with this adapter file (e.g. one trained on worked
+    solutions), the worked solution its target"""
+    samples: int = 4
+    """--solutions sampled: solutions sampled per training question"""
+    questions: int = 256
+    """training questions"""
+    epochs: int = 30
+    """passes over the training solutions"""
+    batch_size: int = 256
+    """sequences per optimizer step, over all ranks"""
+    lora_rank: int = 4
+    """rank of the LoRA adapter trained on the frozen base (0: full fine-tuning of every weight)"""
+    lora_targets: str = ""
+    """the layers the adapter wraps: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    init_adapter: str = ""
+    """start the adapter from this adapter file (of the same rank and alpha) instead of from the
+    base model"""
+    lr: float = 0.0
+    """AdamW learning rate (0: 2e-3 for adapters, 1e-5 for full weights: results/README.md)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
+    dtype: str = "float32"
+    """float32 | bfloat16 (autocast on fp32 master weights, a bf16 copy answers the validation)"""
+    out_dir: str = "runs/solver"
+    """where the trained weights, metrics.jsonl and the checkpoint go"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+
+
+# --------------------------------------------------------------------------------------------------
+# The training solutions: (prompt ids, solution ids + EOS) pairs
+# --------------------------------------------------------------------------------------------------
+def worked_solutions(engine, cfg):
+    """--solutions worked: (prompt ids, worked solution ids + EOS) of the training questions, the
+    solve prompt as the game asks it."""
+    questions, _ = training_questions(cfg)
+    eos = engine.tokenizer.eos_token_id
+    try:
+        return [
+            (
+                engine.encode(engine.chat(solve_prompt(ex))),
+                engine.encode(worked_solution(ex)) + [eos],
+            )
+            for ex in questions
+        ]
+    except WorkedSolutionMissing as e:
+        raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
+
+
+def refine_examples(engine, cfg, rank, world):
+    """--refine-contexts: one REFINE example per training question. Its prompt is the game's refine
+    prompt with the agent's own solution and its cfg.agents - 1 peers' answers, all sampled (at
+    --temperature) from the base model with the adapter file --refine-contexts names; its target is
+    the worked solution, whether the sampled answer was right or wrong, so that an agent learns to
+    answer right after reading its peers. Each rank samples its shard; every rank gets them all,
+    in the questions' order."""
+    try:
+        adapter = lora.load_adapter(engine.model, load_file(cfg.refine_contexts, "adapter"))
+    except lora.AdapterMismatch as e:
+        raise FileRefused(f"{cfg.refine_contexts}: {e}") from None
+    questions, _ = training_questions(cfg)
+    mine = list(enumerate(questions))[rank::world]
+    calls = [(q, ex, i) for q, ex in mine for i in range(cfg.agents)]
+    completions = engine.generate(
+        [engine.chat(solve_prompt(ex)) for _, ex, _ in calls],
+        [call_seed(cfg.seed, ex.id, i, "refine-context") for _, ex, i in calls],
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        adapters=[adapter] * len(calls),
+    )
+    teams = {}
+    for (q, ex, i), c in zip(calls, completions):
+        teams.setdefault(q, []).append(parse_solution(c.text, ex.task))
+    eos = engine.tokenizer.eos_token_id
+    examples = [
+        (
+            q,
+            engine.encode(engine.chat(refine_prompt(ex, teams[q], 0))),
+            engine.encode(worked_solution(ex)) + [eos],
+        )
+        for q, ex in mine
+    ]
+    return [(prompt, target) for _, prompt, target in sorted(all_gather_list(examples))]
+
+
+def right_solutions(engine, cfg, rank, world):
+    """--solutions sampled (rejection sampling): cfg.samples solutions of the backbone to each
+    training question, kept where right and ended by the EOS (with --trailer, also well-formatted),
+    as (prompt ids, completion ids + EOS). Each rank samples its shard; every rank gets all of them,
+    sorted, whatever the world size."""
+    questions, _ = training_questions(cfg)
+    calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
+    prompts = [engine.chat(solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
+    seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
+    completions = engine.generate(
+        prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
+    )
+    eos = engine.tokenizer.eos_token_id
+    kept = []
+    for (ex, _), prompt, c in zip(calls, prompts, completions):
+        s = parse_solution(c.text, ex.task)
+        right = data.is_correct(s.answer, ex.answer, ex.task)
+        if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
+            kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
+    kept = sorted(all_gather_list(kept))
+    if rank == 0:
+        kind = " well-formatted" if cfg.trailer else ""
+        print(
+            f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
+            file=sys.stderr,
+        )
+    return kept
+
+
+def validate(models, team, shard, cfg, step, rank, device, log):
+    """Greedy accuracy on this rank's held-out questions: each one's answer alone (a team of one,
+    no deliberation), logged over every rank."""
+    refresh_rollout_weights(models, team)
+    right = torch.zeros(0)
+    if shard:
+        prompts = [solve_prompt(ex, cfg.trailer) for ex in shard]
+        # greedy (no seed draws anything), by agent 0, the trained one
+        zeros = [0] * len(shard)
+        completions = team.generate(
+            prompts, zeros, zeros, max_new_tokens=cfg.max_new_tokens, temperature=0.0
+        )
+        answers = [parse_solution(c.text, ex.task).answer for ex, c in zip(shard, completions)]
+        right = torch.tensor(
+            [float(data.is_correct(a, ex.answer, ex.task)) for a, ex in zip(answers, shard)]
+        )
+    log_accuracy(right, step, rank, device, log)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+def train(cfg, rank, world, device):
+    out = Path(cfg.out_dir)
+    torch.manual_seed(cfg.seed)
+    models, team = trained_team(cfg, 1, device)
+    if cfg.solutions == "worked":
+        kept = worked_solutions(team.first, cfg)
+        if cfg.refine_contexts:
+            contexts = make_engine(cfg, rank, device)
+            kept += refine_examples(contexts, cfg, rank, world)
+            del contexts
+    else:
+        kept = right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
+    if len(kept) < cfg.batch_size:
+        raise UsageError(
+            f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
+            "raise --questions (or --samples), or lower --batch-size"
+        )
+    lr = learning_rate(cfg, adapter_lr=2e-3)
+    optimizer, holder, counters, log, learners = resumed(
+        models, cfg, lr, CROSS_ENTROPY, out, rank, device, "epochs"
+    )
+    tokenizer = team.first.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    validation = training_pool(cfg)[: cfg.val_n][rank::world]
+    batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
+
+    if cfg.eval_every and counters["step"] == 0:
+        validate(models, team, validation, cfg, 0, rank, device, log)
+    bar = tqdm(range(counters["step"], len(batches)), desc="solver", disable=rank != 0)
+    for step in bar:
+        rows = batches[step][rank::world].tolist()
+        sequences = [Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
+        advantages = torch.ones(max(len(sequences), 1), 1)
+        without_dropout(models[0].train())
+        update = policy_step(
+            learners, optimizer, sequences, advantages, CROSS_ENTROPY, cfg, pad, device, world
+        )
+        loss = all_reduce_sum([update["loss"]], device)[0] / world
+        bar.set_postfix(loss=f"{loss:.4f}")
+        log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == len(batches)):
+            validate(models, team, validation, cfg, step + 1, rank, device, log)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+        crash_if_asked(cfg, step + 1)
+    if rank == 0:
+        saved = save_trained(models, tokenizer, out, cfg)
+        print(json.dumps({"solutions": len(kept), "steps": len(batches), "saved": saved}))
+
+
+def check(cfg, world):
+    """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
+    check_weights(cfg)
+    check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
+    if cfg.solutions == "worked" and cfg.trailer:
+        raise UsageError("--solutions worked: worked solutions carry no trailer (drop --trailer)")
+    check_at_least(cfg, 1, "questions", "samples", "epochs", "batch_size")
+    if cfg.refine_contexts and cfg.solutions != "worked":
+        raise UsageError("--refine-contexts: REFINE examples need --solutions worked")
+    if cfg.refine_contexts:
+        load_file(cfg.refine_contexts, "adapter")
+
+
+if __name__ == "__main__":
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
+    with user_errors(config.out_dir):
+        check(config, launch_world_size())
+        with distributed(config.out_dir) as (rank, world, device):
+            train(config, rank, world, device)
