@@ -477,17 +477,18 @@ PIECES = {
         )
         for a, r in SCALING
     ),  # fmt: skip
-    # issue 54: the paper's scaling claim on the competent team: its seed-0 SoftRankPO policy
+    # issue 54: the paper's scaling claim on each competent team: its seed-0 SoftRankPO policy
     # (trained at 3 rounds), its vote and debate at 1, 2, 4 and 5 rounds (3 rounds: its table)
     **merged(
         table_pieces(
-            f"scaling-worked-a3-r{rounds}",
+            f"scaling-{team}-a3-r{rounds}",
             "arith",
             0,
             scaling_protocols(3),
             game=["--agents", "3", "--rounds", str(rounds)],
-            team="worked",
+            team=team,
         )
+        for team in ("worked", "varied")
         for rounds in (1, 2, 4, 5)
     ),
     # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)

@@ -247,15 +247,18 @@ TABLES = {
     "table-d": lambda: scaling_table(
         [(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4, 5)]
     ),
-    # the competent team's seed-0 policy trained at 3 rounds, played at 1-5 (3: its table)
-    "scaling-worked": lambda: scaling_table(
-        [(3, rounds) for rounds in (1, 2, 3, 4, 5)],
-        file=lambda agents, rounds, p: (
-            f"tables/arith300-team-worked-seed0-{p}.json"
-            if rounds == 3
-            else f"tables/scaling-worked-a{agents}-r{rounds}-{p}.json"
-        ),
-    ),
+    # a competent team's seed-0 policy trained at 3 rounds, played at 1-5 (3: its table)
+    **{
+        f"scaling-{team}": lambda team=team: scaling_table(
+            [(3, rounds) for rounds in (1, 2, 3, 4, 5)],
+            file=lambda agents, rounds, p: (
+                f"tables/arith300-team-{team}-seed0-{p}.json"
+                if rounds == 3
+                else f"tables/scaling-{team}-a{agents}-r{rounds}-{p}.json"
+            ),
+        )
+        for team in ("worked", "varied")
+    },
     "llm-magrpo": lambda: llm_curves("magrpo-L1", "MAGRPO run"),
     "llm-mlpo": lambda: llm_curves("mlpo-L1", "MLPO run"),
     "llm-after": after_table,
