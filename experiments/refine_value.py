@@ -41,12 +41,18 @@ class Config(GameConfig):
 
 
 def gain_over_persist(rows, resamples=10_000, seed=0):
-    """rows: (reward of the action taken, reward of PERSIST) per decision -> the mean gain, its 95%
-    bootstrap interval over decisions and the share of decisions where the action did better, and
-    worse, than PERSIST would have."""
-    if not rows:
+    """rows: (reward of the action taken, reward of PERSIST) per decision -> gain_summary of their
+    differences."""
+    return gain_summary([taken - persist for taken, persist in rows], resamples, seed)
+
+
+def gain_summary(gains, resamples=10_000, seed=0):
+    """Per-decision gains over PERSIST (one seed's, or several seeds' pooled) -> the mean gain, its
+    95% bootstrap interval over decisions, the share of decisions where the action did better, and
+    worse, than PERSIST would have, and the gains themselves (to pool over seeds)."""
+    if not gains:
         return {"decisions": 0}
-    d = np.array([taken - persist for taken, persist in rows])
+    d = np.array(gains, dtype=float)
     means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
     low, high = np.percentile(means, [2.5, 97.5])
     return {
@@ -55,6 +61,7 @@ def gain_over_persist(rows, resamples=10_000, seed=0):
         "ci95": [float(low), float(high)],
         "better": float((d > 0).mean()),
         "worse": float((d < 0).mean()),
+        "gains": d.tolist(),
     }
 
 

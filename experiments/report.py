@@ -52,6 +52,7 @@ from team_tables import (  # noqa: E402
     debate_training_sentence,
     refine_table,
     refine_value_table,
+    target_table,
     team_fixed_protocols,
     team_sentence,
 )
@@ -273,6 +274,7 @@ TABLES = {
         for team in TEAMS
         if team not in ("revisers", "mixed")
     },
+    **{f"target-{team}": lambda team=team: target_table(team) for team in ("worked", "varied")},
     **{
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",

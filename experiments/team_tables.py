@@ -3,6 +3,7 @@ trained (results/after/), and which kind of action pays in each team's counterfa
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
 from pieces import team_members, team_rl_algos
+from refine_value import gain_summary
 from tables import (
     accuracy_over_seeds,
     by_seed,
@@ -339,6 +340,82 @@ def competent_team_table(team, seeds=(0, 1, 2)):
     )
     text = "\n".join(lines) + "\n\n" + pictures_of(name, runs)
     return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def target_table(team, seeds=(0, 1, 2)):
+    """Issue 54's target on a competent team, policy by policy, over the seeds whose files are all
+    there: REFINE on at least 10% of its decisions, its REFINEs gaining over PERSIST in the test
+    games' counterfactual rewards (pooled over the seeds' REFINEs: the 95% interval above 0), and
+    at least 3 points above the team's strongest fixed protocol (the paired interval over the
+    seeds' questions above 0); below it, the MLPO leader and debate against the team's vote."""
+    fixed = team_fixed_protocols(team)
+    name = f"arith300-team-{team}"
+    runs = {part: by_seed(name, part, seeds) for part in (*fixed, "leader")}
+    complete = [seed for seed in seeds if all(seed in runs[part] for part in fixed)]
+    if not complete:
+        return missing(
+            *(
+                f"tables/{name}-seed{seed}-{part}.json"
+                for seed in seeds
+                for part in fixed
+                if seed not in runs[part]
+            )
+        )
+    accuracy = {part: mean([runs[part][seed]["accuracy"] for seed in complete]) for part in fixed}
+    strongest = max(fixed, key=accuracy.get)
+    lines = [
+        f"| policy ({len(complete)} seed{'s' if len(complete) > 1 else ''}) | REFINE share of "
+        "its decisions (≥ 10%) | each REFINE − PERSIST, pooled [95% CI] (REFINEs; > 0) | vs "
+        f"{fixed_name(strongest)} [95% CI] (disagree; ≥ +0.030, > 0) | target |",
+        "|---|---|---|---|---|",
+    ]
+    waiting = []
+    for policy in ("sft", *team_rl_algos(team)):
+        values = [load(f"refine/{name}-seed{seed}-{policy}.json") for seed in complete]
+        played = by_seed(name, policy, complete)
+        refines = [v and v["taken_vs_persist"]["refine"] for v in values]
+        # a file written before the per-decision gains were kept counts as missing
+        if len(played) < len(complete) or not all(
+            r and (not r["decisions"] or "gains" in r) for r in refines
+        ):
+            waiting.append(policy)
+            continue
+        decisions = sum(v["decisions"] for v in values)
+        share = sum(r["decisions"] for r in refines) / decisions
+        gain = gain_summary([g for r in refines for g in r.get("gains", [])])
+        versus = paired_difference(pooled(played), pooled({k: runs[strongest][k] for k in played}))
+        held = {
+            "REFINE share": share >= 0.10,
+            "REFINE gain": bool(gain["decisions"]) and gain["ci95"][0] > 0,
+            "margin": versus["diff"] >= 0.03 and versus["ci95"][0] > 0,
+            "3 seeds": len(complete) == 3,
+        }
+        failed = [what for what, ok in held.items() if not ok]
+        gain_text = (
+            f"{gain['mean_gain']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] "
+            f"({gain['decisions']})"
+            if gain["decisions"]
+            else "no REFINE"
+        )
+        lines.append(
+            f"| {policy} | {share:.1%} | {gain_text} | {format_paired(versus)} | "
+            f"{'met' if not failed else 'not met: ' + ', '.join(failed)} |"
+        )
+    if waiting:
+        lines.append(
+            f"\n*(waiting for the table and refine-value pieces of {', '.join(waiting)} at seeds "
+            f"{', '.join(map(str, complete))}: `python experiments/run.py`)*"
+        )
+    votes = runs["persist"]
+    for part, label in (("leader", "the MLPO leader"), ("debate", "debate")):
+        shared = {seed: runs[part][seed] for seed in complete if seed in runs[part]}
+        if shared:
+            versus = paired_difference(pooled(shared), pooled({k: votes[k] for k in shared}))
+            lines.append(
+                f"\n{label[0].upper()}{label[1:]} against the team's vote ({len(shared)} "
+                f"seed{'s' if len(shared) > 1 else ''}, paired): {format_paired(versus)}."
+            )
+    return "\n".join(lines)
 
 
 def aligned(summary, reference):

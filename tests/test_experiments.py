@@ -857,6 +857,58 @@ def test_competent_team_table_measures_the_gap_to_the_oracle_and_where_the_vote_
     assert "arith300-team-worked-seed0-debate.json" in text  # a missing protocol, named
 
 
+def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkeypatch):
+    """Issue 54's target: REFINE share >= 10% of decisions, the REFINEs' pooled gain over PERSIST
+    above 0, >= 3 points over the strongest fixed protocol with its interval above 0, 3 seeds.
+    softrank-cost0 meets each at 2 seeds but the seed count; softrank never REFINEs; a policy whose
+    refine file lacks the per-decision gains waits; the leader and debate against the vote."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "refine").mkdir()
+    ids = list(range(40))
+    right = {
+        **{f"vanilla-m{j}": [q < 20 for q in ids] for j in range(3)},
+        "sc": [q < 24 for q in ids],  # the strongest fixed protocol
+        "debate": [q < 10 for q in ids],
+        "persist": [q < 22 for q in ids],
+        "leader": [q < 23 for q in ids],
+        "softrank-cost0": [q < 36 for q in ids],
+        "softrank": [q < 24 or q == 39 for q in ids],
+    }
+    for seed in (0, 1):
+        for part, correct in right.items():
+            summary = {"accuracy": sum(correct) / 40, "question_ids": ids, "correct": correct}
+            path = tmp_path / "tables" / f"arith300-team-worked-seed{seed}-{part}.json"
+            path.write_text(json.dumps({part: summary}))
+        refines = {
+            "softrank-cost0": {"decisions": 3, "gains": [1.0, 0.5, 1.0]},
+            "softrank": {"decisions": 0},
+            "grpo": {"decisions": 2, "mean_gain": 0.5},  # no per-decision gains: waits
+        }
+        for policy, refine in refines.items():
+            path = tmp_path / "refine" / f"arith300-team-worked-seed{seed}-{policy}.json"
+            path.write_text(json.dumps({"decisions": 20, "taken_vs_persist": {"refine": refine}}))
+        (tmp_path / "tables" / f"arith300-team-worked-seed{seed}-grpo.json").write_text(
+            json.dumps({"grpo": {"accuracy": 0.5, "question_ids": ids, "correct": right["sc"]}})
+        )
+    text = team_tables.target_table("worked", seeds=(0, 1, 2))
+    rows = {
+        row[0]: row
+        for row in ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
+        if len(row) == 5
+    }
+    assert "vs self-consistency" in text and "policy (2 seeds)" in text
+    assert rows["softrank-cost0"][1:3] == ["15.0%", "+0.833 [+0.667, +1.000] (6)"]
+    assert rows["softrank-cost0"][3].startswith("+0.300 [+0.2")
+    assert rows["softrank-cost0"][4] == "not met: 3 seeds"
+    assert rows["softrank"][1:3] == ["0.0%", "no REFINE"]
+    assert rows["softrank"][4] == "not met: REFINE share, REFINE gain, margin, 3 seeds"
+    assert "grpo" not in rows and "waiting for the table and refine-value pieces of" in text
+    assert "grpo" in text.split("waiting")[1]
+    assert "The MLPO leader against the team's vote (2 seeds, paired): +0.025" in text
+    assert "Debate against the team's vote (2 seeds, paired): -0.300" in text
+
+
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
     """revisers has one distinct member, mixed three: each table's missing files say so (a report
     lambda that read the loop's last team would ask revisers for three)."""

@@ -50,6 +50,11 @@ def test_decision_values_by_hand():
     assert refine["decisions"] == 3 and refine["mean_gain"] == pytest.approx(1 / 6)
     assert refine["better"] == pytest.approx(1 / 3) and refine["worse"] == pytest.approx(1 / 3)
     assert refine["ci95"][0] < 1 / 6 < refine["ci95"][1]
+    assert refine["gains"] == [1.0, -0.5, 0.0]
+    # seeds pooled: their gains together, the interval over all their decisions
+    pooled = refine_value.gain_summary(refine["gains"] + [1.0, 1.0, 1.0])
+    assert pooled["decisions"] == 6 and pooled["mean_gain"] == pytest.approx(3.5 / 6)
+    assert pooled["better"] == pytest.approx(4 / 6) and pooled["worse"] == pytest.approx(1 / 6)
     concede = values["taken_vs_persist"]["concede"]  # the taken concede (index 2): 1.0 - 0.0
     assert concede["decisions"] == 1 and concede["mean_gain"] == 1.0
     assert values["taken_vs_persist"]["persist"]["mean_gain"] == 0.0
