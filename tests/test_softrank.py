@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from softrank import (
     PG_KINDS,
     flat_groups,
+    group_advantages,
     grpo_advantages,
     kl_k3,
     mean_baseline_advantages,
@@ -669,3 +670,21 @@ def test_an_unknown_aggregation_is_refused_by_name():
         aggregate(torch.zeros(2, 3), torch.ones(2, 3), "mean")
     with pytest.raises(ValueError, match=r"kind must be one of .*got 'mean'"):
         step_normalizer("mean", 2, 6, 3)
+
+
+def test_group_advantages_picks_each_algorithms_advantages_by_name():
+    """The LLM-weight trainers' --algo: magrpo (reward - group mean), grpo (z-score), softrank at
+    the given tau; any other name refused."""
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 3.0], [2.0, 2.0, 5.0, 0.0]])
+    magrpo = group_advantages(rewards, "magrpo")
+    assert torch.equal(magrpo, rewards - rewards.mean(-1, keepdim=True))
+    assert torch.equal(group_advantages(rewards, "grpo"), grpo_advantages(rewards))
+    for tau in (0.2, 1.0):
+        assert torch.equal(
+            group_advantages(rewards, "softrank", tau), softrank_advantages(rewards, tau)
+        )
+    assert not torch.allclose(
+        group_advantages(rewards, "softrank", 0.2), group_advantages(rewards, "softrank")
+    )
+    with pytest.raises(KeyError):
+        group_advantages(rewards, "ppo")
