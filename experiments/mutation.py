@@ -350,7 +350,43 @@ def read_results(work, path):
     return results
 
 
-def run(module, max_children, out, summarize_only=False, only=()):
+def rerun_with_current_tests(work, path):
+    """Runs the survivors of the finished run in `work` again against the repository's current
+    tests (copied in), keeping every other mutant's result: tests added for the survivors can only
+    kill more, as long as the module is unchanged and no test was taken away (the module and the
+    test files' presence are checked). mutmut rewrites its record for a run of named mutants, so
+    the earlier results are put back around the new ones."""
+    import mutmut.__main__ as cli
+
+    meta = work / "mutants" / f"{path}.meta"
+    if not meta.is_file():
+        sys.exit(f"--rerun-survivors: no finished mutmut run in {work}")
+    if (work / path).read_bytes() != (ROOT / path).read_bytes():
+        sys.exit(f"--rerun-survivors: {path} changed since the run in {work}: run it whole")
+    for old in (work / "tests").glob("*.py"):
+        if not (ROOT / "tests" / old.name).is_file():
+            sys.exit(f"--rerun-survivors: tests/{old.name} is gone since the run: run it whole")
+    before = json.loads(meta.read_text())["exit_code_by_key"]
+    again = [
+        name
+        for name, code in before.items()
+        if cli.status_by_exit_code.get(code) not in ("killed", "timeout")
+    ]
+    for folder in (work / "tests", work / "mutants" / "tests"):
+        shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    with open(work.parent / f"{work.name}-rerun.log", "w") as f:
+        subprocess.run(
+            [sys.executable, "-c", SHIM, "run", "--max-children", "1", *again],
+            cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env, check=True,
+        )  # fmt: skip
+    after = json.loads(meta.read_text())
+    after["exit_code_by_key"] = before | {name: after["exit_code_by_key"][name] for name in again}
+    meta.write_text(json.dumps(after))
+    return again
+
+
+def run(module, max_children, out, summarize_only=False, only=(), rerun_survivors=False):
     try:
         import mutmut
     except ImportError:
@@ -360,9 +396,12 @@ def run(module, max_children, out, summarize_only=False, only=()):
     path, tests, deselect = MODULES[module]
     began = time.time()
     work = ROOT / "runs" / "mutation" / module
+    rerun = []
     if summarize_only:
         if not (work / "mutants" / f"{path}.meta").is_file():
             sys.exit(f"--summarize-only: no finished mutmut run in {work}")
+    elif rerun_survivors:
+        rerun = rerun_with_current_tests(work, path)
     else:
         work = scratch_copy(module, path, tests, deselect)
         log = work.parent / f"{module}.log"
@@ -412,6 +451,7 @@ def run(module, max_children, out, summarize_only=False, only=()):
         "not_mutated": {"decorated": decorated_functions(ROOT / path), "module_level": "constants"},
         "survivors": survivors,
         "equivalent": reviewed,
+        "rerun_with_later_tests": rerun,
         "wall_s": round(time.time() - began, 1),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
     }
@@ -443,13 +483,26 @@ def main():
         default=(),
         help="mutmut's names of the mutants to run (globs, e.g. 'deliberate.x_play__mutmut_*')",
     )
+    parser.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="run the survivors of the last run in runs/mutation/<module>/ again against the "
+        "current tests (the module unchanged), keeping the other mutants' results",
+    )
     args = parser.parse_args()
     if args.list or not args.module:
         for name, (path, tests, deselect) in MODULES.items():
             left_out = f" (not: {', '.join(deselect)})" if deselect else ""
             print(f"{name:11s} {path:16s} {' '.join(tests)}{left_out}")
         return
-    run(args.module, args.max_children, args.out, args.summarize_only, tuple(args.only))
+    run(
+        args.module,
+        args.max_children,
+        args.out,
+        args.summarize_only,
+        tuple(args.only),
+        args.rerun_survivors,
+    )
 
 
 if __name__ == "__main__":
