@@ -683,8 +683,20 @@ def test_group_advantages_picks_each_algorithms_advantages_by_name():
         assert torch.equal(
             group_advantages(rewards, "softrank", tau), softrank_advantages(rewards, tau)
         )
+    # the trainers' default temperature, the paper's
+    assert torch.equal(group_advantages(rewards, "softrank"), softrank_advantages(rewards, 0.5))
     assert not torch.allclose(
         group_advantages(rewards, "softrank", 0.2), group_advantages(rewards, "softrank")
     )
     with pytest.raises(KeyError):
         group_advantages(rewards, "ppo")
+
+
+def test_plain_ranks_of_a_padded_group_of_one_are_zero():
+    """A group with one existing rollout beside padding of other rewards is flat (nothing to
+    rank): zeros, not the worst rank's -2; a padded group of two gets -2 and +2, its padding 0."""
+    rewards = torch.tensor([[1.0, 5.0, 5.0], [2.0, 0.0, 7.0]])
+    mask = torch.tensor([[True, False, False], [True, True, False]])
+    assert torch.equal(
+        rank_advantages(rewards, mask), torch.tensor([[0.0, 0.0, 0.0], [2.0, -2.0, 0.0]])
+    )
