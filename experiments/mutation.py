@@ -166,17 +166,17 @@ EQUIVALENT = {
                 "mean_baseline_advantages__mutmut_22",
                 "rloo_advantages__mutmut_44",
                 "rloo_advantages__mutmut_46",
-                "softrank_advantages__mutmut_76",
-                "softrank_advantages__mutmut_78",
+                "softrank_advantages__mutmut_40",
+                "softrank_advantages__mutmut_42",
             )
         },
         **{
             f"softrank.x_{name}": COUNT
             for name in (
                 "rloo_advantages__mutmut_7",
-                "softrank_advantages__mutmut_21",
-                "softrank_advantages__mutmut_28",
-                "softrank_advantages__mutmut_41",
+                "_average_ranks__mutmut_14",
+                "_average_ranks__mutmut_21",
+                "_average_ranks__mutmut_32",
             )
         },
         **{
@@ -383,6 +383,8 @@ def rerun_with_current_tests(work, path):
     after = json.loads(meta.read_text())
     after["exit_code_by_key"] = before | {name: after["exit_code_by_key"][name] for name in again}
     meta.write_text(json.dumps(after))
+    # what was rerun, for the summary (also of a later --summarize-only); a whole run starts over
+    (work / "rerun.json").write_text(json.dumps(again))
     return again
 
 
@@ -396,12 +398,11 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
     path, tests, deselect = MODULES[module]
     began = time.time()
     work = ROOT / "runs" / "mutation" / module
-    rerun = []
     if summarize_only:
         if not (work / "mutants" / f"{path}.meta").is_file():
             sys.exit(f"--summarize-only: no finished mutmut run in {work}")
     elif rerun_survivors:
-        rerun = rerun_with_current_tests(work, path)
+        rerun_with_current_tests(work, path)
     else:
         work = scratch_copy(module, path, tests, deselect)
         log = work.parent / f"{module}.log"
@@ -429,7 +430,12 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
         for n in equivalent
         if n in results
     ]
-    detected = statuses["killed"] + statuses["timeout"]
+    # a mutant reviewed as equivalent counts on neither side, whatever its status (a timeout of
+    # one on a loaded machine is no detection)
+    detected = sum(
+        status in ("killed", "timeout") and name not in equivalent
+        for name, (status, _) in results.items()
+    )
     considered = len(results) - len(reviewed)
     summary = {
         "module": module,
@@ -451,7 +457,9 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
         "not_mutated": {"decorated": decorated_functions(ROOT / path), "module_level": "constants"},
         "survivors": survivors,
         "equivalent": reviewed,
-        "rerun_with_later_tests": rerun,
+        "rerun_with_later_tests": (
+            json.loads((work / "rerun.json").read_text()) if (work / "rerun.json").is_file() else []
+        ),
         "wall_s": round(time.time() - began, 1),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
     }
