@@ -90,7 +90,13 @@ MODULES = {
         ["tests/test_llm_training.py", "tests/test_llm_losses.py"],
         [],
     ),
-    "llm.lora": ("llm/lora.py", ["tests/test_lora.py"], []),
+    # the scripts run as subprocesses (eval.py, sft.py, train_rl.py) left out as above, and the
+    # default backbone's checks of every committed adapter (minutes per mutant)
+    "llm.lora": (
+        "llm/lora.py",
+        ["tests/test_lora.py"],
+        ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
+    ),
     "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
     "llm.engine": ("llm/engine.py", ["tests/test_engine.py"], []),
     "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
