@@ -260,6 +260,12 @@ EQUIVALENT = {
             "recursion into one base's engine"
         )
     },
+    "llm.lora": {
+        "llm.lora.x_load_adapter__mutmut_48": (
+            "a rank equal to the model's never reaches the comparison: the first test of the "
+            "condition (state[key] != lora[key]) is already false"
+        ),
+    },
     "deliberate": {
         "deliberate.x_sample_actions__mutmut_3": AXIS,
         "deliberate.x_sample_actions__mutmut_8": AXIS,

@@ -148,8 +148,63 @@ def test_an_adapter_for_another_base_or_shape_is_refused(tiny_model, tmp_path):
     broken["tensors"][name] = broken["tensors"][name][:, :3]
     with pytest.raises(lora.AdapterMismatch, match="should be"):
         lora.load_adapter(copy.deepcopy(tiny_model[0]), broken)
-    with pytest.raises(lora.AdapterMismatch, match="not an adapter"):
+    with pytest.raises(lora.AdapterMismatch) as refused:
         lora.load_adapter(copy.deepcopy(tiny_model[0]), {"tensors": {}})
+    assert str(refused.value) == "not an adapter file (the LLM-weight trainers write them)"
+    # layers this model does not have: refused before anything is wrapped
+    fresh = copy.deepcopy(tiny_model[0])
+    with pytest.raises(lora.AdapterMismatch) as refused:
+        lora.load_adapter(fresh, dict(state, targets=["nope"]))
+    assert str(refused.value) == (
+        "the file's layers do not fit this model: LlamaForCausalLM: no nn.Linear layers named "
+        "with any of ['nope'] to adapt"
+    )
+    assert getattr(fresh, "lora", None) is None
+
+
+def test_an_adapter_of_some_layers_wraps_only_those(tiny_model):
+    """A file trained on a subset of the layers (--lora-targets) wraps exactly its layers in a
+    fresh model and gives its own logits there."""
+    model = lora.add_lora(copy.deepcopy(tiny_model[0]), 4, alpha=8, adapters=1, parts=("q_proj",))
+    with torch.no_grad():
+        for layer in lora.lora_layers(model).values():
+            layer.lora_B[0].normal_(generator=torch.Generator().manual_seed(3))
+    state = lora.adapter_state(model, 0, "tiny")
+    fresh = copy.deepcopy(tiny_model[0])
+    k = lora.load_adapter(fresh, state)
+    assert fresh.lora["targets"] == state["targets"] == model.lora["targets"]
+    assert all(name.endswith("q_proj") for name in lora.lora_layers(fresh))
+    assert torch.equal(logits(fresh, IDS, k), logits(model, IDS, 0))
+
+
+def test_adapter_runs_and_fingerprints():
+    """adapter_runs: (first, last) of each run of rows with one adapter, one run for all when not
+    split; an adapter's name is 16 hex digits of its tensors' hash."""
+    assert lora.adapter_runs([0, 0, 1, 1, None, 0]) == [(0, 2), (2, 4), (4, 5), (5, 6)]
+    assert lora.adapter_runs([3]) == [(0, 1)]
+    assert lora.adapter_runs([0, 1, 0], split=False) == [(0, 3)]
+    name = lora.adapter_fingerprint({"tensors": {"x.A": torch.ones(2, 2)}})
+    assert len(name) == 16 and int(name, 16) >= 0
+
+
+def test_a_mixed_batch_under_autograd_and_the_stacked_cache(tiny_model):
+    """Training a batch of rows with different adapters (autograd on) gives the rows the logits
+    of the no-grad path, and each adapter's gradient only from its rows; without gradients the
+    stacked A and B are built once and rebuilt when a parameter changes in place."""
+    model = adapted(tiny_model, adapters=2)
+    rows = torch.tensor([1, 0, 1])
+    with lora.selecting(model, rows):
+        out = model(input_ids=IDS).logits
+    torch.testing.assert_close(out, logits(model, IDS, rows), rtol=1e-5, atol=1e-5)
+    out[1].sum().backward()  # row 1 runs adapter 0 only
+    layer = next(iter(lora.lora_layers(model).values()))
+    assert layer.lora_A[0].grad.abs().sum() > 0 and not layer.lora_A[1].grad.any()
+    with torch.no_grad():
+        first = layer.stacked()
+        assert layer.stacked()[0] is first[0]
+        layer.lora_B[1].add_(1.0)
+        again = layer.stacked()
+    assert again[1] is not first[1] and torch.equal(again[1][:, 4:], first[1][:, 4:] + 1)
 
 
 def test_base_fingerprint_is_the_same_in_bf16(tiny_model):
