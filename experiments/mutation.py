@@ -264,7 +264,7 @@ EQUIVALENT = {
         "llm.lora.x_load_adapter__mutmut_48": (
             "a rank equal to the model's never reaches the comparison: the first test of the "
             "condition (state[key] != lora[key]) is already false"
-        ),
+        )
     },
     "deliberate": {
         "deliberate.x_sample_actions__mutmut_3": AXIS,
