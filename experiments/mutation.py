@@ -66,7 +66,12 @@ MODULES = {
     "llm.team": ("llm/team.py", ["tests/test_common.py", "tests/test_protocols.py"], []),
     "llm.training": (
         "llm/training.py",
-        ["tests/test_llm_training.py", "tests/test_llm_losses.py", "tests/test_train_mlpo.py"],
+        [
+            "tests/test_llm_training.py",
+            "tests/test_llm_training_plumbing.py",
+            "tests/test_llm_losses.py",
+            "tests/test_train_mlpo.py",
+        ],
         ["runs_"],
     ),
     # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
