@@ -80,14 +80,15 @@ def check_weights(cfg):
     check_at_least(cfg, 1, "micro_batch", "save_every")
     check_at_least(cfg, 0, "val_n", "eval_every", "weight_decay", "lr", "lora_rank")
     check_positive(cfg, "lora_alpha")
+    if cfg.eval_every and not cfg.val_n:
+        raise UsageError("--eval-every: validation needs held-out questions (--val-n >= 1)")
     if cfg.init_adapter:
         if not cfg.lora_rank:
             raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
         state = load_file(cfg.init_adapter, "adapter")
-        if not isinstance(state, dict) or (state.get("rank"), state.get("alpha")) != (
-            cfg.lora_rank,
-            cfg.lora_alpha,
-        ):
+        if not isinstance(state, dict):
+            raise UsageError(f"--init-adapter {cfg.init_adapter}: not an adapter file")
+        if (state.get("rank"), state.get("alpha")) != (cfg.lora_rank, cfg.lora_alpha):
             raise UsageError(
                 f"--init-adapter {cfg.init_adapter}: rank {state.get('rank')}, alpha "
                 f"{state.get('alpha')} there, --lora-rank {cfg.lora_rank} --lora-alpha "

@@ -95,7 +95,23 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
         check,
         dataclasses.replace(base, lora_alpha=0.0),
     )
+    # validation every N steps needs questions to validate on
+    refused(
+        UsageError,
+        "--eval-every: validation needs held-out questions (--val-n >= 1)",
+        check,
+        dataclasses.replace(base, val_n=0, eval_every=2),
+    )
+    check(dataclasses.replace(base, val_n=1, eval_every=2))
     # --init-adapter: only for adapters, and of this rank and alpha
+    listed = tmp_path / "list.pt"
+    torch.save([1, 2], listed)
+    refused(
+        UsageError,
+        f"--init-adapter {listed}: not an adapter file",
+        check,
+        dataclasses.replace(base, init_adapter=str(listed), lora_rank=4),
+    )
     path = tmp_path / "a.pt"
     torch.save({"format": lora.FORMAT, "rank": 4, "alpha": 8.0}, path)
     refused(
