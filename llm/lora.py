@@ -260,8 +260,7 @@ def load_adapter(model, state):
     with torch.no_grad():
         for name, layer in layers.items():
             layer.lora_A[k].zero_()[:rank].copy_(state["tensors"][f"{name}.A"])
-            b = state["tensors"][f"{name}.B"].to(layer.lora_B[k].dtype)
-            layer.lora_B[k].zero_()[:, :rank].copy_(b * rescale)
+            layer.lora_B[k].zero_()[:, :rank].copy_(state["tensors"][f"{name}.B"] * rescale)
     return k
 
 

@@ -148,6 +148,19 @@ def test_an_adapter_for_another_base_or_shape_is_refused(tiny_model, tmp_path):
     broken["tensors"][name] = broken["tensors"][name][:, :3]
     with pytest.raises(lora.AdapterMismatch, match="should be"):
         lora.load_adapter(copy.deepcopy(tiny_model[0]), broken)
+    # another set of layers, a tensor missing
+    some = lora.add_lora(copy.deepcopy(tiny_model[0]), rank=4, alpha=8, parts=("q_proj",))
+    with pytest.raises(lora.AdapterMismatch) as refused:
+        lora.load_adapter(some, state)
+    assert str(refused.value) == (
+        "an adapter for another targets (14 layers there, 2 layers here; the file was trained on "
+        "'tiny')"
+    )
+    missing = dict(state, tensors=dict(state["tensors"]))
+    del missing["tensors"][name]
+    with pytest.raises(lora.AdapterMismatch) as refused:
+        lora.load_adapter(copy.deepcopy(tiny_model[0]), missing)
+    assert str(refused.value).endswith(", the file has nothing") and name in str(refused.value)
     with pytest.raises(lora.AdapterMismatch) as refused:
         lora.load_adapter(copy.deepcopy(tiny_model[0]), {"tensors": {}})
     assert str(refused.value) == "not an adapter file (the LLM-weight trainers write them)"
@@ -192,6 +205,9 @@ def test_a_mixed_batch_under_autograd_and_the_stacked_cache(tiny_model):
     of the no-grad path, and each adapter's gradient only from its rows; without gradients the
     stacked A and B are built once and rebuilt when a parameter changes in place."""
     model = adapted(tiny_model, adapters=2)
+    with lora.selecting(model, 1):
+        one = model(input_ids=IDS).logits
+    torch.testing.assert_close(one, logits(model, IDS, 1), rtol=1e-5, atol=1e-5)
     rows = torch.tensor([1, 0, 1])
     with lora.selecting(model, rows):
         out = model(input_ids=IDS).logits
