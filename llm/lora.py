@@ -214,7 +214,7 @@ def adapter_fingerprint(state):
 
 
 class AdapterMismatch(ValueError):
-    """An adapter that does not fit the model: another base, a higher rank, other layers or shapes."""
+    """An adapter that does not fit the model: another base, a higher rank, other layers."""
 
 
 def load_adapter(model, state):
