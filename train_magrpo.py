@@ -26,7 +26,6 @@ from tqdm import tqdm
 import data
 import softrank
 from common import (
-    GameConfig,
     check_choice,
     crash_if_asked,
     distributed,
@@ -43,6 +42,7 @@ from llm.logprobs import without_dropout
 from llm.training import (
     Objective,
     Sequence,
+    TrainerConfig,
     check_rollouts,
     check_weights,
     learning_rate,
@@ -59,7 +59,7 @@ from llm.training import (
 
 
 @dataclass
-class Config(GameConfig):
+class Config(TrainerConfig):
     protocol: str = "debate"
     """parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
     group: int = 4
@@ -85,37 +85,15 @@ class Config(GameConfig):
     reference copy in memory)"""
     separate_agents: bool = False
     """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
-    lora_rank: int = 4
-    """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every
-    weight)"""
-    lora_targets: str = ""
-    """the layers the adapters wrap: comma-separated parts of their names (e.g. q_proj,v_proj or
-    self_attn); empty: every linear layer but the LM head"""
-    lora_alpha: float = 32.0
-    """LoRA scale alpha (the update is alpha / rank x B A)"""
     init_adapter: str = ""
     """start every trained adapter from this adapter file (of the same rank and alpha) instead of
     from the base model, e.g. agents trained on parallel answers, then on debate"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    micro_batch: int = 8
-    """sequences per forward/backward; gradients accumulate over the optimizer step"""
-    gradient_checkpointing: bool = False
-    """recompute activations in the backward (less memory, more time)"""
-    val_n: int = 64
-    """held-out training-split questions, never trained on"""
-    eval_every: int = 0
-    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
     dtype: str = "float32"
     """float32 | bfloat16 (autocast on fp32 master weights, bf16 rollouts)"""
     out_dir: str = "runs/magrpo"
     """where the trained weights, metrics.jsonl and the checkpoint go"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
 # --------------------------------------------------------------------------------------------------

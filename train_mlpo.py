@@ -28,7 +28,6 @@ from tqdm import tqdm
 import data
 import softrank
 from common import (
-    GameConfig,
     UsageError,
     all_gather_list,
     check_at_least,
@@ -50,6 +49,7 @@ from llm.team import make_engine
 from llm.training import (
     Objective,
     Sequence,
+    TrainerConfig,
     check_rollouts,
     check_weights,
     learning_rate,
@@ -66,7 +66,7 @@ from llm.training import (
 
 
 @dataclass
-class Config(GameConfig):
+class Config(TrainerConfig):
     peers_model: str = ""
     """the frozen peers' HF directory; empty: the same as --model"""
     peers: str = ""
@@ -96,37 +96,16 @@ class Config(GameConfig):
     beta: float = 0.0
     """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the paper (no
     reference copy in memory)"""
-    lora_rank: int = 4
-    """rank of the LoRA adapter trained on the frozen base (0: full fine-tuning of every weight)"""
-    lora_targets: str = ""
-    """the layers the adapter wraps: comma-separated parts of their names (e.g. q_proj,v_proj or
-    self_attn); empty: every linear layer but the LM head"""
-    lora_alpha: float = 32.0
-    """LoRA scale alpha (the update is alpha / rank x B A)"""
     init_adapter: str = ""
     """start the leader's adapter from this adapter file (of the same rank and alpha) instead of
     from the base model, e.g. one trained on worked solutions (train_solver.py)"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    micro_batch: int = 8
-    """sequences per forward/backward; gradients accumulate over the optimizer step"""
-    gradient_checkpointing: bool = False
-    """recompute activations in the backward (less memory, more time)"""
-    val_n: int = 64
-    """held-out training-split questions, never trained on"""
-    eval_every: int = 0
-    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
     dtype: str = "float32"
     """float32 | bfloat16 (autocast on fp32 master weights, bf16 rollouts)"""
     out_dir: str = "runs/mlpo"
     """where the trained weights, the peer pool's statistics, metrics.jsonl and the checkpoint
     go"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from tqdm import tqdm
 import data
 from common import (
     FileRefused,
-    GameConfig,
     UsageError,
     all_gather_list,
     all_reduce_sum,
@@ -51,6 +50,7 @@ from llm.team import make_engine
 from llm.training import (
     Objective,
     Sequence,
+    TrainerConfig,
     check_weights,
     learning_rate,
     log_accuracy,
@@ -67,7 +67,7 @@ CROSS_ENTROPY = Objective(agg="token", beta=0.0, temperature=1.0)
 
 
 @dataclass
-class Config(GameConfig):
+class Config(TrainerConfig):
     solutions: str = "worked"
     """worked (the task's own worked solutions, data/worked.py: arith, gsm8k) | sampled (rejection
     sampling: the backbone's own right answers)"""
@@ -83,36 +83,15 @@ class Config(GameConfig):
     """passes over the training solutions"""
     batch_size: int = 256
     """sequences per optimizer step, over all ranks"""
-    lora_rank: int = 4
-    """rank of the LoRA adapter trained on the frozen base (0: full fine-tuning of every weight)"""
-    lora_targets: str = ""
-    """the layers the adapter wraps: comma-separated parts of their names (e.g. q_proj,v_proj or
-    self_attn); empty: every linear layer but the LM head"""
-    lora_alpha: float = 32.0
-    """LoRA scale alpha (the update is alpha / rank x B A)"""
     init_adapter: str = ""
     """start the adapter from this adapter file (of the same rank and alpha) instead of from the
     base model"""
     lr: float = 0.0
     """AdamW learning rate (0: 2e-3 for adapters, 1e-5 for full weights: results/README.md)"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    micro_batch: int = 8
-    """sequences per forward/backward; gradients accumulate over the optimizer step"""
-    gradient_checkpointing: bool = False
-    """recompute activations in the backward (less memory, more time)"""
-    val_n: int = 64
-    """held-out training-split questions, never trained on"""
-    eval_every: int = 0
-    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
     dtype: str = "float32"
     """float32 | bfloat16 (autocast on fp32 master weights, a bf16 copy answers the validation)"""
     out_dir: str = "runs/solver"
     """where the trained weights, metrics.jsonl and the checkpoint go"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -69,6 +69,35 @@ class Sequence:
 FILLER = Sequence(0, 0, 0, [0], [0])
 
 
+@dataclass
+class TrainerConfig(GameConfig):
+    """The flags every LLM-weight trainer shares (check_weights checks them); each trainer's
+    Config extends it with its own."""
+
+    lora_rank: int = 4
+    """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every
+    weight)"""
+    lora_targets: str = ""
+    """the layers the adapters wrap: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+
+
 def check_weights(cfg):
     """The checks of the flags every LLM-weight trainer shares (a mistake: common.UsageError)."""
     # the trained weights are --model's; no policy decides, so no critic pass and no REFINE cost
