@@ -41,8 +41,8 @@ from llm.cache import call_seed
 from llm.logprobs import without_dropout
 from llm.training import (
     Objective,
+    RolloutConfig,
     Sequence,
-    TrainerConfig,
     check_rollouts,
     check_weights,
     learning_rate,
@@ -59,30 +59,12 @@ from llm.training import (
 
 
 @dataclass
-class Config(TrainerConfig):
+class Config(RolloutConfig):
     protocol: str = "debate"
     """parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
-    group: int = 4
-    """G: joint rollouts per question"""
-    algo: str = "magrpo"
-    """the group advantage: magrpo (reward - group mean, the paper's) | grpo (z-score) | softrank"""
-    tau: float = 0.5
-    """SoftRank temperature (--algo softrank)"""
-    format_reward: float = 0.0
-    """+ this times the fraction of the team's final answers that parse"""
-    questions_per_step: int = 8
-    """questions per optimizer step, over all ranks (whole groups per rank); the training pool
-    cycles"""
-    steps: int = 20
-    """optimizer steps"""
-    rollout_temperature: float = 1.0
-    """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
     loss_agg: str = "sum"
     """token (DAPO) | seq (GRPO) | const (Dr.GRPO) | sum (CoMLRL's MAGRPO: each completion's token
     log-probs summed, times its advantage, averaged over completions), see softrank.aggregate"""
-    beta: float = 0.0
-    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the paper (no
-    reference copy in memory)"""
     separate_agents: bool = False
     """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
     init_adapter: str = ""
@@ -90,8 +72,6 @@ class Config(TrainerConfig):
     from the base model, e.g. agents trained on parallel answers, then on debate"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
-    dtype: str = "float32"
-    """float32 | bfloat16 (autocast on fp32 master weights, bf16 rollouts)"""
     out_dir: str = "runs/magrpo"
     """where the trained weights, metrics.jsonl and the checkpoint go"""
 

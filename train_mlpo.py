@@ -48,8 +48,8 @@ from llm.logprobs import without_dropout
 from llm.team import make_engine
 from llm.training import (
     Objective,
+    RolloutConfig,
     Sequence,
-    TrainerConfig,
     check_rollouts,
     check_weights,
     learning_rate,
@@ -66,7 +66,7 @@ from llm.training import (
 
 
 @dataclass
-class Config(TrainerConfig):
+class Config(RolloutConfig):
     peers_model: str = ""
     """the frozen peers' HF directory; empty: the same as --model"""
     peers: str = ""
@@ -75,34 +75,14 @@ class Config(TrainerConfig):
     """candidate training questions, before the filter"""
     filter_easy: float = 0.75
     """drop questions where at least this fraction of the peers is right (0: keep all)"""
-    group: int = 4
-    """G: leader samples per question"""
-    algo: str = "magrpo"
-    """the group advantage: magrpo (reward - group mean) | grpo (z-score) | softrank"""
-    tau: float = 0.5
-    """SoftRank temperature (--algo softrank)"""
-    format_reward: float = 0.0
-    """+ this if the leader's answer parses"""
-    questions_per_step: int = 8
-    """questions per optimizer step, over all ranks (whole groups per rank); the pool cycles"""
-    steps: int = 20
-    """optimizer steps"""
-    rollout_temperature: float = 1.0
-    """sampling temperature of the leader's samples, and of the log-probs the loss scores them
-    with"""
     loss_agg: str = "const"
     """token (DAPO) | seq (GRPO) | const (Dr.GRPO's constant normalizer, MLPO's) | sum (CoMLRL's
     MAGRPO), see softrank.aggregate"""
-    beta: float = 0.0
-    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the paper (no
-    reference copy in memory)"""
     init_adapter: str = ""
     """start the leader's adapter from this adapter file (of the same rank and alpha) instead of
     from the base model, e.g. one trained on worked solutions (train_solver.py)"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
-    dtype: str = "float32"
-    """float32 | bfloat16 (autocast on fp32 master weights, bf16 rollouts)"""
     out_dir: str = "runs/mlpo"
     """where the trained weights, the peer pool's statistics, metrics.jsonl and the checkpoint
     go"""

@@ -88,8 +88,6 @@ class Config(TrainerConfig):
     base model"""
     lr: float = 0.0
     """AdamW learning rate (0: 2e-3 for adapters, 1e-5 for full weights: results/README.md)"""
-    dtype: str = "float32"
-    """float32 | bfloat16 (autocast on fp32 master weights, a bf16 copy answers the validation)"""
     out_dir: str = "runs/solver"
     """where the trained weights, metrics.jsonl and the checkpoint go"""
 

@@ -4,8 +4,8 @@ optimizer step over sampled completions, validation's log and the saved weights.
 the game: each script builds its own sequences and rewards.
 
 Sequence          - one sampled completion, the unit the token-level loss trains on
-check_weights     - the checks of the flags every trainer shares; check_rollouts, those MAGRPO and
-                    MLPO share
+TrainerConfig     - the flags every trainer shares (check_weights checks them); RolloutConfig,
+                    those MAGRPO and MLPO share (check_rollouts)
 trained_team      - the trained weights (whole models or LoRA adapters) and the team of engines
                     that samples from them; refresh_rollout_weights before each sampling
 sample, prompt_ids - the rollouts' completions at the loss's temperature; a prompt's token ids
@@ -65,7 +65,7 @@ class Sequence:
     completion_ids: list  # the sampled ids, the EOS included
 
 
-# a rank without sequences runs this one at weight 0 (a token of each: any ids the model knows)
+# a rank without sequences runs this one at advantage 0 (a token of each: any ids the model knows)
 FILLER = Sequence(0, 0, 0, [0], [0])
 
 
@@ -96,6 +96,36 @@ class TrainerConfig(GameConfig):
     """optimizer steps between checkpoints (and at the end)"""
     crash_at_step: int = 0
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+    dtype: str = "float32"
+    """float32 | bfloat16 (autocast on fp32 master weights; rollouts and validation's answers from
+    a bf16 copy)"""
+
+
+@dataclass
+class RolloutConfig(TrainerConfig):
+    """The flags MAGRPO and MLPO share (check_rollouts checks them): the groups of sampled
+    rollouts, their advantages and the KL term."""
+
+    group: int = 4
+    """G: rollouts per question, whose rewards give each its group advantage"""
+    algo: str = "magrpo"
+    """the group advantage: magrpo (reward - group mean, the paper's) | grpo (z-score) | softrank
+    (softrank.group_advantages)"""
+    tau: float = 0.5
+    """SoftRank temperature (--algo softrank)"""
+    format_reward: float = 0.0
+    """+ this times the share of the rollout's final answers that parse (MAGRPO: the team's,
+    MLPO: the leader's)"""
+    questions_per_step: int = 8
+    """questions per optimizer step, over all ranks (whole groups per rank); the training pool
+    cycles"""
+    steps: int = 20
+    """optimizer steps"""
+    rollout_temperature: float = 1.0
+    """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
+    beta: float = 0.0
+    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the papers (no
+    reference copy in memory)"""
 
 
 def check_weights(cfg):
@@ -126,7 +156,8 @@ def check_weights(cfg):
 
 
 def check_rollouts(cfg, world):
-    """The checks of the flags MAGRPO and MLPO share: the groups, their advantages, the loss."""
+    """The checks of RolloutConfig's flags and --loss-agg: the groups, their advantages, the
+    loss."""
     check_choice("--algo", cfg.algo, softrank.GROUP_ADVANTAGES)
     check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
     check_at_least(cfg, 1, "steps", "questions_per_step")
@@ -317,7 +348,7 @@ def policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad,
     own objective, its loss over its own sequences (CoMLRL's per-agent MAGRPO), not 1 / agents of
     it; each learner's gradient is clipped on its own. A sequence of advantage 0 (a flat group)
     adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank left
-    with nothing still runs one backward at weight 0, for the all-reduce. Returns the step's
+    with nothing still runs one backward at advantage 0, for the all-reduce. Returns the step's
     statistics."""
     per_model = [[s for s in sequences if s.agent == e] for e in range(len(learners))]
     # shared weights (or the leader's, or the solver's): every sequence
@@ -338,17 +369,20 @@ def policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad,
     for e, (learner, mine) in enumerate(zip(learners, per_model)):
         if not objective.beta:
             mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
-        weight = 1.0
-        # no sequence on this rank at all (a batch smaller than the world)
-        if not mine:
-            mine, weight = [FILLER], 0.0
-        trained += len(mine) if weight else 0
+        # no sequence on this rank at all (a batch smaller than the world): one filler at
+        # advantage 0
+        filler = not mine
+        if filler:
+            mine = [FILLER]
+        trained += 0 if filler else len(mine)
         chunks = range(0, len(mine), cfg.micro_batch)
         for k in chunks:
             chunk = mine[k : k + cfg.micro_batch]
             batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in chunk], pad, device)
             rows = [s.question for s in chunk], [s.sample for s in chunk]
-            chunk_advantages = advantages[rows].to(device) if weight else torch.zeros(len(chunk))
+            chunk_advantages = (
+                torch.zeros(len(chunk), device=device) if filler else advantages[rows].to(device)
+            )
             with accumulating(learner.module, last=k == chunks[-1]):
                 # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward
                 # only: backward runs in the forward's dtypes anyway
@@ -363,6 +397,9 @@ def policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad,
                         normalizers[e],
                         learner.adapter,
                     )
+                if filler:
+                    # there for the all-reduce alone: neither its loss nor its KL term counts
+                    loss, kl = loss * 0.0, 0.0
                 loss.backward()
             loss_total, kl_total = loss_total + loss.item(), kl_total + kl
     # DDP averaged the whole weights' gradients

@@ -120,16 +120,19 @@ def test_policy_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
 
 def test_policy_loss_averages_the_kl_per_sequence_under_seq(tiny_model):
     """--loss-agg seq with --beta (TRL's grpo): the policy-gradient term and the KL term are both
-    each sequence's token mean, then the mean over sequences; the logged kl is that mean of k3."""
+    each sequence's token mean, then the mean over sequences; the logged kl is that mean of k3;
+    the log-probs of both at the objective's temperature."""
     model, tokenizer = tiny_model
     batch = rollout_batch(tokenizer)  # completions of different lengths
     reference = copy_model(model)
     beta = 0.2
     A = torch.tensor([1.0, -0.5])
+    # both terms' log-probs at the rollouts' temperature
+    objective = Objective("seq", beta, 0.7)
     with torch.no_grad():
-        loss, kl = policy_loss(model, reference, batch, A, Objective("seq", beta, 1.0), 2.0)
-        logp, mask = completion_logprobs(model, batch)
-        ref_logp, _ = completion_logprobs(reference, batch)
+        loss, kl = policy_loss(model, reference, batch, A, objective, 2.0)
+        logp, mask = completion_logprobs(model, batch, 0.7)
+        ref_logp, _ = completion_logprobs(reference, batch, 0.7)
     k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
 
     def per_sequence_mean(x):

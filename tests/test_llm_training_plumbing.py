@@ -5,6 +5,7 @@ learning rate, resume, the step's statistics, validation's log and the saved wei
 testing cannot follow: each function's contract is pinned here, with values computed by hand.
 Run: python -m pytest -q tests/test_llm_training_plumbing.py"""
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -213,6 +214,7 @@ def test_trained_team_of_adapters_on_one_frozen_base(tiny_model, tiny_model_dir)
     models, team = training.trained_team(cfg, 3, CPU)
     [model] = models
     assert team.engines()[0].model is model and team.first.batch_size == 6
+    assert team.first.device == "cpu"
     assert team.first.dtype == "float32" and next(model.parameters()).dtype == torch.float32
     assert team.members == [Member(team.first, k) for k in range(3)]
     assert model.lora["rank"] == 2 and model.lora["alpha"] == 4.0
@@ -260,6 +262,7 @@ def test_trained_team_samples_from_bf16_copies_that_refresh_copies_weights(tiny_
     assert len(engines) == 2 and all(e.batch_size == 6 for e in engines)
     for m, e in zip(models, engines):
         assert e.model is not m and next(e.model.parameters()).dtype == torch.bfloat16
+        assert e.device == "cpu"
         assert next(m.parameters()).dtype == torch.float32
     assert team.members == [Member(engines[0]), Member(engines[1])]
     with torch.no_grad():
@@ -413,10 +416,12 @@ def test_prompt_ids_read_the_prompt_in_its_agents_chat_format(tiny_model):
 # --------------------------------------------------------------------------------------------------
 # Learners and resume
 # --------------------------------------------------------------------------------------------------
-def test_learners_of_adapters_and_of_whole_models(tiny_model):
+def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
     """learners_of: one Learner per adapter (the shared model, that adapter's parameters, no
-    reference: the base is the KL's), or per whole model (every parameter; with a KL term a frozen
-    eval-mode copy as reference, without one none)."""
+    reference: the base is the KL's), or per whole model (DDP-wrapped on the run's device, every
+    parameter used; every parameter trained; with a KL term a frozen eval-mode copy as reference,
+    without one none)."""
+    wrapped = record_wrap_ddp(monkeypatch)
     model = adapted(tiny_model, adapters=2)
     cfg = SimpleNamespace(lora_rank=2)
     learners = training.learners_of([model], cfg, Objective("sum", 0.1, 1.0), CPU)
@@ -429,6 +434,7 @@ def test_learners_of_adapters_and_of_whole_models(tiny_model):
     whole = [copy.deepcopy(tiny_model[0]).train() for _ in range(2)]
     cfg = SimpleNamespace(lora_rank=0)
     learners = training.learners_of(whole, cfg, Objective("sum", 0.0, 1.0), CPU)
+    assert wrapped == [(whole[0], CPU, False), (whole[1], CPU, False)]
     assert [(ln.module, ln.adapter, ln.reference) for ln in learners] == [
         (whole[0], None, None),
         (whole[1], None, None),
@@ -471,12 +477,25 @@ def test_resumed_fresh_adapters(tiny_model, tmp_path):
     assert [(ln.module, ln.adapter) for ln in learners] == [(model, 0), (model, 1)]
 
 
-def test_resumed_fresh_whole_models(tiny_model, tmp_path):
+def record_wrap_ddp(monkeypatch):
+    """Records wrap_ddp's (module, device, find_unused) calls; the module comes back unwrapped."""
+    calls = []
+
+    def wrap_ddp(module, device, find_unused):
+        calls.append((module, device, find_unused))
+        return module
+
+    monkeypatch.setattr(training, "wrap_ddp", wrap_ddp)
+    return calls
+
+
+def test_resumed_fresh_whole_models(tiny_model, tmp_path, monkeypatch):
     """Whole weights: every parameter of every model in the optimizer, the models' ModuleList as
     the holder, no gradient checkpointing unless asked, a Learner per model (with the KL's
     reference when the objective has one)."""
     models = [copy.deepcopy(tiny_model[0]) for _ in range(2)]
     cfg = train_magrpo.Config(lora_rank=0)
+    wrapped = record_wrap_ddp(monkeypatch)
     optimizer, holder, counters, _, learners = training.resumed(
         models, cfg, 1e-5, Objective("sum", 0.1, 1.0), tmp_path, 0, CPU, "steps"
     )
@@ -487,10 +506,11 @@ def test_resumed_fresh_whole_models(tiny_model, tmp_path):
     assert counters == {"step": 0}
     assert not any(m.is_activation_checkpointing for m in models)
     assert [ln.module for ln in learners] == models
+    assert [(module, device) for module, device, _ in wrapped] == [(m, CPU) for m in models]
     assert all(ln.reference is not None and ln.adapter is None for ln in learners)
 
 
-def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, tmp_path):
+def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, tmp_path, capsys):
     """A checkpoint in the out dir: the adapters' weights, AdamW's state, the step and the RNGs
     come back, the metrics log loses the lines past the checkpoint's step, --steps may grow (the
     `extendable` field) but not shrink, another setting is refused; rank 1 writes no log."""
@@ -513,9 +533,11 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
 
     fresh = adapted(tiny_model, adapters=2, seed=5)
     longer = dataclasses.replace(cfg, steps=4, save_every=9)
+    capsys.readouterr()
     optimizer, holder, counters, log, _ = training.resumed(
         [fresh], longer, 1e-2, objective, tmp_path, 0, CPU, "steps"
     )
+    assert capsys.readouterr().err.startswith(f"resuming from {tmp_path / 'checkpoint.pt'}")
     assert torch.equal(torch.rand(4), after_save)
     assert counters == {"step": 3}
     assert all(torch.equal(p, s) for p, s in zip(holder, saved))
@@ -531,6 +553,7 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
     _, _, counters, log, _ = training.resumed(
         [adapted(tiny_model, adapters=2)], longer, 1e-2, objective, tmp_path, 1, CPU, "steps"
     )
+    assert capsys.readouterr().err == ""
     log.write(step=5, loss=0.5)
     assert counters == {"step": 3} and log.rank == 1
     assert len(log.path.read_text().splitlines()) == 4
@@ -570,7 +593,7 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     sequences of every rank (each aggregation's normalizer from the global counts, divided by the
     world), the flat group's sequences counted but not trained on, the tokens of every rank; with
     every group flat one sequence still runs (at advantage 0: no gradient); a rank with no sequence
-    runs the filler at weight 0; with a KL term nothing is skipped and the KL is that of every
+    runs the filler at advantage 0; with a KL term nothing is skipped and the KL is that of every
     sequence; the gradient is clipped to norm 1."""
     model, tokenizer = tiny_model
     model = copy.deepcopy(model).train()
@@ -611,11 +634,24 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     empty = training.policy_step(learners, optimizer, [], advantages, objective, cfg, pad, CPU, 2)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
     with_kl = [Learner(model, list(model.parameters()), None, reference)]
-    # micro-batches of 3 and 1
+    # the filler adds nothing, its KL term neither (the reference differs: its KL is not 0)
+    empty = training.policy_step(
+        with_kl, optimizer, [], advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
+    )
+    assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
+    # micro-batches of 3 and 1: DDP's all-reduce held back until the last one's backward
     cfg = dataclasses.replace(cfg, micro_batch=3)
+    held = []
+
+    def accumulating(module, last):
+        held.append((module, last))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(training, "accumulating", accumulating)
     step = training.policy_step(
         with_kl, optimizer, sequences, advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
     )
+    assert held == [(model, False), (model, True)]
     assert step["trained"] == 4
     assert step["kl"] == pytest.approx((k3.sum() / 4).item(), rel=1e-4)
     assert step["loss"] == pytest.approx((trained / 4 + 0.1 * k3.sum() / 4).item(), rel=1e-4)
@@ -658,7 +694,7 @@ def test_policy_step_with_a_learner_per_agent_averages_their_losses(tiny_model):
     assert step["trained"] == 2 and step["tokens"] == 14 and step["kl"] == 0.0
 
 
-def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model):
+def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, monkeypatch):
     """Adapters (learners_of, --separate-agents): adapter e's loss runs with adapter e on agent e's
     sequences; an adapter whose agent's groups are all flat gets no update, the frozen base none."""
     model, tokenizer = tiny_model
@@ -675,9 +711,16 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model):
     learners = training.learners_of([model], SimpleNamespace(lora_rank=2), objective, CPU)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    # DDP cannot wrap adapters: each adapter's gradients averaged over the ranks by hand
+    averaged = []
+    monkeypatch.setattr(
+        training, "average_gradients", lambda params, world: averaged.append((params, world))
+    )
     step = training.policy_step(
         learners, optimizer, sequences, advantages, objective, train_magrpo.Config(), pad, CPU, 1
     )
+    assert averaged == [(learner.parameters, 1) for learner in learners]
+    monkeypatch.undo()
     # adapter 0: -(0.5 x its summed log-prob) over agent 0's 2 sequences; adapter 1: 0; the mean
     assert step["loss"] == pytest.approx((-0.5 * summed[2] / 2 / 2).item(), rel=1e-5)
     assert step["trained"] == 2
@@ -719,6 +762,40 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model):
     assert step["trained"] == 4 and min(kls) > 0
     assert step["kl"] == pytest.approx(sum(kls) / 2, rel=1e-4)
     assert step["grad_norm"] == pytest.approx(torch.stack(norms).norm().item(), rel=1e-4)
+
+
+def test_policy_step_runs_the_loss_under_bf16_autocast_with_dtype_bfloat16(tiny_model):
+    """--dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights, so the step's
+    loss is that forward's (not the fp32 one's, which differs)."""
+    model, tokenizer = tiny_model
+    model = copy.deepcopy(model).train()
+    pad = tokenizer.pad_token_id
+    # question 0's group is flat: sequences 2 and 3 alone are trained, in one micro-batch
+    advantages = torch.tensor([[0.0, 0.0], [0.5, -0.25]])
+    trained = [(s.prompt_ids, s.completion_ids) for s in FOUR_SEQUENCES[2:]]
+    learners = [Learner(model, list(model.parameters()))]
+    losses = []
+    for dtype in ("float32", "bfloat16"):
+        bf16 = dtype == "bfloat16"
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logp, mask = completion_logprobs(model, completion_batch(trained, pad, CPU))
+        summed = torch.where(mask.bool(), logp.float(), 0).sum(-1)
+        # sum: over the step's 4 sequences
+        expected = (-(0.5 * summed[0] - 0.25 * summed[1]) / 4).item()
+        step = training.policy_step(
+            learners,
+            torch.optim.SGD(model.parameters(), lr=0.0),
+            FOUR_SEQUENCES,
+            advantages,
+            Objective("sum", 0.0, 1.0),
+            train_magrpo.Config(micro_batch=4, max_new_tokens=16, dtype=dtype),
+            pad,
+            CPU,
+            1,
+        )
+        assert step["loss"] == pytest.approx(expected, rel=1e-6)
+        losses.append(step["loss"])
+    assert abs(losses[0] - losses[1]) > 1e-5 * abs(losses[0])
 
 
 def two_ranks(other, devices):
@@ -821,9 +898,10 @@ def test_validate_plays_greedy_single_rollouts_of_the_fresh_weights(monkeypatch,
     assert log.lines == [{"step": 5, "val_accuracy": 2 / 3, "val_questions": 3}]
     assert capsys.readouterr().err == "step 5: val accuracy 0.667 (3 questions)\n"
     # a rank with no validation question (fewer than the ranks): the others' 1 of 2
-    monkeypatch.setattr(training, "all_reduce_sum", two_ranks([1, 2], []))
+    devices = []
+    monkeypatch.setattr(training, "all_reduce_sum", two_ranks([1, 2], devices))
     training.validate([model], team, rollouts, [], cfg, 7, 1, CPU, log)
-    assert len(asked) == 1
+    assert len(asked) == 1 and devices == [CPU]
     assert log.lines[-1] == {"step": 7, "val_accuracy": 0.5, "val_questions": 2}
 
 
