@@ -358,13 +358,16 @@ PIECES = {
     # from wrong (200 round-0 questions x 3 agents each)
     "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
     "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),
-    # issue 54: the same signals on the competent team's agents, at the game's temperature
-    "auroc-arith-team-worked": {
-        **auroc(
-            "arith-team-worked",
-            ["--task", "arith", "--n", "200", *team_flags("worked"), "--temperature", "0.5"],
-        ),
-        "needs": team_adapters("worked"),
+    # issue 54: the same signals on each competent team's agents, at the game's temperature
+    **{
+        f"auroc-arith-team-{team}": {
+            **auroc(
+                f"arith-team-{team}",
+                ["--task", "arith", "--n", "200", *team_flags(team), "--temperature", "0.5"],
+            ),
+            "needs": team_adapters(team),
+        }
+        for team in ("worked", "varied")
     },
     # issue 17: the demo-budget policies under the bounded
     # objective, then the protocols on 200 arith questions

@@ -39,8 +39,10 @@ def fmt(value, digits=3):
 
 def auroc_table():
     """Each confidence signal's AUROC on the untrained backbone's round-0 solutions (arith, mawps)
-    and on the competent team's (arith-team-worked: agents trained on worked solutions)."""
-    found = {task: load(f"auroc/{task}.json") for task in ("arith", "mawps", "arith-team-worked")}
+    and on the competent teams' (arith-team-worked, arith-team-varied: agents trained on worked
+    solutions)."""
+    tasks = ("arith", "mawps", "arith-team-worked", "arith-team-varied")
+    found = {task: load(f"auroc/{task}.json") for task in tasks}
     runs = {task: r for task, r in found.items() if r}
     if not runs:
         return missing(*(f"auroc/{t}.json" for t in found))
