@@ -102,6 +102,24 @@ MODULES = {
         ["tests/test_lora.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
+    # the stages' own pieces of the game, moved there from corpus.py: run with --only on the
+    # functions the in-process tests call (each script's loop runs as a subprocess)
+    "train_rl": (
+        "train_rl.py",
+        [
+            "tests/test_corpus.py",
+            "tests/test_game.py",
+            "tests/test_meaning.py",
+            "tests/test_protocols.py",
+        ],
+        ["tiny_model", "a_script_refuses"],
+    ),
+    "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
+    "data": (
+        "data/__init__.py",
+        ["tests/test_data.py", "tests/test_common.py", "tests/test_eval.py"],
+        ["a_script_refuses", "every_flag_has"],
+    ),
     "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
     "llm.engine": ("llm/engine.py", ["tests/test_engine.py"], []),
     "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
