@@ -102,8 +102,8 @@ MODULES = {
         ["tests/test_lora.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
-    # the stages' own pieces of the game, moved there from corpus.py: run with --only on the
-    # functions the in-process tests call (each script's loop runs as a subprocess)
+    # the stages' own pieces of the game (the corpus and its rewards, the oracle labels): run with
+    # --only on the functions the in-process tests call (each script's loop runs as a subprocess)
     "train_rl": (
         "train_rl.py",
         [
