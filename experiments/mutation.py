@@ -92,7 +92,7 @@ MODULES = {
     "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
     "llm.logprobs": (
         "llm/logprobs.py",
-        ["tests/test_llm_training.py", "tests/test_llm_losses.py"],
+        ["tests/test_logprobs.py", "tests/test_llm_training.py", "tests/test_llm_losses.py"],
         [],
     ),
     # the scripts run as subprocesses (eval.py, sft.py, train_rl.py) left out as above, and the
