@@ -283,6 +283,18 @@ EQUIVALENT = {
             "recursion into one base's engine"
         )
     },
+    "llm.logprobs": {
+        **{
+            f"llm.logprobs.x_completion_batch__mutmut_{n}": (
+                "torch.full infers torch.long from the int pad id: the dtype asked for is the one "
+                "it gives"
+            )
+            for n in (9, 12)
+        },
+        "llm.logprobs.x_token_logprobs__mutmut_11": (
+            "the attention mask is (batch, width): its cumsum over axis 1 is the one over axis -1"
+        ),
+    },
     "llm.lora": {
         **{
             f"llm.lora.x_add_lora__mutmut_{n}": (
