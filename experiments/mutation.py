@@ -121,7 +121,12 @@ MODULES = {
         ["a_script_refuses", "every_flag_has"],
     ),
     "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
-    "llm.engine": ("llm/engine.py", ["tests/test_engine.py"], []),
+    # the adapters' cache keys are pinned in tests/test_lora.py
+    "llm.engine": (
+        "llm/engine.py",
+        ["tests/test_engine.py", "tests/test_lora.py"],
+        ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
+    ),
     "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
@@ -315,6 +320,18 @@ EQUIVALENT = {
             )
             for n in (28, 30, 32)
         },
+    },
+    "llm.engine": {
+        **{
+            f"llm.engine.xǁEngineǁcontinuation_logprobs__mutmut_{n}": (
+                "the tag only keeps these keys apart from generate's, which have another number "
+                "of parts (model, prompt, params, seed): any tag, or none, keeps them apart"
+            )
+            for n in (11, 15, 18, 19)
+        },
+        "llm.engine.xǁEngineǁcontinuation_logprobs__mutmut_70": (
+            "the log-probs row is (positions, vocabulary): gather over axis 1 is over axis -1"
+        ),
     },
     "llm.logprobs": {
         **{

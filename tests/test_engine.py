@@ -15,7 +15,7 @@ import torch
 from scipy.stats import chi2
 
 from llm.cache import GenerationCache
-from llm.engine import Completion, Engine
+from llm.engine import Completion, Engine, Sample
 from llm.prefill import common_prefix_length, padded_chunks, prefix_groups
 from llm.sampling import pick_next_tokens
 
@@ -359,6 +359,33 @@ def test_cache_second_call_makes_no_llm_call(tiny_model_dir, tmp_path):
     assert mixed[0].text == first[0].text
 
 
+def test_sampled_tokens_asked_for_bypass_the_cache(tiny_model_dir, tmp_path):
+    """return_tokens (the LLM-weight trainers' rollouts): never a cached completion, which has no
+    token ids, and nothing stored."""
+    engine = Engine(model_path=tiny_model_dir, cache_dir=tmp_path)
+    prompts = tiny_prompts(engine)[:2]
+    stored = engine.generate(prompts, seeds=[1, 2], **SAMPLING)
+    again = engine.generate(prompts, seeds=[1, 2], **SAMPLING, return_tokens=True)
+    assert engine.stats["calls"] == 4 and engine.stats["cache_hits"] == 0
+    assert all(not c.cached and c.token_ids for c in again)
+    assert [c.text for c in again] == [c.text for c in stored]
+
+
+def test_the_text_leaves_out_special_tokens(tiny_engine, monkeypatch):
+    """A special token the model samples (a chat marker, say) is not part of the answer's text."""
+    tokenizer = tiny_engine.tokenizer
+    special = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    word = tiny_engine.encode(" seven")
+
+    def sample(batch_ids, seeds, on_finish, **kwargs):
+        for i in range(len(batch_ids)):
+            on_finish(i, Sample([special, *word], "eos", len(word) + 2, [0.0] * (len(word) + 2)))
+
+    monkeypatch.setattr(tiny_engine, "sample", sample)
+    [completion] = tiny_engine.generate(["Hi"], [0], max_new_tokens=8)
+    assert completion.text == " seven" and completion.completion_tokens == len(word) + 2
+
+
 class JsonlCache:
     """The cache's earlier form as the engine wrote it: a line {"key", "value"} per put to
     gen-rank<r>.jsonl (logprobs=False: as before the engine kept log-probs), read by nobody."""
@@ -449,6 +476,10 @@ def test_cache_does_not_mix_models_with_the_same_path(tiny_model, tmp_path):
     assert fresh.text != t1.text
     t2 = e2.generate(["Hi"], [0], max_new_tokens=8, temperature=0)[0]
     assert not t2.cached and t2.text == fresh.text
+    # scored continuations too: the other weights' own log-probs, not the first model's
+    first = e1.continuation_logprobs(["Hi"], ["Correct"])
+    other = e2.continuation_logprobs(["Hi"], ["Correct"])
+    assert e2.stats["cache_hits"] == 0 and not torch.equal(first, other)
 
 
 def test_cache_keys_name_the_dtype_of_a_model_passed_in(tiny_model, tmp_path):
@@ -824,7 +855,7 @@ def test_continuation_logprobs_are_cached_and_counted(tiny_model_dir, tmp_path):
     assert again.stats["calls"] == 0 and again.stats["cache_hits"] == 3
     again.continuation_logprobs(prompts, ["Correct", "Wrong"])  # other continuations: other keys
     assert again.stats["calls"] == 3
-    with pytest.raises(ValueError, match="empty continuation"):
+    with pytest.raises(ValueError, match="^an empty continuation has no log-probability to score$"):
         engine.continuation_logprobs(prompts, ["Correct", []])
 
 
