@@ -409,6 +409,12 @@ def scratch_copy(module, path, tests, deselect):
         if (ROOT / name).is_file():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, work / name)
+    write_setup(work, path, tests, deselect)
+    return work
+
+
+def write_setup(work, path, tests, deselect):
+    """`work`/setup.cfg: what mutmut mutates, the tests it runs and what it copies beside them."""
     # mutmut copies these next to the mutated module: every top-level file and folder, the folders
     # that hold the module entry by entry (never the module itself: it would overwrite the mutants)
     siblings, folder = [], work
@@ -420,7 +426,6 @@ def scratch_copy(module, path, tests, deselect):
     lines += [f"    {t}" for t in tests] + ["also_copy ="] + [f"    {s}" for s in siblings]
     lines += ["", "[tool:pytest]", f"addopts = {addopts}", ""]
     (work / "setup.cfg").write_text("\n".join(lines))
-    return work
 
 
 def decorated_functions(path):
@@ -465,12 +470,14 @@ def read_results(work, path):
     return results
 
 
-def rerun_with_current_tests(work, path):
+def rerun_with_current_tests(work, path, tests, deselect):
     """Runs the survivors of the finished run in `work` again against the repository's current
-    tests (copied in), keeping every other mutant's result: tests added for the survivors can only
-    kill more, as long as the module is unchanged and no test was taken away (the module and the
-    test files' presence are checked). mutmut rewrites its record for a run of named mutants, so
-    the earlier results are put back around the new ones."""
+    tests (copied in, the module's test files as MODULES lists them now), keeping every other
+    mutant's result: tests added for the survivors can only kill more, as long as the module is
+    unchanged and no test was taken away (the module and the test files' presence are checked).
+    Which tests reach which function is recorded anew (a test changed to reach a survivor's
+    function counts). mutmut rewrites its record for a run of named mutants, so the earlier
+    results are put back around the new ones."""
     import mutmut.__main__ as cli
 
     meta = work / "mutants" / f"{path}.meta"
@@ -489,6 +496,8 @@ def rerun_with_current_tests(work, path):
     ]
     for folder in (work / "tests", work / "mutants" / "tests"):
         shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True)
+    write_setup(work, path, tests, deselect)
+    (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     with open(work.parent / f"{work.name}-rerun.log", "w") as f:
         subprocess.run(
@@ -517,7 +526,7 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
         if not (work / "mutants" / f"{path}.meta").is_file():
             sys.exit(f"--summarize-only: no finished mutmut run in {work}")
     elif rerun_survivors:
-        rerun_with_current_tests(work, path)
+        rerun_with_current_tests(work, path, tests, deselect)
     else:
         work = scratch_copy(module, path, tests, deselect)
         log = work.parent / f"{module}.log"
