@@ -526,6 +526,9 @@ def rerun_with_current_tests(work, path, tests, deselect):
         for name, code in before.items()
         if cli.status_by_exit_code.get(code) not in ("killed", "timeout")
     ]
+    if not again:
+        # `mutmut run` without names would run every mutant
+        sys.exit(f"--rerun-survivors: the run in {work} left no survivor")
     for folder in (work / "tests", work / "mutants" / "tests"):
         shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True)
     write_setup(work, path, tests, deselect)
