@@ -38,6 +38,7 @@ from tables import (  # noqa: E402
     load,
     mean,
     missing,
+    mutation_table,
     pooled,
     protocol_table,
     reward_scale_table,
@@ -228,6 +229,7 @@ TABLES = {
     "dtype-bench": dtype_bench_table,
     "dtype-accuracy": dtype_accuracy_table,
     "auroc": auroc_table,
+    "mutation": mutation_table,
     "table-arith200-demo": lambda: protocol_table(
         "arith200-demo-seed0",
         ["vanilla", "sc", "debate", "persist", "sft", "grpo", "softrank"],

@@ -37,6 +37,27 @@ def fmt(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def mutation_table():
+    """Every mutation run's counts and score (results/mutation/*.json, experiments/mutation.py)."""
+    runs = sorted((RESULTS / "mutation").glob("*.json"))
+    if not runs:
+        return missing("mutation/MODULE.json")
+    lines = [
+        "| file | module | mutants | killed | timeouts | reviewed equivalent | survivors | score "
+        "| finished |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in runs:
+        r = json.loads(path.read_text())
+        only = " (the functions named)" if r.get("only") else ""
+        lines.append(
+            f"| `{path.name}` | `{r['path']}`{only} | {r['mutants']} | {r['killed']} | "
+            f"{r['timeouts']} | {r['equivalent_by_review']} | {r['survived']} | "
+            f"{fmt(r['score'], 4)} | {r['finished']} |"
+        )
+    return "\n".join(lines)
+
+
 def auroc_table():
     """Each confidence signal's AUROC on the untrained backbone's round-0 solutions (arith, mawps)
     and on the competent teams' (arith-team-worked, arith-team-varied: agents trained on worked
