@@ -919,3 +919,28 @@ def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monke
     assert "team-revisers-seed0-vanilla-m0.json" in revisers
     assert "vanilla-m1" not in revisers
     assert "team-mixed-seed0-vanilla-m2.json" in mixed
+
+
+def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "not computed yet" in tables.mutation_table()
+    (tmp_path / "mutation").mkdir()
+    run = {
+        "path": "llm/x.py",
+        "only": [],
+        "mutants": 10,
+        "killed": 6,
+        "timeouts": 1,
+        "equivalent_by_review": 2,
+        "survived": 1,
+        "score": 0.875,
+        "finished": "2026-11-27 04:00",
+    }
+    (tmp_path / "mutation" / "llm.x.json").write_text(json.dumps(run))
+    (tmp_path / "mutation" / "y.json").write_text(json.dumps(dict(run, path="y.py", only=["y.f"])))
+    lines = tables.mutation_table().splitlines()
+    assert lines[2:] == [
+        "| `llm.x.json` | `llm/x.py` | 10 | 6 | 1 | 2 | 1 | 0.8750 | 2026-11-27 04:00 |",
+        "| `y.json` | `y.py` (the functions named) | 10 | 6 | 1 | 2 | 1 | 0.8750 | "
+        "2026-11-27 04:00 |",
+    ]
