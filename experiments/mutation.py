@@ -107,6 +107,8 @@ MODULES = {
     "train_rl": (
         "train_rl.py",
         [
+            "tests/test_softrank.py",
+            "tests/test_llm_losses.py",
             "tests/test_corpus.py",
             "tests/test_game.py",
             "tests/test_meaning.py",
