@@ -119,7 +119,7 @@ MODULES = {
     "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "data": (
         "data/__init__.py",
-        ["tests/test_data.py", "tests/test_common.py", "tests/test_eval.py"],
+        ["tests/test_data.py", "tests/test_common.py"],
         ["a_script_refuses", "every_flag_has"],
     ),
     "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
