@@ -141,6 +141,10 @@ from mutmut.__main__ import cli
 cli(sys.argv[1:])
 """
 # mutants reviewed as equivalent: module -> {mutant name: why no test can tell it from the code}
+ON_CPU = (
+    "the tests run on the CPU, where every tensor is: a device of None, none or the default 'cpu' "
+    "is the run's device there (the trainers' CUDA runs cover the others)"
+)
 AXIS = "the tensor is (batch, K) or (batch, features) wherever it is built: axis 1 is axis -1"
 NEED_WEIGHTS = "need_weights only decides whether attention weights come back; forward drops them"
 MASKED = (
@@ -336,13 +340,7 @@ EQUIVALENT = {
         ),
     },
     "llm.training": {
-        **{
-            f"llm.training.x_policy_step__mutmut_{n}": (
-                "the tests run on the CPU, where tensors are made: a device of None (or none) "
-                "and the run's cpu device agree there (the CUDA runs of the trainers cover it)"
-            )
-            for n in (64, 71, 73, 74)
-        },
+        **{f"llm.training.x_policy_step__mutmut_{n}": ON_CPU for n in (64, 71, 73, 74)},
         **{
             f"llm.training.x_policy_step__mutmut_{n}": (
                 "autocast's default dtype on the CPU is bfloat16, the one named (on CUDA it is "
@@ -359,13 +357,7 @@ EQUIVALENT = {
             "Engine's default dtype is float32: named because the trained weights are fp32 "
             "master weights whatever that default becomes"
         ),
-        **{
-            f"llm.training.x_trained_team__mutmut_{n}": (
-                "Engine's default device is 'cpu', the device the tests run on (the CUDA runs of "
-                "the trainers cover the others)"
-            )
-            for n in (8, 62)
-        },
+        **{f"llm.training.x_trained_team__mutmut_{n}": ON_CPU for n in (8, 62)},
     },
     "llm.logprobs": {
         **{
@@ -394,10 +386,7 @@ EQUIVALENT = {
             )
             for n in (22, 23)
         },
-        "llm.lora.xǁLoRALinearǁadd_adapter__mutmut_25": (
-            "the tests run on the CPU, where the weight is: .to(None) and .to(weight.device) "
-            "agree there (the CUDA runs of the trainers cover the move)"
-        ),
+        "llm.lora.xǁLoRALinearǁadd_adapter__mutmut_25": ON_CPU,
         "llm.lora.x_load_adapter__mutmut_48": (
             "a rank equal to the model's never reaches the comparison: the first test of the "
             "condition (state[key] != lora[key]) is already false"
