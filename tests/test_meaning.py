@@ -187,6 +187,23 @@ def test_oracle_label_is_of_the_state_before_the_round():
     assert [p["peer_is_majority"] for p in peers[4]] == [1, 0]
 
 
+def test_a_rank_labels_and_scores_the_states_of_its_own_shard_only():
+    """Rank 1 of 2 over three questions plays the second alone (examples[1::2]); without a process
+    group nothing is gathered, so its rows are the second question's states only."""
+    qids = ["q/0", "q/1", "q/2"]
+    refine = {(1, i): (a, 9) for i, a in enumerate(REFINED)}
+    engine = SeedEngine(
+        {k: v for q in qids for k, v in replies(q, dict(enumerate(BEFORE)), refine).items()}
+    )
+    cfg = GameConfig(agents=3, rounds=1, seed=0)
+    persist = Script(lambda t, agent: PERSIST)
+    examples = [example(q) for q in qids]
+    labelled = sft.labelled_states(engine, examples, persist, cfg, 1, 2)
+    scored = train_rl.scored_states(engine, examples, persist, cfg, 1, 2, "corpus")
+    for rows in (labelled, scored):
+        assert [r["key"] for r in rows] == [("q/1", 1, i) for i in range(3)]
+
+
 def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     """Two games of R = 3 rounds: in q/right every agent is right, PERSISTs in round 1, and the game
     stops there; in q/wrong nobody is right, every agent REFINEs (still wrong) in all 3 rounds. The
