@@ -722,22 +722,29 @@ class Documented:
     """how many"""
     count: int = 1
     0
+    verbose: bool = False
+    """say more"""
 
 
 def test_the_help_is_each_fields_docstring(capsys):
     """A field's help: its docstring (% kept as written) and its default; a field without one has
     none (the next field's default is no docstring, nor is a number); the description heads it; a
     positional field keeps its type."""
-    assert common.field_docs(Documented) == {"name": "the name, 100% of it", "steps": "how many"}
+    docs = {"name": "the name, 100% of it", "steps": "how many", "verbose": "say more"}
+    assert common.field_docs(Documented) == docs
     with pytest.raises(SystemExit):
         common.parse_config(Documented, ["--help"], description="What it does.")
     text = " ".join(capsys.readouterr().out.split())
     assert "What it does." in text
     assert "--name NAME the name, 100% of it (default: 'a')" in text
     assert "--plain PLAIN (default: 'b')" in text and "--steps STEPS how many (default: 3)" in text
+    assert "--verbose, --no-verbose say more (default: False)" in text
     Documented.POSITIONAL = ("steps",)
     try:
         assert common.parse_config(Documented, ["7"]).steps == 7
+        with pytest.raises(SystemExit):
+            common.parse_config(Documented, ["--help"])
+        assert "positional arguments: steps how many " in " ".join(capsys.readouterr().out.split())
     finally:
         del Documented.POSITIONAL
 

@@ -9,6 +9,7 @@ import pickle
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,53 @@ def test_a_missing_or_broken_file_is_refused_in_one_line(tmp_path):
             common.load_file(tmp_path / name, "policy")
         assert str(refused.value).startswith(f"{tmp_path / name}: ")
         assert "\n" not in str(refused.value)
+
+
+def test_each_refusal_says_why(tmp_path, monkeypatch):
+    """The reason in a refusal: the OS's, the instruction the unpickler stopped at (a pickle of
+    another protocol, whose note from torch is silenced), the kind of error torch raised, or "not
+    plain data" when torch says no more."""
+    torch.save({"x": torch.ones(100)}, tmp_path / "good.pt")
+    (tmp_path / "truncated.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:200])
+    (tmp_path / "text.pt").write_text("not a torch file")
+    with open(tmp_path / "set.pt", "wb") as f:
+        pickle.dump({"a": {1, 2}}, f, protocol=4)
+    reasons = {
+        "missing.pt": "cannot read the policy file (No such file or directory)",
+        "text.pt": "not a plain-data policy file (Unsupported operand 110); refused",
+        "set.pt": "not a plain-data policy file (Unsupported operand 149); refused",
+        "truncated.pt": "not a policy file torch can read (RuntimeError); refused",
+    }
+    for name, reason in reasons.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(common.FileRefused) as refused:
+                common.load_file(tmp_path / name, "policy")
+        assert str(refused.value) == f"{tmp_path / name}: {reason}" and caught == []
+
+    def unpickler_says_no_more(path, **kwargs):
+        raise pickle.UnpicklingError("bad")
+
+    monkeypatch.setattr(common.torch, "load", unpickler_says_no_more)
+    with pytest.raises(common.FileRefused, match=r"policy file \(not plain data\); refused$"):
+        common.load_file(tmp_path / "good.pt", "policy")
+
+
+def test_a_file_is_read_onto_the_cpu_as_weights_only_and_other_warnings_pass(tmp_path, monkeypatch):
+    """Weights only and onto the CPU asked for in so many words (not left to torch's defaults: a
+    checkpoint written on a GPU then loads on a machine without one); only the pickle-protocol note
+    is silenced."""
+    calls = []
+
+    def load(path, **kwargs):
+        calls.append(kwargs)
+        warnings.warn("something else")
+        return {}
+
+    monkeypatch.setattr(common.torch, "load", load)
+    with pytest.warns(UserWarning, match="something else"):
+        assert common.load_file(tmp_path / "p.pt", "policy") == {}
+    assert calls == [{"map_location": "cpu", "weights_only": True}]
 
 
 # ---------------------------------------------------------------- the round trips stay exact
