@@ -129,7 +129,13 @@ MODULES = {
         ["tests/test_engine.py", "tests/test_lora.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
-    "llm.backbone": ("llm/backbone.py", ["tests/test_backbone.py"], []),
+    # the checks in fresh processes run the original module, as above; run it with MPDF_CACHE set
+    # to a scratch copy of the converted backbone, so that no mutant writes the real one
+    "llm.backbone": (
+        "llm/backbone.py",
+        ["tests/test_backbone.py"],
+        ["in_a_fresh_process", "is_the_gguf_model"],
+    ),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)
