@@ -113,8 +113,9 @@ MODULES = {
             "tests/test_game.py",
             "tests/test_meaning.py",
             "tests/test_protocols.py",
+            "tests/test_train.py",
         ],
-        ["tiny_model", "a_script_refuses"],
+        ["tiny_model", "a_script_refuses", "torchrun_agree", "change_the_policy", "sigkill", "bad_input"],
     ),
     "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "data": (
