@@ -4,8 +4,9 @@
 
 A fresh clone of this checkout's HEAD in a temporary folder, so the generation cache is cold (the
 converted default backbone under ~/.cache/mpdf is reused: converting it is part of `make model`,
-timed separately); `make setup model`, then `make demo`, each timed; eval.py's JSON of the demo
-(runs/demo/results.json) is written with the times, the commit and the machine.
+timed separately); `make setup model`, then `make demo`, each timed; eval.py's JSONs of the demo
+(runs/demo/results.json, and the competent team's runs/demo/competent.json under "competent") are
+written with the times, the commit and the machine.
 """
 
 import json
@@ -39,8 +40,12 @@ def main():
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         setup_s = timed(["make", "setup", "model"], clone)
         demo_s = timed(["make", "demo"], clone)
-        result = json.loads((clone / "runs" / "demo" / "results.json").read_text())
-    result.pop("details", None)  # the transcripts: megabytes, and eval.py reproduces them
+        demo = clone / "runs" / "demo"
+        result = json.loads((demo / "results.json").read_text())
+        result["competent"] = json.loads((demo / "competent.json").read_text())
+    # the transcripts: megabytes, and eval.py reproduces them
+    result.pop("details", None)
+    result["competent"].pop("details", None)
     result["make_demo"] = {
         "seconds": demo_s,
         "setup_seconds": setup_s,

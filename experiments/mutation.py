@@ -115,7 +115,14 @@ MODULES = {
             "tests/test_protocols.py",
             "tests/test_train.py",
         ],
-        ["tiny_model", "a_script_refuses", "torchrun_agree", "change_the_policy", "sigkill", "bad_input"],
+        [
+            "tiny_model",
+            "a_script_refuses",
+            "torchrun_agree",
+            "change_the_policy",
+            "sigkill",
+            "bad_input",
+        ],
     ),
     "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "data": (

@@ -74,14 +74,9 @@ HEADLINE = {  # table a's protocols, in the headline's order: file part -> what 
 }
 
 
-def demo_table():
-    """The last `make demo`'s table (results/demo/make-demo.json: eval.py's JSON and the run's
-    time)."""
-    run = load("demo/make-demo.json")
-    if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
-        return missing("demo/make-demo.json").replace(
-            "experiments/run.py", "experiments/make_demo.py"
-        )
+def eval_table(run):
+    """An eval.py JSON with a reference as a table: each protocol's accuracy, cost, actions and its
+    paired difference with the reference."""
     protocols = {k: s for k, s in run.items() if isinstance(s, dict) and "accuracy" in s}
     reference = run["config"]["reference"]
     lines = [
@@ -96,14 +91,35 @@ def demo_table():
             f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | "
             f"{s['tokens_per_question']:.0f} | {actions} | {paired} |"
         )
-    timing = run["make_demo"]
     n = next(iter(protocols.values()))["n"]
+    config = run["config"]
     return "\n".join(lines) + (
-        f"\n\n{n} `arith` test questions (seed {run['config']['seed']}), 3 agents, "
-        f"{run['config']['rounds']} rounds. `make demo` took {timing['seconds']:.0f} s in a fresh "
-        f"clone with a cold generation cache, at commit {timing['commit']} ({run['machine']}; "
-        f"`make setup model` before it: {timing['setup_seconds']:.0f} s)."
+        f"\n\n{n} `arith` test questions (seed {config['seed']}), {config['agents']} agents, "
+        f"{config['rounds']} rounds"
     )
+
+
+def demo_table():
+    """The last `make demo`'s tables (results/demo/make-demo.json: eval.py's JSONs and the run's
+    time): the untrained backbone's, then the competent team's where the demo played one."""
+    run = load("demo/make-demo.json")
+    if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
+        return missing("demo/make-demo.json").replace(
+            "experiments/run.py", "experiments/make_demo.py"
+        )
+    timing = run["make_demo"]
+    text = eval_table(run) + (
+        f". `make demo` took {timing['seconds']:.0f} s in a fresh clone with a cold generation "
+        f"cache, at commit {timing['commit']} ({run['machine']}; `make setup model` before it: "
+        f"{timing['setup_seconds']:.0f} s)."
+    )
+    if "competent" in run:
+        team = run["competent"]["config"]["models"]
+        text += (
+            "\n\nThe competent regime, the same run: team `varied` "
+            f"(`--models {team}`).\n\n" + eval_table(run["competent"]) + "."
+        )
+    return text
 
 
 def headline():

@@ -944,3 +944,47 @@ def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
         "| `y.json` | `y.py` (the functions named) | 10 | 6 | 1 | 2 | 1 | 0.8750 | "
         "2026-11-27 04:00 |",
     ]
+
+
+def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_path, monkeypatch):
+    """make-demo.json: the untrained backbone's table with the run's time; the competent team's
+    table after it when the demo played one (an older file without it: the first table alone)."""
+    import report
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    assert "experiments/make_demo.py" in report.demo_table()
+
+    def played(reference, rounds, accuracy, models=""):
+        config = {"seed": 0, "agents": 3, "rounds": rounds, "reference": reference}
+        row = {"n": 32, "stderr": 0.05, "tokens_per_question": 100.0}
+        paired = {"diff": -0.25, "ci95": [-0.5, 0.0], "disagree": 8}
+        return {
+            "config": config | ({"models": models} if models else {}),
+            "machine": "cpu: Chip",
+            "vanilla": row | {"accuracy": 0.5, "vs_reference": paired},
+            reference: row
+            | {"accuracy": accuracy, "actions": {"persist": 1.0, "refine": 0.0, "concede": 0.0}},
+        }
+
+    run = played("mpdf=a.pt", 2, 0.25)
+    run["make_demo"] = {"seconds": 500.0, "setup_seconds": 70.0, "commit": "abc1234"}
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "make-demo.json").write_text(json.dumps(run))
+    first = report.demo_table()
+    assert first.splitlines()[2:4] == [
+        "| `vanilla` | 0.500 ± 0.050 | 100 |  | -0.250 [-0.500, +0.000] (8) |",
+        "| `mpdf=a.pt` | 0.250 ± 0.050 | 100 | 1.00/0.00/0.00 |  |",
+    ]
+    assert first.endswith(
+        "32 `arith` test questions (seed 0), 3 agents, 2 rounds. `make demo` took 500 s in a fresh "
+        "clone with a cold generation cache, at commit abc1234 (cpu: Chip; `make setup model` "
+        "before it: 70 s)."
+    )
+    run["competent"] = played("mpdf=b.pt", 3, 0.875, models="default+x.pt")
+    (tmp_path / "demo" / "make-demo.json").write_text(json.dumps(run))
+    both = report.demo_table()
+    assert both.startswith(first)
+    second = both[len(first) :]
+    assert "team `varied` (`--models default+x.pt`)" in second
+    assert "| `mpdf=b.pt` | 0.875 ± 0.050 | 100 | 1.00/0.00/0.00 |  |" in second
+    assert second.endswith("32 `arith` test questions (seed 0), 3 agents, 3 rounds.")
