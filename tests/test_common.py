@@ -682,9 +682,18 @@ def test_what_produced_a_result(monkeypatch):
     )
     gpu = SimpleNamespace(type="cuda", index=1)
     assert common.peak_memory_mb(gpu) == 3.0 and asked == [gpu]
-    # a GPU's RNG state is kept with the others
+    # a GPU's RNG state is kept with the others, and set again on a GPU: not from a file without
+    # one (a run begun on a CPU), nor on a machine without a GPU
     monkeypatch.setattr(common.torch.cuda, "get_rng_state_all", lambda: ["gpu state"])
-    assert common.rng_states()["cuda"] == ["gpu state"]
+    states = common.rng_states()
+    assert states["cuda"] == ["gpu state"]
+    restored = []
+    monkeypatch.setattr(common.torch.cuda, "set_rng_state_all", restored.append)
+    common.set_rng_states(states)
+    common.set_rng_states(states | {"cuda": None})
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: False)
+    common.set_rng_states(states)
+    assert restored == [["gpu state"]]
 
 
 def test_ddp_wraps_a_model_of_several_ranks(monkeypatch):
