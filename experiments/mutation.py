@@ -31,7 +31,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from common import machine  # noqa: E402
 
 VERSION = "3.3.1"
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
@@ -144,6 +143,27 @@ MODULES = {
         ["tests/test_backbone.py"],
         ["in_a_fresh_process", "is_the_gguf_model"],
     ),
+}
+# the functions of a stage script that the in-process tests call: a module's run mutates only these
+# unless --only names others (a script's loop and checks run as a subprocess, on the original code)
+STAGE_FUNCTIONS = {
+    "train_rl": (
+        "counterfactual_rewards",
+        "scored_states",
+        "best_action_kinds",
+        "corpus_statistics",
+        "transform_rewards",
+        "action_advantages",
+        "full_action_set_loss",
+        "rl_loss",
+        "corpus_objective",
+        "policy_logits",
+        "frozen_copy",
+        "validate",
+    ),
+    "sft": ("labelled_states",),
+    "train_solver": ("worked_solutions", "refine_examples"),
+    "train_mlpo": ("peer_solutions", "peer_pool", "check"),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)
@@ -553,6 +573,9 @@ def rerun_with_current_tests(work, path, tests, deselect):
 
 
 def run(module, max_children, out, summarize_only=False, only=(), rerun_survivors=False):
+    # imported here, not above: pieces.py reads MODULES without loading torch
+    from common import machine
+
     try:
         import mutmut
     except ImportError:
@@ -637,6 +660,11 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
     )
 
 
+def default_only(module):
+    """mutmut's names of the mutants of a stage script's functions (none: the whole module)."""
+    return tuple(f"{module}.x_{name}__mutmut_*" for name in STAGE_FUNCTIONS.get(module, ()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", nargs="?", choices=MODULES)
@@ -653,7 +681,8 @@ def main():
         "--only",
         nargs="+",
         default=(),
-        help="mutmut's names of the mutants to run (globs, e.g. 'deliberate.x_play__mutmut_*')",
+        help="mutmut's names of the mutants to run (globs, e.g. 'deliberate.x_play__mutmut_*'); "
+        "a stage script's default: the functions in STAGE_FUNCTIONS",
     )
     parser.add_argument(
         "--rerun-survivors",
@@ -672,7 +701,7 @@ def main():
         args.max_children,
         args.out,
         args.summarize_only,
-        tuple(args.only),
+        tuple(args.only) or default_only(args.module),
         args.rerun_survivors,
     )
 

@@ -9,6 +9,7 @@ of git).
 
 from bench_pieces import BENCH_PIECES
 from llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS, llm_run
+from mutation import MODULES as MUTATION_MODULES
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
@@ -509,14 +510,15 @@ PIECES = {
         for dtype in ("bfloat16", "float32")
         for seed in TABLE_SEEDS
     },
-    # issue 43: mutation testing, one module of the method at a time (mutmut, a development tool
-    # outside requirements.txt: pip install mutmut==3.3.1); survivors, score, tool and machine
+    # issue 43: mutation testing, one module of the method or of its plumbing at a time (mutmut, a
+    # development tool outside requirements.txt: pip install mutmut==3.3.1); survivors, score,
+    # tool and machine
     **{
         f"mutation-{module}": {
             "command": [PY, "experiments/mutation.py", module],
             "outputs": [f"results/mutation/{module}.json"],
         }
-        for module in ("softrank", "state", "policy", "deliberate", "corpus", "answers")
+        for module in MUTATION_MODULES
     },
     # one file per protocol, so each is committed as soon
     # as it is done (report.py pairs them by question)
