@@ -528,9 +528,11 @@ def read_results(work, path):
 
 
 def rerun_with_current_tests(work, path, tests, deselect):
-    """Runs the survivors of the finished run in `work` again against the repository's current
-    tests (copied in, the module's test files as MODULES lists them now), keeping every other
-    mutant's result: tests added for the survivors can only kill more, as long as the module is
+    """Runs the survivors and the timeouts of the finished run in `work` again against the
+    repository's current tests (copied in, the module's test files as MODULES lists them now),
+    keeping every other mutant's result (a timeout on a loaded machine is no detection; a mutant
+    that --only left out stays unchecked): tests added for the survivors can only kill more, as
+    long as the module is
     unchanged and no test was taken away (the module and the test files' presence are checked).
     Which tests reach which function is recorded anew (a test changed to reach a survivor's
     function counts). mutmut rewrites its record for a run of named mutants, so the earlier
@@ -549,11 +551,11 @@ def rerun_with_current_tests(work, path, tests, deselect):
     again = [
         name
         for name, code in before.items()
-        if cli.status_by_exit_code.get(code) not in ("killed", "timeout")
+        if cli.status_by_exit_code.get(code) not in ("killed", "not checked")
     ]
     if not again:
         # `mutmut run` without names would run every mutant
-        sys.exit(f"--rerun-survivors: the run in {work} left no survivor")
+        sys.exit(f"--rerun-survivors: the run in {work} left no survivor nor timeout")
     for folder in (work / "tests", work / "mutants" / "tests"):
         shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True)
     write_setup(work, path, tests, deselect)
@@ -687,8 +689,8 @@ def main():
     parser.add_argument(
         "--rerun-survivors",
         action="store_true",
-        help="run the survivors of the last run in runs/mutation/<module>/ again against the "
-        "current tests (the module unchanged), keeping the other mutants' results",
+        help="run the survivors and timeouts of the last run in runs/mutation/<module>/ again "
+        "against the current tests (the module unchanged), keeping the other mutants' results",
     )
     args = parser.parse_args()
     if args.list or not args.module:
