@@ -322,6 +322,11 @@ EQUIVALENT = {
             "a setting in `changed` differs from the checkpoint's (!=): >= and > agree on it"
         ),
     },
+    "train_rl": {
+        **{f"train_rl.x_best_action_kinds__mutmut_{n}": AXIS for n in (9, 11, 19, 24)},
+        **{f"train_rl.x_corpus_statistics__mutmut_{n}": AXIS for n in (32, 40)},
+        **{f"train_rl.x_rl_loss__mutmut_{n}": AXIS for n in (36, 38, 46, 63, 65, 71)},
+    },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (
             '`models` is only tested for truth (`if cfg.models`): "" and None both end the '

@@ -190,3 +190,19 @@ def test_validate_sums_the_shard(monkeypatch):
         "val_accuracy": None,
         "validation": "none (--val-n 0)",
     }
+
+
+def test_validate_reports_on_rank_0_alone_on_stderr(monkeypatch, capsys):
+    game = SimpleNamespace(
+        transcript=lambda: dict(correct=True, tokens=5, rounds=[{}, {"actions": [PERSIST]}])
+    )
+    monkeypatch.setattr(train_rl, "play", lambda *a: [game])
+    monkeypatch.setattr(train_rl, "frozen_copy", lambda policy: policy)
+    cfg = GameConfig(agents=1, rounds=1)
+    train_rl.validate("E", ["a", "b"], "pi", cfg, 1, 2, "cpu", Log(), 3)
+    assert capsys.readouterr() == ("", "")
+    train_rl.validate("E", ["a"], "pi", cfg, 0, 1, "cpu", Log(), 3)
+    assert capsys.readouterr() == (
+        "",
+        "step 3: val accuracy 1.000, actions {'persist': 1.0, 'refine': 0.0, 'concede': 0.0}\n",
+    )

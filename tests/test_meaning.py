@@ -124,7 +124,7 @@ def test_counterfactual_vectors_hold_peers_at_what_they_did():
     # right: -1, not 0)
 
 
-def test_counterfactual_vectors_through_play_and_the_corpus():
+def test_counterfactual_vectors_through_play_and_the_corpus(capsys):
     """The same state played: each agent's REFINE call spends its own tokens (200, 400, 600) and
     pays refine_cost 0.5 per 1000 of them: 0.1, 0.2, 0.3, on its own REFINE entry only."""
     refine = {(1, i): (a, n) for i, (a, n) in enumerate(zip(REFINED, (200, 400, 600)))}
@@ -143,8 +143,11 @@ def test_counterfactual_vectors_through_play_and_the_corpus():
     assert record["rewards"] == pytest.approx([0, -1, 1 - 0.3])
     assert engine.calls == 3 + 3  # round 0, then one REFINE sample per agent
     engine = SeedEngine(replies("q/a", dict(enumerate(BEFORE)), refine))
-    rows = train_rl.scored_states(engine, [example("q/a")], script, cfg, 0, 1, "corpus")
+    capsys.readouterr()
+    rows = train_rl.scored_states(engine, [example("q/a")], script, cfg, 0, 1, "corpus 3")
     assert [r["rewards"] for r in rows] == [pytest.approx(v) for v in expected]
+    # rank 0's progress bar, named by the caller
+    assert "corpus 3:" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------------

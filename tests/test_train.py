@@ -13,6 +13,7 @@ import torch
 
 import common
 import deliberate as D
+import softrank
 import train_rl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,6 +127,93 @@ def test_softrank_loss_ignores_reward_scale_and_exp_grpo_does_not():
     assert loss("softrank", 0.1, "none") == base and loss("softrank", 10.0, "exp") == base
     assert loss("grpo", 10.0, "none") == pytest.approx(loss("grpo", 1.0, "none"), rel=1e-5)
     assert loss("grpo", 1.0, "exp") != pytest.approx(loss("grpo", 1.0, "none"), rel=1e-3)
+
+
+def test_rewards_are_scaled_then_exponentiated():
+    rewards = torch.tensor([[1.0, -0.5]])
+    cfg = train_rl.Config(reward_scale=2.0)
+    assert torch.equal(train_rl.transform_rewards(rewards, cfg), torch.tensor([[2.0, -1.0]]))
+    cfg = train_rl.Config(reward_scale=2.0, reward_transform="exp")
+    assert torch.equal(train_rl.transform_rewards(rewards, cfg), torch.tensor([[2.0, -1.0]]).exp())
+
+
+def test_each_algo_and_objective_is_its_loss_in_softrank():
+    """The advantages at the config's tau (not softrank's default) and each --objective's loss,
+    each the same number as softrank.py's function called by hand."""
+    g = torch.Generator().manual_seed(3)
+    logits, ref, rewards = (torch.randn(6, 4, generator=g) for _ in range(3))
+    cfg = train_rl.Config(algo="softrank", tau=2.0)
+    advantages = train_rl.action_advantages(rewards, cfg)
+    assert torch.equal(advantages, softrank.softrank_advantages(rewards, 2.0))
+    assert not torch.allclose(advantages, softrank.softrank_advantages(rewards))
+    by_hand = {
+        "eq4": softrank.rank_matching_loss(logits, ref, advantages, 0.1),
+        "unweighted": softrank.unweighted_softrank_loss(logits, advantages, ref, 0.1, 0.02),
+        "expected": softrank.softrank_loss(logits, advantages, ref, 0.1, 0.02),
+    }
+    values = set()
+    for objective, (loss, _) in by_hand.items():
+        cfg = train_rl.Config(objective=objective, beta=0.1, lam=0.02)
+        assert train_rl.full_action_set_loss(logits, advantages, ref, cfg)[0].item() == loss.item()
+        values.add(loss.item())
+    assert len(values) == 3
+
+
+@pytest.mark.parametrize("algo", ["ppo", "reinforce"])
+def test_a_behaviour_action_loss_is_its_policy_gradient_plus_the_regularizer(algo):
+    """PPO's clipped ratio of the taken action against the behaviour policy's (both log-softmax
+    over the actions), its advantage the reward over the state's mean reward, at the config's
+    clip; REINFORCE's -R log pi; plus the full-action-set loss's KL and entropy terms, all in the
+    stats."""
+    g = torch.Generator().manual_seed(4)
+    n = 6
+    batch = {
+        "rewards": torch.randint(-1, 3, (n, 4), generator=g).float(),
+        "action": torch.tensor([0, 1, 2, 3, 1, 2]),
+        "ref_logits": torch.randn(n, 4, generator=g),
+        "old_logits": torch.randn(n, 4, generator=g),
+    }
+    logits = torch.randn(n, 4, generator=g)
+    cfg = train_rl.Config(algo=algo, clip=0.05, beta=0.1, lam=0.02)
+    loss, stats = train_rl.rl_loss(logits, batch, cfg)
+    rows, taken = torch.arange(n), batch["action"]
+    logp = torch.log_softmax(logits, -1)[rows, taken]
+    reward = batch["rewards"][rows, taken]
+    if algo == "ppo":
+        old_logp = torch.log_softmax(batch["old_logits"], -1)[rows, taken]
+        advantage = reward - batch["rewards"].mean(-1)
+        pg = softrank.ppo_clip_loss(logp, old_logp, advantage, 0.05)[0]
+        assert pg != softrank.ppo_clip_loss(logp, old_logp, advantage)[0]
+    else:
+        pg = -(reward * logp).mean()
+    regularizer, terms = softrank.softrank_loss(
+        logits, torch.zeros_like(logits), batch["ref_logits"], 0.1, 0.02
+    )
+    assert regularizer.item() != 0
+    assert loss.item() == pytest.approx((pg + regularizer).item(), abs=1e-6)
+    assert stats["loss"] == loss.item() and stats["pg"] == pytest.approx(pg.item(), abs=1e-6)
+    assert stats["kl"] == terms["kl"] and stats["entropy"] == terms["entropy"]
+
+
+def test_the_policys_logits_without_a_graph_and_a_frozen_independent_copy():
+    policy = D.MetaPolicy(agents=3).eval()
+    batch = synthetic_batch(8)
+    logits = train_rl.policy_logits(policy, batch)
+    assert not logits.requires_grad
+    assert torch.equal(logits, policy(batch["own"], batch["peers"], batch["agent"]))
+    policy.train()
+    frozen = train_rl.frozen_copy(policy)
+    assert policy.training and not frozen.training
+    assert all(not m.training for m in frozen.modules()) and all(
+        m.training for m in policy.modules()
+    )
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    assert all(
+        not torch.equal(a, b) and b.device.type == "cpu"
+        for a, b in zip(policy.parameters(), frozen.parameters())
+    )
 
 
 def test_batch_schedule_is_a_function_of_its_arguments():
