@@ -196,7 +196,8 @@ def test_a_behaviour_action_loss_is_its_policy_gradient_plus_the_regularizer(alg
 
 
 def test_the_policys_logits_without_a_graph_and_a_frozen_independent_copy():
-    policy = D.MetaPolicy(agents=3).eval()
+    # a network per agent: each row's agent index matters
+    policy = D.MetaPolicy(agents=3, separate=True).eval()
     batch = synthetic_batch(8)
     logits = train_rl.policy_logits(policy, batch)
     assert not logits.requires_grad
