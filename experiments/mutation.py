@@ -318,6 +318,13 @@ EQUIVALENT = {
             )
             for n in (9, 11)
         },
+        **{
+            f"common.x_load_file__mutmut_{n}": (
+                "warnings.filterwarnings matches its message case-insensitively"
+            )
+            for n in (8, 9)
+        },
+        "common.x_load_file__mutmut_27": "mutmut wrote this mutant's code as the original's",
         "common.x_load_checkpoint__mutmut_41": (
             "a setting in `changed` differs from the checkpoint's (!=): >= and > agree on it"
         ),

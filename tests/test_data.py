@@ -8,6 +8,7 @@ import ast
 import hashlib
 import json
 import math
+import random
 import re
 import sys
 import time
@@ -370,10 +371,15 @@ def test_missing_file_and_missing_path(tmp_path):
         load_task("gsm8k")
     with pytest.raises(DataError, match="unsupported file type"):
         load_task("gsm8k", path=_write(tmp_path / "x.txt", "hi"))
-    with pytest.raises(ValueError, match="known tasks: .*gsm8k"):
+    with pytest.raises(ValueError) as unknown:
         load_task("gsm9k", path=tmp_path / "x.jsonl")
-    with pytest.raises(ValueError, match="unexpected option"):
-        load_task("gsm8k", path=tmp_path / "x.jsonl", level=2)
+    assert str(unknown.value) == "unknown task 'gsm9k'; known tasks: " + ", ".join(data.TASKS)
+    with pytest.raises(ValueError) as option:
+        load_task("gsm8k", path=tmp_path / "x.jsonl", level=2, size=3)
+    assert str(option.value) == "unexpected option(s) for task 'gsm8k': level, size"
+    with pytest.raises(ValueError) as option:
+        load_task("arith", fast=True, big=1)
+    assert str(option.value) == "unexpected option(s) for task 'arith': big, fast (known: level)"
 
 
 def test_svamp_fixture_and_errors(tmp_path):
@@ -542,8 +548,14 @@ def test_subsets(tmp_path):
     assert len(load_task("gsm8k", path=p)) == 50 and len(load_task("gsm8k", path=p, n=50)) == 50
     with pytest.raises(ValueError, match="n=51.*only 50"):
         load_task("gsm8k", path=p, n=51)
-    with pytest.raises(ValueError, match="n must be"):
-        load_task("gsm8k", path=p, n=-1)
+    # the default seed is 0; n=0 is an empty subset; n is an int, not a float nor a bool
+    assert [e.id for e in load_task("gsm8k", path=p, n=10)] == [
+        e.id for e in random.Random(0).sample(load_task("gsm8k", path=p), 10)
+    ]
+    assert load_task("gsm8k", path=p, n=0) == []
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="n must be"):
+            load_task("gsm8k", path=p, n=bad)
 
 
 def test_file_splits_by_question_hash(tmp_path):

@@ -5,6 +5,7 @@ and a run killed with SIGKILL and resumed."""
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,8 +15,9 @@ import common
 import data
 import deliberate
 import train_solver
-from data.worked import worked_solution
+from data.worked import WorkedSolutionMissing, worked_solution
 from llm import backbone, lora
+from llm.cache import call_seed
 from llm.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +86,22 @@ def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_mo
         assert solution.endswith(f"Answer: {ex.answer}") and " = " in solution
 
 
+def test_worked_solutions_refuse_a_task_without_them_in_one_line(monkeypatch):
+    """A task whose examples carry no worked solution: the flag named and the other way out."""
+
+    def missing(example):
+        raise WorkedSolutionMissing("task 'mawps' carries no worked solution (arith and gsm8k do)")
+
+    monkeypatch.setattr(train_solver, "worked_solution", missing)
+    engine = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0), encode=len, chat=str)
+    with pytest.raises(common.UsageError) as refused:
+        train_solver.worked_solutions(engine, train_solver.Config(questions=1, val_n=1))
+    assert str(refused.value) == (
+        "--solutions worked: task 'mawps' carries no worked solution (arith and gsm8k do); "
+        "use --solutions sampled"
+    )
+
+
 def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_path, tiny_model_dir):
     """A REFINE example per question: the refine prompt over the solutions sampled from the
     adapter the flag names (the agent's own, its peers' answers), the worked solution as target."""
@@ -92,9 +110,23 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     path = tmp_path / "contexts.pt"
     torch.save(lora.adapter_state(model, 0, "tiny"), path)
     cfg = train_solver.Config(
-        questions=3, val_n=2, seed=1, agents=3, refine_contexts=str(path), max_new_tokens=8
+        questions=3,
+        val_n=2,
+        seed=1,
+        agents=3,
+        refine_contexts=str(path),
+        max_new_tokens=8,
+        temperature=0.9,
     )
     engine = Engine(model_path=tiny_model_dir)
+    generated = []
+    generate = engine.generate
+
+    def spy(prompts, seeds, **kwargs):
+        generated.append((prompts, seeds, kwargs))
+        return generate(prompts, seeds, **kwargs)
+
+    engine.generate = spy
     pairs = train_solver.refine_examples(engine, cfg, 0, 1)
     questions, _ = data.training_questions(cfg)
     assert len(pairs) == 3
@@ -102,12 +134,25 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
         text = engine.tokenizer.decode(prompt)
         assert ex.question in text and "Your previous solution:" in text
         assert "Agent 2:" in text and "Agent 3:" in text and "Agent 1:" not in text
+        assert target[-1] == engine.tokenizer.eos_token_id
         assert engine.tokenizer.decode(target[:-1]) == worked_solution(ex)
-    # a file that is not an adapter is refused by name
+    # every agent's solution sampled once, under its own seed, with the adapter of the file, at
+    # the flags' budget and temperature
+    [(prompts, seeds, kwargs)] = generated
+    assert prompts == [
+        engine.chat(deliberate.solve_prompt(ex)) for ex in questions for _ in range(3)
+    ]
+    assert seeds == [call_seed(1, ex.id, i, "refine-context") for ex in questions for i in range(3)]
+    assert kwargs == {"max_new_tokens": 8, "temperature": 0.9, "adapters": [0] * 9}
+    # a file that is not an adapter is refused by name, as an adapter file
     torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
     bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
     with pytest.raises(common.FileRefused, match="bad.pt"):
         train_solver.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
+    (tmp_path / "text.pt").write_text("not a torch file")
+    text = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "text.pt"))
+    with pytest.raises(common.FileRefused, match="text.pt: not a plain-data adapter file"):
+        train_solver.refine_examples(Engine(model_path=tiny_model_dir), text, 0, 1)
 
 
 def sft_args(tmp_path, model_dir, *extra):
