@@ -334,6 +334,15 @@ EQUIVALENT = {
         **{f"train_rl.x_corpus_statistics__mutmut_{n}": AXIS for n in (32, 40)},
         **{f"train_rl.x_rl_loss__mutmut_{n}": AXIS for n in (36, 38, 46, 63, 65, 71)},
     },
+    "train_mlpo": {
+        **{
+            f"train_mlpo.x_peer_solutions__mutmut_{n}": (
+                "the gathered items' first entries, question indices, are unique: a tuple sorts "
+                "by them alone"
+            )
+            for n in (42, 44)
+        }
+    },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (
             '`models` is only tested for truth (`if cfg.models`): "" and None both end the '

@@ -111,3 +111,92 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
             train_mlpo.check(dataclasses.replace(cfg, **wrong), 1)
     with pytest.raises(SystemExit):
         common.parse_config(train_magrpo.Config, ["--peers", peers])
+
+
+def test_leader_config_checks_word_for_word(monkeypatch, tmp_path):
+    """check(): at least one question, --filter-easy a share in [0, 1] (both ends allowed), --peers
+    not beside --peers-model, and --peers-model checked as a model under its own flag."""
+    check = train_mlpo.check
+    check(train_mlpo.Config(questions=1, filter_easy=0), 1)
+    check(train_mlpo.Config(questions=1, filter_easy=1), 1)
+    with pytest.raises(common.UsageError) as refused:
+        check(train_mlpo.Config(questions=0), 1)
+    assert str(refused.value) == "--questions 0: must be at least 1"
+    for share in (-0.25, 1.5):
+        with pytest.raises(common.UsageError) as refused:
+            check(train_mlpo.Config(filter_easy=share), 1)
+        assert str(refused.value) == f"--filter-easy {share}: a share of the peers, in [0, 1]"
+    with pytest.raises(common.UsageError) as refused:
+        check(train_mlpo.Config(agents=2, peers="default,default", peers_model=str(tmp_path)), 1)
+    assert str(refused.value) == "--peers: the frozen peers as a team, not with --peers-model"
+    checked = []
+    monkeypatch.setattr(train_mlpo, "check_model", lambda *args: checked.append(args))
+    check(train_mlpo.Config(peers_model=str(tmp_path), max_new_tokens=77), 1)
+    assert checked == [("--peers-model", str(tmp_path), 77)]
+
+
+def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
+    """The candidates are the training pool of this config after its validation slice; a question
+    exactly at --filter-easy is dropped; the engine is built for this rank and device, and its
+    stats are printed by rank 0 alone; a pool left empty ends the run with what to change."""
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(4)
+    ]
+    right = {"t/0": 3, "t/1": 2, "t/2": 2, "t/3": 0}
+    built, asked = [], []
+    cfg = train_mlpo.Config(agents=3, questions=3, val_n=1, filter_easy=2 / 3)
+
+    def run_llm(engine, calls, game):
+        asked.append((engine, game))
+        seen = {}
+        outputs = []
+        for ex, *_ in calls:
+            k = seen[ex.id] = seen.get(ex.id, 0) + 1
+            outputs.append(
+                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+            )
+        return outputs
+
+    monkeypatch.setattr(train_mlpo, "training_pool", lambda c: examples[: c.val_n + c.questions])
+    monkeypatch.setattr(
+        train_mlpo, "make_engine", lambda c, rank, device: built.append((rank, device)) or "peers"
+    )
+    monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
+    pool, stats = train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+    assert [ex.id for ex, _ in pool] == ["t/3"]
+    expected = {"candidates": 3, "kept": 1, "peer_accuracy": (2 / 3 + 2 / 3 + 0) / 3}
+    assert stats == expected and built == [(0, "cpu")] and asked == [("peers", cfg)]
+    assert capsys.readouterr().err == f"peer pool: {json.dumps(expected)}\n"
+    train_mlpo.peer_pool(dataclasses.replace(cfg, filter_easy=0), 1, 1, "cpu")
+    assert built[-1] == (1, "cpu") and capsys.readouterr().err == ""
+    right["t/3"] = 3
+    with pytest.raises(SystemExit) as ended:
+        train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+    assert str(ended.value) == (
+        f"every one of the 3 questions has >= {2 / 3} of its peers right: lower --filter-easy or "
+        "add --questions"
+    )
+
+
+def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatch):
+    """The peers' engine is built on --peers-model where it is given, else on --model; a rank
+    generates every world-th question from its own, and returns them in the questions' order."""
+    built, asked = [], []
+    monkeypatch.setattr(
+        train_mlpo, "make_engine", lambda c, rank, device: built.append(c.model) or "engine"
+    )
+
+    def run_llm(engine, calls, game):
+        asked.append([ex.id for ex, *_ in calls])
+        return [(D.parse_solution("Answer: 5", "arith"), 1) for _ in calls]
+
+    monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(5)
+    ]
+    cfg = train_mlpo.Config(agents=2, model="base")
+    solved = train_mlpo.peer_solutions(examples, cfg, 0, 2, "cpu")
+    assert [ex.id for ex, _ in solved] == ["t/0", "t/2", "t/4"]
+    assert asked == [["t/0", "t/0", "t/2", "t/2", "t/4", "t/4"]]
+    train_mlpo.peer_solutions(examples, dataclasses.replace(cfg, peers_model="peers"), 1, 2, "cpu")
+    assert built == ["base", "peers"] and asked[-1] == ["t/1", "t/1", "t/3", "t/3"]
