@@ -2,6 +2,7 @@
 tiny random models."""
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 
@@ -228,6 +229,17 @@ def test_base_fingerprint_is_the_same_in_bf16(tiny_model):
     assert lora.base_fingerprint(model) == lora.base_fingerprint(
         copy.deepcopy(model).to(torch.bfloat16)
     )
+
+
+def test_base_fingerprint_hashes_each_weights_name_shape_and_sum():
+    """Each base weight's name (as the unwrapped model names it), shape and bf16-rounded sum, in
+    order: the same numbers under other names are other weights."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3, bias=False))
+    torch.nn.init.constant_(model[0].weight, 0.5)
+    expected = hashlib.sha256(f"0.weight(3, 2){3.0:.10e}".encode()).hexdigest()[:16]
+    assert lora.base_fingerprint(model) == expected
+    renamed = torch.nn.Sequential(torch.nn.Identity(), model[0])
+    assert lora.base_fingerprint(renamed) != expected
 
 
 def test_gradient_reaches_only_the_selected_adapter(tiny_model):
