@@ -105,6 +105,8 @@ def test_adapter_file_round_trip(tiny_model, tmp_path):
     torch.save(lora.adapter_state(model, 1, "tiny"), path)
     assert path.stat().st_size < 200_000
     fresh = copy.deepcopy(tiny_model[0])
+    # a model without LoRA holds no adapter
+    assert lora.n_adapters(fresh) == 0
     k = lora.load_adapter(fresh, load_file(path, "adapter"))
     assert k == 0 and lora.n_adapters(fresh) == 1
     assert torch.equal(logits(fresh, IDS, 0), logits(model, IDS, 1))
