@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import TINY_CONFIG
 
 from llm import backbone
 from llm.backbone import default_gguf_path, default_model_path, load_model
@@ -70,16 +71,6 @@ def test_default_gguf_path_messages_word_for_word(monkeypatch):
 # load_gguf, its tensors and tokenizer planted (fast): what it asks transformers and what it checks
 
 
-# the tiny models' layer sizes (tests/conftest.py's TINY_CONFIG without its vocab and tying)
-TINY_LAYERS = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-)
-
-
 @pytest.fixture
 def planted_gguf(monkeypatch):
     """load_gguf's transformers calls planted: the config is a tiny Llama (`.config`, tied
@@ -88,7 +79,8 @@ def planted_gguf(monkeypatch):
     call is recorded in `.calls` as (what, args, kwargs)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=100, tie_word_embeddings=True, **TINY_LAYERS)
+    # the tiny models' sizes, tied as in the SmolLM2 file
+    config = LlamaConfig(**{**TINY_CONFIG, "vocab_size": 100, "tie_word_embeddings": True})
     torch.manual_seed(0)
     reference = LlamaForCausalLM(config)
     tensors = {k: v.clone() for k, v in reference.state_dict().items() if k != "lm_head.weight"}

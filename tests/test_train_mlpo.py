@@ -55,12 +55,8 @@ def test_mlpo_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     assert {p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()} == {"generations.db"}
 
 
-def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
-    """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
-    examples = [
-        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)
-    ]
-    right = {"t/0": 3, "t/1": 2, "t/2": 0}
+def scripted_peers(right):
+    """A run_llm whose peers answer question `id` right (5) `right[id]` times, then wrong (7)."""
 
     def run_llm(engine, calls, game):
         seen = {}
@@ -72,9 +68,18 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
             )
         return outputs
 
+    return run_llm
+
+
+def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
+    """--filter-easy 0.75: with 3 peers, a question 3/3 right is dropped, 2/3 (0.67) is kept."""
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)
+    ]
+    right = {"t/0": 3, "t/1": 2, "t/2": 0}
     monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
     monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, rank, device: None)
-    monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
+    monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers(right))
     cfg = train_mlpo.Config(agents=3, questions=3, val_n=0)
     pool, stats = train_mlpo.peer_pool(cfg, 0, 1, "cpu")
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
@@ -148,14 +153,7 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
 
     def run_llm(engine, calls, game):
         asked.append((engine, game))
-        seen = {}
-        outputs = []
-        for ex, *_ in calls:
-            k = seen[ex.id] = seen.get(ex.id, 0) + 1
-            outputs.append(
-                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
-            )
-        return outputs
+        return scripted_peers(right)(engine, calls, game)
 
     monkeypatch.setattr(train_mlpo, "training_pool", lambda c: examples[: c.val_n + c.questions])
     monkeypatch.setattr(
