@@ -22,6 +22,21 @@ BUSY_TIMEOUT_S = 600
 SAVE_EVERY_S = 10
 
 
+def switch_to_wal(db, poll_s=0.01):
+    """Puts the database in WAL mode, trying again while another process holds it."""
+    # two processes opening one fresh file at once: the switch can fail at once with "locked",
+    # without the wait of the connection's busy timeout
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 class GenerationCache:
     """Generations keyed by (model, prompt, sampling parameters, seed), in one SQLite file,
     `folder`/generations.db: one table of key -> value.
@@ -40,7 +55,7 @@ class GenerationCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # autocommit: every write below opens its own transaction (_transaction)
         self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
+        switch_to_wal(self.db)
         # a commit reaches the WAL file but not the disk (no fsync): it survives a killed
         # process, not a power cut, and costs a write, not a disk sync
         self.db.execute("PRAGMA synchronous=NORMAL")

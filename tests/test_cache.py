@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import llm.cache
-from llm.cache import GenerationCache, call_seed
+from llm.cache import GenerationCache, call_seed, switch_to_wal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,6 +106,36 @@ def test_a_writer_waits_busy_timeout_for_the_write_lock(tmp_path, monkeypatch):
     holder.execute("ROLLBACK")
     cache.put("k", 1)
     assert GenerationCache(tmp_path).get("k") == 1
+
+
+class FlakyDatabase:
+    """Fails its first `failures` statements with `error`, as a fresh file that another process is
+    switching to WAL does."""
+
+    def __init__(self, failures, error="database is locked"):
+        self.failures, self.error, self.statements = failures, error, []
+
+    def execute(self, sql):
+        self.statements.append(sql)
+        if len(self.statements) <= self.failures:
+            raise sqlite3.OperationalError(self.error)
+
+
+def test_the_switch_to_wal_tries_again_while_another_process_holds_the_file(monkeypatch):
+    db, began = FlakyDatabase(failures=3), time.monotonic()
+    switch_to_wal(db)
+    assert db.statements == ["PRAGMA journal_mode=WAL"] * 4
+    assert 0.03 <= time.monotonic() - began < 0.5
+    # any other error is raised at once, and "locked" once the busy timeout has passed
+    db = FlakyDatabase(failures=1, error="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        switch_to_wal(db)
+    assert len(db.statements) == 1
+    monkeypatch.setattr(llm.cache, "BUSY_TIMEOUT_S", 0.1)
+    began = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        switch_to_wal(FlakyDatabase(failures=10**9))
+    assert 0.1 <= time.monotonic() - began < 1
 
 
 def test_call_seeds_stay_what_every_cached_generation_was_drawn_with():
