@@ -377,7 +377,7 @@ EQUIVALENT = {
                 "SQL's keywords, table and column names and pragma values are case-insensitive"
             )
             for method, numbers in (
-                ("__init__", (18, 19, 22, 23, 26, 27, 29, 30, 33, 34, 38, 39)),
+                ("__init__", (19, 20, 23, 24, 26, 27, 30, 31, 35, 36)),
                 ("_import_jsonl", (5, 6, 38, 39, 46, 47)),
                 ("get_many", (19, 20)),
                 ("save", (6, 7)),
@@ -395,6 +395,9 @@ EQUIVALENT = {
         ),
         "llm.cache.xǁGenerationCacheǁput__mutmut_6": (
             "> or >= SAVE_EVERY_S on a monotonic clock's float: the two differ at one instant"
+        ),
+        "llm.cache.x_switch_to_wal__mutmut_14": (
+            "> or >= the deadline on a monotonic clock's float: the two differ at one instant"
         ),
         **{
             f"llm.cache.xǁGenerationCacheǁ_import_jsonl__mutmut_{n}": (

@@ -125,7 +125,7 @@ def test_the_switch_to_wal_tries_again_while_another_process_holds_the_file(monk
     db, began = FlakyDatabase(failures=3), time.monotonic()
     switch_to_wal(db)
     assert db.statements == ["PRAGMA journal_mode=WAL"] * 4
-    assert 0.03 <= time.monotonic() - began < 0.5
+    assert 0.03 <= time.monotonic() - began < 2
     # any other error is raised at once, and "locked" once the busy timeout has passed
     db = FlakyDatabase(failures=1, error="disk I/O error")
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
@@ -135,7 +135,7 @@ def test_the_switch_to_wal_tries_again_while_another_process_holds_the_file(monk
     began = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         switch_to_wal(FlakyDatabase(failures=10**9))
-    assert 0.1 <= time.monotonic() - began < 1
+    assert 0.1 <= time.monotonic() - began < 2
 
 
 def test_call_seeds_stay_what_every_cached_generation_was_drawn_with():
