@@ -291,4 +291,13 @@ LLM_PIECES |= {
         for run in ("worked-L1-r8-seed0", WORKED_REFINE)
         for part in AFTER_PARTS
     },
+    # the sweep's other adapters in the game's round 0 (its solve prompt, not vanilla's)
+    **{
+        f"after-worked-L1-{name}-seed0-parallel": after(
+            f"worked-L1-{name}-seed0-parallel",
+            AFTER_PARTS["parallel"],
+            adapter=worked_adapter(1, name),
+        )
+        for name in ("r4", "r16-attn")
+    },
 }
