@@ -151,9 +151,11 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
     built, asked = [], []
     cfg = train_mlpo.Config(agents=3, questions=3, val_n=1, filter_easy=2 / 3)
 
+    peers = scripted_peers(right)
+
     def run_llm(engine, calls, game):
         asked.append((engine, game))
-        return scripted_peers(right)(engine, calls, game)
+        return peers(engine, calls, game)
 
     monkeypatch.setattr(train_mlpo, "training_pool", lambda c: examples[: c.val_n + c.questions])
     monkeypatch.setattr(
