@@ -57,16 +57,17 @@ def matmul_flops(model, prompt_tokens, generated, rows):
     return 2 * body * (prompt_tokens + generated) + 2 * head * (generated + rows)
 
 
-def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size):
+def hf_generate(model, tokenizer, prompts, max_new_tokens, eos_ids, batch_size, **options):
     """HF generate, greedy, left-padded batches in the given order: per row the new tokens up to and
-    including the first EOS (the useful tokens)."""
+    including the first EOS (the useful tokens). `options` go to generate (cache_implementation,
+    say)."""
     tokenizer.padding_side = "left"
     rows = []
     for k in range(0, len(prompts), batch_size):
         batch = tokenizer(
             prompts[k : k + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
         ).to(model.device)
-        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, **options)
         for row in out[:, batch["input_ids"].shape[1] :].tolist():
             cut = next((k + 1 for k, t in enumerate(row) if t in eos_ids), len(row))
             rows.append(row[:cut])

@@ -1,7 +1,7 @@
 """The pieces of the engine's speed measurements (experiments/bench.py, profile_decode.py,
-kernels.py) and of the generation cache's (cache_bench.py); experiments/pieces.py holds them with
-every other piece (the same dict form: "command", "outputs"). Each is a timing: run it on a quiet
-machine; its JSON records the machine."""
+kernel_bench.py) and of the generation cache's (cache_bench.py); experiments/pieces.py holds them
+with every other piece (the same dict form: "command", "outputs"). Each is a timing: run it on a
+quiet machine; its JSON records the machine."""
 
 from llm_pieces import PY
 
@@ -57,7 +57,7 @@ BENCH_PIECES = {
     "bench-static-decode-1thread": static_decode("static-decode-1thread", ["--threads", "1"]),
     # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
     "bench-kernels": {
-        "command": [PY, "experiments/kernels.py", "--out", "results/bench/kernels.json"],
+        "command": [PY, "experiments/kernel_bench.py", "--out", "results/bench/kernels.json"],
         "outputs": ["results/bench/kernels.json"],
     },
     # issue 36: one decode step in fp32 against bf16 (a machine with native bf16)

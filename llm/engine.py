@@ -15,6 +15,8 @@ Beside it:
                         SQLite file), call_seed and weights_fingerprint
   kvcache.py          - what the engine puts under the model: its KV cache layer and, on CPU,
                         oneDNN linears
+  graphs.py           - the decode step at static shapes, replayed as CUDA graphs on a GPU
+                        (StaticDecoder; `decode`, check_decode)
   lora.py             - low-rank adapters: rows of one batch may each run with their own adapter
 """
 
@@ -32,6 +34,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from llm import lora
 from llm.backbone import default_model_path, load_model, resolve_dtype
 from llm.cache import GenerationCache, weights_fingerprint
+from llm.graphs import StaticDecoder
 from llm.kvcache import OneDNNLinears, PreallocatedLayer
 from llm.prefill import Prefill
 from llm.sampling import check_sampling, pick_next_tokens
@@ -60,6 +63,21 @@ class Sample(NamedTuple):
     logprobs: list  # one per generated token, the EOS included
 
 
+DECODES = ("auto", "eager", "static", "compiled")
+
+
+def check_decode(decode, device):
+    """The engine's decode step: "eager" (the HF forward over the live rows' window), "static"
+    (llm/graphs.py: static shapes, replayed as CUDA graphs on a GPU), "compiled" (static, its
+    kernels fused by torch.compile first); "auto": static on a GPU, eager on CPU, where matmuls
+    rather than launches dominate and the static step's padding costs more than it saves."""
+    if decode not in DECODES:
+        raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {decode!r}")
+    if decode == "auto":
+        return "static" if torch.device(device).type == "cuda" else "eager"
+    return decode
+
+
 class ContextTooLong(ValueError):
     """A prompt and its token budget do not fit in the model's context (a user's setting)."""
 
@@ -71,7 +89,8 @@ class Engine(Prefill):
     string or the token budget) and frees its slot, and the next prompts of the queue are prefilled
     into the free slots, so the batch stays full until the queue is empty. Results are cached on
     disk when `cache_dir` is given (`cache_dir`/generations.db, one file that every process and
-    torchrun rank shares)."""
+    torchrun rank shares). `decode` chooses the decode step (check_decode): on a GPU by default the
+    static one of llm/graphs.py, replayed as CUDA graphs."""
 
     def __init__(
         self,
@@ -85,6 +104,7 @@ class Engine(Prefill):
         prefill_tokens=2048,
         share_prefix=True,
         progress=False,
+        decode="auto",
     ):
         if model is None:
             model_path = model_path or default_model_path()
@@ -120,6 +140,19 @@ class Engine(Prefill):
         probe = DynamicCache(config=model.config)
         self.continuous = all(type(layer) is DynamicLayer for layer in probe.layers)
         self.n_layers = len(probe.layers)
+        self.decode = check_decode(decode, device)
+        # the decode step at static shapes (llm/graphs.py): kept buffers, CUDA graphs on a GPU
+        self.static = (
+            StaticDecoder(
+                model,
+                device,
+                self.n_layers,
+                capture=torch.device(device).type == "cuda",
+                compiled=self.decode == "compiled",
+            )
+            if self.decode != "eager" and self.continuous
+            else None
+        )
         self.cache = GenerationCache(cache_dir) if cache_dir else None
         # the fp32 CPU Linear layers run through oneDNN inside the engine's forward passes (faster
         # than the default MKL path for the engine's skinny matmuls: README, "The engine")
@@ -331,10 +364,13 @@ class Engine(Prefill):
                 f"model's context of {context} tokens: lower --max-new-tokens"
             )
         capacity, refill = longest + 2 * max_new_tokens, max(1, slots // 8)
-        mask = torch.zeros((slots, capacity), dtype=torch.long, device=self.device)
-        positions = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
-        slot_adapters = torch.full((slots,), -1, dtype=torch.long, device=self.device)
-        cache = Cache(layers=[PreallocatedLayer(slots, capacity) for _ in range(self.n_layers)])
+        if self.static:  # buffers kept from call to call, which its graphs read
+            cache, mask, positions, slot_adapters = self.static.begin(slots, capacity)
+        else:
+            mask = torch.zeros((slots, capacity), dtype=torch.long, device=self.device)
+            positions = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
+            slot_adapters = torch.full((slots,), -1, dtype=torch.long, device=self.device)
+            cache = Cache(layers=[PreallocatedLayer(slots, capacity) for _ in range(self.n_layers)])
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         # rows: the prompt in each slot
         rows, tokens, logprobs, results = [], {}, {}, [None] * len(batch_ids)
@@ -418,7 +454,7 @@ class Engine(Prefill):
             # slide the window back, leaving room for the longest prompt
             if self.continuous and end == capacity:
                 to = max(0, longest - (end - start))
-                mask[: len(rows)] = torch.cat(
+                mask[: len(rows), :capacity] = torch.cat(
                     [
                         mask.new_zeros(len(rows), to),
                         mask[: len(rows), start:end],
@@ -430,13 +466,16 @@ class Engine(Prefill):
                     layer.slide(to)
                 start, end = to, to + end - start
             mask[: len(rows), end] = 1
-            with lora.selecting(self.model, slot_adapters[: len(rows)]):
-                logits = self._forward(
-                    next_tokens[:, None],
-                    mask[: len(rows), start : end + 1],
-                    cache,
-                    positions[: len(rows)],
-                )[:, -1]
+            if self.static:
+                logits = self.static.step(next_tokens, end)
+            else:
+                with lora.selecting(self.model, slot_adapters[: len(rows)]):
+                    logits = self._forward(
+                        next_tokens[:, None],
+                        mask[: len(rows), start : end + 1],
+                        cache,
+                        positions[: len(rows)],
+                    )[:, -1]
             positions[: len(rows)] += 1
             end += 1
         bar.close()

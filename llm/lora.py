@@ -57,7 +57,16 @@ class LoRALinear(torch.nn.Module):
             return torch.cat(list(self.lora_A)), torch.cat(list(self.lora_B), dim=1)
         versions = [(id(p), p._version) for p in (*self.lora_A, *self.lora_B)]
         if versions != self._versions:
-            self._stacked = torch.cat(list(self.lora_A)), torch.cat(list(self.lora_B), dim=1)
+            fresh = torch.cat(list(self.lora_A)), torch.cat(list(self.lora_B), dim=1)
+            kept = self._stacked
+            if kept is None or [t.shape for t in kept] != [t.shape for t in fresh]:
+                self._stacked = fresh
+            else:
+                # in place: a CUDA graph that read the old values reads the new ones
+                # (llm/graphs.py)
+                with torch.inference_mode():
+                    for old, new in zip(kept, fresh):
+                        old.copy_(new)
             self._versions = versions
         return self._stacked
 
@@ -162,19 +171,22 @@ def adapter_parameters(model, k):
 
 
 @contextmanager
-def selecting(model, rows):
+def selecting(model, rows, mixed=False):
     """Runs the model with `rows` as its adapters (see Selection); a tensor whose rows all name the
-    same adapter takes the plain matmul path. A model without LoRA ignores it."""
+    same adapter takes the plain matmul path unless `mixed` (a CUDA graph serves any mix of
+    adapters: its step never asks, which would wait for the GPU). A model without LoRA ignores
+    it."""
     lora = getattr(model, "lora", None)
     if lora is None:
         yield
         return
-    if torch.is_tensor(rows) and len(rows) and bool((rows == rows[0]).all()):
+    if torch.is_tensor(rows) and len(rows) and not mixed and bool((rows == rows[0]).all()):
         rows = int(rows[0])
     selection, mask = lora["selection"], None
     if torch.is_tensor(rows):  # a row of -1 (the base) keeps no column
-        columns = torch.arange(len(lora["names"]), device=rows.device)
-        columns = columns.repeat_interleave(lora["rank"])
+        # adapter k owns columns k r .. (k + 1) r - 1
+        columns = torch.arange(len(lora["names"]) * lora["rank"], device=rows.device)
+        columns = columns // lora["rank"]
         dtype = next(model.parameters()).dtype
         scale = lora["alpha"] / lora["rank"]
         mask = ((rows[:, None] == columns[None]) * scale).to(dtype)[:, None, :]

@@ -1,6 +1,6 @@
 """The kernel timings behind the engine's dtype decisions (docs/design.md §11), on this machine:
 
-    python experiments/kernels.py --out results/bench/kernels.json
+    python experiments/kernel_bench.py --out results/bench/kernels.json
 
   linear    - a 64-row Linear of each projection shape of the default backbone and its LM head:
               torch's default path and oneDNN's (the engine's fp32 patch), in fp32 and bf16 (ms)
