@@ -1,11 +1,12 @@
-"""What every script shares and no script should re-read (nanochat's common.py is the model).
+"""What every script shares and no script should re-read (nanochat's common.py is the model): the
+library's plumbing, which knows nothing of the method.
 
 parse_config      - the command line from a script's config dataclass; each field's docstring is its
-                    --help
-GameConfig        - the game's flags, which every script's config extends; check_game and the other
-                    checks of a flag's value (check_model, check_models: the --model / --models
-                    flags)
-usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback
+                    --help; `only` takes from a shared flag class the flags a script uses
+RunConfig         - the flags of a training run every trainer shares (questions, validation,
+                    checkpoints)
+usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback; the checks
+                    of a flag's value (check_choice, check_at_least, check_positive)
 distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP
                     wrapping
 shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to
@@ -18,8 +19,8 @@ MetricsLog        - metrics.jsonl that a resumed run does not write twice
 batch_schedule    - the global batches of every epoch, a function of the seed alone
 write_result, machine - a result file, and what produced it
 stack_rows        - rows as tensors
-corpus_settings, save_made_under, load_made_under - a file of rows (a corpus) saved with the
-                    settings that made it, refused under others
+save_made_under, load_made_under - a file of rows (a corpus) saved with the settings that made it,
+                    refused under others
 """
 
 import argparse
@@ -39,6 +40,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -62,6 +64,9 @@ def field_docs(config_class):
     docs = {}
     for cls in reversed(config_class.__mro__):
         if not dataclasses.is_dataclass(cls):
+            continue
+        if "flags_of" in vars(cls):  # made by only(): its fields' texts are the class's it names
+            docs.update({k: v for k, v in field_docs(cls.flags_of).items() if k in cls.fields})
             continue
         body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
         for node, after in zip(body, body[1:]):
@@ -92,57 +97,47 @@ def parse_config(config_class, argv=None, description=None):
     return config_class(**vars(parser.parse_args(argv)))
 
 
-# The vote's tie-break signals (deliberate.majority_vote): a generation-confidence signal, or
-# "index" (ties to the lower agent index alone).
-VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
+def only(config_class, *names):
+    """The flags `names` of a shared flag class, as a dataclass a script's Config extends: each
+    flag is declared once (its type, default and --help text where it belongs) and a script takes
+    the ones it uses, no more."""
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        raise TypeError(f"{config_class.__name__} has no flags {unknown}")
+    subset = dataclasses.make_dataclass(
+        f"{config_class.__name__}Flags",
+        [(n, fields[n].type, dataclasses.field(default=fields[n].default)) for n in names],
+    )
+    subset.flags_of, subset.fields = config_class, names
+    return subset
 
 
 @dataclass
-class GameConfig:
-    """The flags of the game every script plays (deliberate.py): each script's Config extends it."""
+class RunConfig:
+    """The flags of a training run that every trainer shares (`only` takes some)."""
 
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
-    seed: int = 0
-    """seeds every LLM call (with the question id, agent and round), every sampled action, the
-    questions, the data order and the initialization"""
-    agents: int = 3
-    """agents in the team"""
-    rounds: int = 3
-    """deliberation rounds after round 0"""
-    temperature: float = 0.5
-    """the agents' sampling temperature (the temperature study on validation questions)"""
-    top_p: float = 1.0
-    """nucleus sampling's probability mass"""
-    max_new_tokens: int = 192
-    """token budget of each LLM call"""
-    trailer: bool = False
-    """ask the agents for the Steps / Confidence / Answer trailer (it costs the default backbone
-    accuracy: docs/design.md §2)"""
-    critic: bool = False
-    """run the critic pass, whose p(Correct) is part of the state (always for a policy trained with
-    it)"""
-    vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (common.VOTE_RULES)"""
-    refine_cost: float = 0.0
-    """the reward of a REFINE pays this per 1000 tokens (prompt + completion) its call spent"""
-    model: str = ""
-    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
-    models: str = ""
-    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
-    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
-    one base share its engine (empty: --model for every agent)"""
-    dtype: str = "auto"
-    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
-    runs it natively, else fp32; docs/design.md §11)"""
-    engine_batch_size: int = 128
-    """engine slots (sequences decoded together; docs/design.md §11)"""
-    cache_dir: str = "cache/generations"
-    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    questions: int = 256
+    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
+    keeps some of)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on, for the validation"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: train_rl.py after each iteration only, the
+    LLM-weight trainers none; else also at step 0 and the last)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+
+
+def check_run(cfg):
+    """The RunConfig flags that `cfg` has, before anything is loaded (a mistake: UsageError)."""
+    have = {f.name for f in dataclasses.fields(cfg)}
+    check_at_least(cfg, 1, *[n for n in ("questions", "save_every") if n in have])
+    check_at_least(cfg, 0, *[n for n in ("val_n", "eval_every", "weight_decay") if n in have])
 
 
 class UsageError(ValueError):
@@ -203,78 +198,6 @@ def check_positive(cfg, *names):
             raise UsageError(f"{flag(name)} {value!r}: must be > 0")
 
 
-def check_game(cfg, min_agents=2, min_rounds=1):
-    """The game's flags (GameConfig), before anything is loaded: a mistake is one line
-    (UsageError), not a traceback after minutes of work."""
-    check_choice("--task", cfg.task, data.TASKS)
-    if cfg.task in data.FILE_TASKS and not cfg.path:
-        raise UsageError(f"--task {cfg.task} reads a data file: pass it with --path")
-    if cfg.path and not Path(cfg.path).is_file():
-        raise UsageError(f"--path {cfg.path!r}: no such file")
-    if cfg.path and cfg.task not in data.FILE_TASKS:
-        raise UsageError(f"--path {cfg.path!r}: task {cfg.task} is generated and reads no file")
-    if not 0 <= cfg.level <= 4:
-        raise UsageError(f"--level {cfg.level}: choose 1..4 (0: the task's default)")
-    check_at_least(cfg, min_agents, "agents")
-    # rounds 0: round 0 only, the team's vote of independent answers (no decision is ever taken)
-    check_at_least(cfg, min_rounds, "rounds")
-    check_at_least(cfg, 0, "temperature", "refine_cost")
-    check_at_least(cfg, 1, "max_new_tokens", "engine_batch_size")
-    if not 0 < cfg.top_p <= 1:
-        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
-    check_choice("--vote", cfg.vote, VOTE_RULES)
-    check_choice("--dtype", cfg.dtype, ("auto", *backbone.DTYPES))
-    if cfg.models and cfg.model:
-        raise UsageError("--model and --models: pass one (--models names every agent's model)")
-    check_model("--model", cfg.model, cfg.max_new_tokens)
-    if cfg.models:
-        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
-
-
-def check_model(flag_name, path, max_new_tokens):
-    """An HF checkpoint directory (empty: the default backbone) whose context holds the token
-    budget."""
-    folder = Path(path or backbone.default_model_path())
-    if not (folder / "config.json").is_file():
-        raise UsageError(f"{flag_name} {path!r}: not an HF checkpoint directory (no config.json)")
-    if not any(
-        (folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")
-    ):
-        raise UsageError(
-            f"{flag_name} {path!r}: no tokenizer files (tokenizer.json) in the directory"
-        )
-    settings = json.loads((folder / "config.json").read_text())
-    context = settings.get("max_position_embeddings") or settings.get("n_positions")
-    if context and max_new_tokens >= context:
-        raise UsageError(
-            f"--max-new-tokens {max_new_tokens}: the model's context holds {context} tokens, "
-            "prompt included"
-        )
-
-
-def check_models(flag_name, models, agents, max_new_tokens):
-    """A --models list (team_entries): one entry per agent, each base a model directory, each
-    adapter an existing file (whether it fits its base is checked when it loads)."""
-    for base, adapter in team_entries(models, agents, flag_name):
-        check_model(flag_name, base, max_new_tokens)
-        if adapter and not Path(adapter).is_file():
-            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
-
-
-def team_entries(models, agents, flag_name="--models"):
-    """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
-    directory or `default` (the embedded backbone), + an adapter file (an LLM-weight trainer's) or
-    not."""
-    entries = [entry.strip() for entry in models.split(",")]
-    if len(entries) != agents:
-        raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
-    team = []
-    for entry in entries:
-        base, _, adapter = entry.partition("+")
-        team.append(("" if base == "default" else base, adapter))
-    return team
-
-
 def launch_world_size():
     """The number of processes torchrun starts (1 under plain python), known before any runs."""
     return int(os.environ.get("WORLD_SIZE", 1))
@@ -302,9 +225,18 @@ def machine():
 # --------------------------------------------------------------------------------------------------
 # Distributed: `python` runs one process; `torchrun` sets RANK / WORLD_SIZE / LOCAL_RANK.
 # --------------------------------------------------------------------------------------------------
+class Ranks(NamedTuple):
+    """This process's place in a run: its rank, the number of processes, its device."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+
 @contextlib.contextmanager
 def distributed(out_dir):
-    """with distributed(out_dir) as (rank, world, device): ... -- the process group (NCCL on CUDA,
+    """with distributed(out_dir) as ranks: ... -- this process's Ranks (rank, world, device) and
+    the process group (NCCL on CUDA,
     gloo on CPU) for the block, out_dir created. The ranks meet at a barrier before the group is
     torn down: a gloo group torn down while a peer still writes its files (rank-0 work) can abort
     the process at exit ("terminate called without an active exception": 5 runs in 50 measured). A
@@ -323,7 +255,7 @@ def distributed(out_dir):
         rank, world = dist.get_rank(), dist.get_world_size()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
-        yield rank, world, device
+        yield Ranks(rank, world, device)
         barrier()
     finally:
         if dist.is_initialized():
@@ -493,14 +425,6 @@ def refuse_other_settings(path, made, changed):
             f"{path} was {made} with other settings ({differences}): rerun with the same flags, "
             "or pass another --out-dir"
         )
-
-
-def corpus_settings(cfg, *names):
-    """What decides a corpus of games: every game flag but the engine's batch size and cache, and
-    the script's `names` (its questions, its behaviour policy)."""
-    game = [f.name for f in dataclasses.fields(GameConfig)]
-    game = [k for k in game if k not in ("engine_batch_size", "cache_dir")]
-    return {k: getattr(cfg, k) for k in game + list(names)}
 
 
 def load_made_under(path, settings, what):

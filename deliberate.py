@@ -5,21 +5,22 @@
 4. The vote  - the team's majority vote, the game's final answer
 5. State     - an agent's observation o_t^i = (own features, one row per peer)
 6. Policies  - the meta-policy network, the fixed policies, the gold-aware oracle, policy files
-7. The game  - the LLM calls, the shaped reward, and play(): observe -> decide -> execute the
-               simultaneous moves, round by round (its flags: common.GameConfig)
+7. The game  - its flags (GameConfig), the LLM calls, the shaped reward, and play(): observe ->
+               decide -> execute the simultaneous moves, round by round
 """
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
 import data
-from common import VOTE_RULES, UsageError, all_gather_list, load_file
+from common import UsageError, all_gather_list, check_at_least, check_choice, load_file
 from llm.cache import call_seed
 from llm.team import as_team
 
@@ -233,6 +234,11 @@ def critic_prompt(example, solution):
 # --------------------------------------------------------------------------------------------------
 # 4. The vote (docs/design.md §1): the game's final answer, and the consensus terms of the reward
 # --------------------------------------------------------------------------------------------------
+# The vote's tie-break signals: a generation-confidence signal, or "index" (ties to the lower agent
+# index alone).
+VOTE_RULES = ("min_prob", "mean_prob", "tail_prob", "index")
+
+
 def majority_vote(solutions, exclude=None):
     """(answer, agent) of the team vote. Unparseable answers never win; ties go to the higher
     confidence (Solution.confidence: the vote rule's signal), then to the lower agent index. (None,
@@ -305,7 +311,7 @@ def profile(solution):
     ]
 
 
-def observe(solutions, agent, round_index, rounds, changed, last_actions):
+def observe(solutions, agent, round_index, rounds, *, changed, last_actions):
     """Agent `agent`'s observation o_t^i = (own features, one feature row per peer) at round index
     `round_index` of `rounds`; `changed` and `last_actions`: every agent's previous round."""
     vote, _ = majority_vote(solutions)
@@ -393,7 +399,9 @@ class MetaPolicy(nn.Module):
     """The learned meta-policy: one PolicyNet shared by all agents, or one copy per agent
     (`separate`). critic: its states carry the critic's p(Correct) (the game runs the critic)."""
 
-    def __init__(self, agents=3, hidden=64, heads=4, separate=False, critic=False, features="all"):
+    def __init__(
+        self, agents=3, hidden=64, heads=4, *, separate=False, critic=False, features="all"
+    ):
         super().__init__()
         self.config = dict(agents=agents, hidden=hidden, heads=heads, separate=separate)
         self.config.update(critic=critic, features=features)
@@ -534,25 +542,80 @@ def make_policy(spec):
 # --------------------------------------------------------------------------------------------------
 # 7. The game
 # --------------------------------------------------------------------------------------------------
-def run_llm(engine, requests, cfg, temperature=None):
-    """requests: (example, prompt, seed, agent) -> [(Solution, prompt + completion tokens)], in one
-    call per engine: `engine` is an Engine, or a llm.team.Team whose agents differ."""
-    if not requests:
+@dataclass
+class GameConfig:
+    """The game's flags: eval.py, sft.py, train_rl.py take all, the LLM-weight trainers some."""
+
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    critic: bool = False
+    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+
+
+def check_game(cfg, min_agents=2, min_rounds=1):
+    """The game's flags that `cfg` has, before anything is loaded: a mistake is one line
+    (UsageError), not a traceback after minutes of work."""
+    check_at_least(cfg, min_agents, "agents")
+    # rounds 0: round 0 only, the team's vote of independent answers (no decision is ever taken)
+    check_at_least(cfg, min_rounds, *[n for n in ("rounds",) if hasattr(cfg, n)])
+    check_at_least(cfg, 0, *[n for n in ("temperature",) if hasattr(cfg, n)])
+    check_at_least(cfg, 1, "max_new_tokens")
+    if hasattr(cfg, "top_p") and not 0 < cfg.top_p <= 1:
+        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
+    if hasattr(cfg, "vote"):
+        check_choice("--vote", cfg.vote, VOTE_RULES)
+
+
+def corpus_settings(cfg, *names):
+    """What decides a corpus of games: the task, the game's flags, the agents' models and their
+    dtype, and the script's `names` (its questions, its behaviour policy...)."""
+    flags = [f.name for config in (data.TaskConfig, GameConfig) for f in fields(config)]
+    return {k: getattr(cfg, k) for k in flags + ["model", "models", "dtype", *names]}
+
+
+class Call(NamedTuple):
+    """One LLM call of the game: `agent` answers `prompt` about `example`, seeded by `seed`."""
+
+    example: data.Example
+    prompt: str
+    seed: int
+    agent: int
+
+
+def run_llm(engine, calls, cfg, temperature=None):
+    """Calls -> [(Solution, prompt + completion tokens)], in one call per engine: `engine` is an
+    Engine, or a llm.team.Team whose agents differ."""
+    if not calls:
         return []
     completions = as_team(engine).generate(
-        [prompt for _, prompt, _, _ in requests],
-        [seed for _, _, seed, _ in requests],
-        [agent for _, _, _, agent in requests],
+        [c.prompt for c in calls],
+        [c.seed for c in calls],
+        [c.agent for c in calls],
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature if temperature is None else temperature,
         top_p=cfg.top_p,
     )
     return [
         (
-            parse_solution(c.text, ex.task, c.completion_tokens, c.token_logprobs, cfg.vote),
+            parse_solution(c.text, x.example.task, c.completion_tokens, c.token_logprobs, cfg.vote),
             c.prompt_tokens + c.completion_tokens,
         )
-        for (ex, _, _, _), c in zip(requests, completions)
+        for x, c in zip(calls, completions)
     ]
 
 
@@ -573,9 +636,9 @@ def run_critic(engine, items):
 
 
 def solve_calls(examples, cfg):
-    """Round 0: every agent solves every example, (example, prompt, seed, agent) per call."""
+    """Round 0: every agent solves every example (question-major)."""
     return [
-        (ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
+        Call(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
         for ex in examples
         for i in range(cfg.agents)
     ]
@@ -606,6 +669,26 @@ def outcome(before, agent, action, refined):
         return refined[agent]
     # CONCEDE: adopt the peer's text, answer, profile and confidence
     return replace(before[adopted_agent(agent, action, len(before))])
+
+
+def counterfactual_rewards(move, gold, task):
+    """Every agent's shaped reward for each of its K actions in `move` (a Move), the peers held at
+    what they actually did. PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew
+    or would have drawn (move.refined[i]: same prompt, same seed) and pays move.costs[i]
+    (docs/design.md §6: train_rl.py's corpus)."""
+    before, after = move.before, move.after
+    vectors = []
+    for i in range(len(before)):
+
+        def team_if(action):
+            return after[:i] + [outcome(before, i, action, move.refined)] + after[i + 1 :]
+
+        vector = [
+            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
+        ]
+        vector[REFINE] -= move.costs[i]
+        vectors.append(vector)
+    return vectors
 
 
 @dataclass
@@ -666,18 +749,18 @@ class Game:
         }
 
 
-def ask(engine, requests, cfg, critic):
-    """requests: (game, prompt, seed, agent) -> [(Solution, tokens)], in one engine call; each
-    call's tokens and those of its critic pass go to its game."""
-    outputs = run_llm(engine, [(g.example, *call) for g, *call in requests], cfg)
+def ask(engine, games, calls, cfg, critic):
+    """The Calls, call k for games[k] -> [(Solution, tokens)], in one engine call; each call's
+    tokens and those of its critic pass go to its game."""
+    outputs = run_llm(engine, calls, cfg)
     solutions = [s for s, _ in outputs]
     critic_tokens = (
-        run_critic(engine, [(g.example, s) for (g, *_), s in zip(requests, solutions)])
+        run_critic(engine, [(c.example, s) for c, s in zip(calls, solutions)])
         if critic
-        else [0] * len(requests)
+        else [0] * len(calls)
     )
     answered = []
-    for (game, *_), (solution, n_tokens), n_critic in zip(requests, outputs, critic_tokens):
+    for game, (solution, n_tokens), n_critic in zip(games, outputs, critic_tokens):
         game.tokens += n_tokens + n_critic
         game.calls += 1 + critic
         answered.append((solution, n_tokens + n_critic))
@@ -691,7 +774,8 @@ def decide(policy, games, t, cfg, greedy):
     None for a fixed policy."""
     rows = [(g, i) for g in games for i in range(cfg.agents)]
     observations = [
-        observe(g.solutions, i, t - 1, cfg.rounds, g.changed, g.last_actions) for g, i in rows
+        observe(g.solutions, i, t - 1, cfg.rounds, changed=g.changed, last_actions=g.last_actions)
+        for g, i in rows
     ]
     explained = [None] * len(games)
     if isinstance(policy, Oracle):
@@ -716,24 +800,24 @@ def decide(policy, games, t, cfg, greedy):
     return per_question(observations, cfg.agents), per_question(actions, cfg.agents), explained
 
 
-def play(engine, examples, policy, cfg, greedy=True, refine_all=False, progress=None):
+def play(
+    engine, examples, policy, cfg, *, greedy=True, refine_all=False, refine_cost=0.0, progress=None
+):
     """Plays the game on every example at once (a round's LLM calls in one engine call); returns one
     Game per example: its transcript() is what eval.py writes, its moves what training reads.
     greedy: a learned policy's argmax actions, else sampled. refine_all: every agent draws its
-    REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost."""
+    REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost.
+    refine_cost: what a REFINE's reward pays per 1000 tokens of its call."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
     games = [
         Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples
     ]
-    # round 0: every agent solves the question on its own
-    requests = [
-        (g, *call)
-        for g, calls in zip(games, per_question(solve_calls(examples, cfg), cfg.agents))
-        for _, *call in calls
-    ]
-    for g, answered in zip(games, per_question(ask(engine, requests, cfg, critic), cfg.agents)):
+    # round 0: every agent solves the question on its own (solve_calls: question-major)
+    asking = [g for g in games for _ in range(cfg.agents)]
+    answers = ask(engine, asking, solve_calls(examples, cfg), cfg, critic)
+    for g, answered in zip(games, per_question(answers, cfg.agents)):
         team = g.solutions = [s for s, _ in answered]
         g.rounds.append(
             {
@@ -758,20 +842,20 @@ def play(engine, examples, policy, cfg, greedy=True, refine_all=False, progress=
             for i, a in enumerate(acts)
             if a == REFINE or refine_all
         ]
-        requests = [
-            (
-                active[k],
+        calls = [
+            Call(
+                active[k].example,
                 refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
                 call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
                 i,
             )
             for k, i in refine
         ]
-        samples = ask(engine, requests, cfg, critic)
+        samples = ask(engine, [active[k] for k, _ in refine], calls, cfg, critic)
         refined = [{} for _ in active]
         costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
-            refined[k][i], costs[k][i] = sample, cfg.refine_cost * n_tokens / 1000
+            refined[k][i], costs[k][i] = sample, refine_cost * n_tokens / 1000
         for g, acts, seen, why, mine, cost in zip(
             active, actions, observations, explained, refined, costs
         ):
@@ -800,13 +884,15 @@ def play(engine, examples, policy, cfg, greedy=True, refine_all=False, progress=
     return games
 
 
-def collect_states(engine, examples, policy, cfg, rank, world, more, refine_all=False, desc=""):
+def collect_states(engine, examples, policy, cfg, more, *, ranks, desc="", refine_cost=None):
     """Every rank's (agent, round) states visited by `policy` (actions sampled), each rank playing
-    its shard, in a canonical order (a corpus does not depend on the number of ranks): the
-    observation, the action taken, and the fields more(game, move) gives each agent."""
-    bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=rank != 0, leave=False)
-    shard = examples[rank::world]
-    games = play(engine, shard, policy, cfg, greedy=False, refine_all=refine_all, progress=bar)
+    its shard, in a canonical order (independent of the number of ranks): the observation, the
+    action taken, and the fields more(game, move) gives each agent. refine_cost: every agent draws
+    its REFINE sample, paying this per 1000 tokens (train_rl.py's corpus); None: the taken only."""
+    bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=ranks.rank != 0, leave=False)
+    shard = examples[ranks.rank :: ranks.world]
+    every = {"refine_all": True, "refine_cost": refine_cost} if refine_cost is not None else {}
+    games = play(engine, shard, policy, cfg, greedy=False, progress=bar, **every)
     bar.close()
     rows = [
         {"key": (g.example.id, m.round, i), "own": own, "peers": peers, "agent": i}

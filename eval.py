@@ -19,27 +19,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import data
-from common import (
-    GameConfig,
-    UsageError,
-    check_at_least,
-    check_choice,
-    check_game,
-    check_models,
-    machine,
-    parse_config,
-    user_errors,
-)
+from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
+from data import TaskConfig, check_task
 from deliberate import (
     ACTION_KINDS,
     CONFIDENCE_SIGNALS,
     FIXED_POLICIES,
+    Call,
     FixedPolicy,
+    GameConfig,
     action_counts,
+    check_game,
     check_team,
     hint,
     leader_prompt,
@@ -53,11 +46,19 @@ from deliberate import (
     solve_calls,
 )
 from llm.cache import call_seed
-from llm.team import make_engine, resolve_engine_dtype, team_name
+from llm.team import (
+    EngineConfig,
+    check_engine,
+    check_models,
+    make_engine,
+    resolve_engine_dtype,
+    team_name,
+)
+from stats import auroc, format_paired, paired_difference, pooled, sample_std
 
 
 @dataclass
-class Config(GameConfig):
+class Config(EngineConfig, GameConfig, TaskConfig):
     split: str = ""
     """empty: test for arith, the whole file for a file task; train / test of a file
     (data.split_of); val: the first --n validation questions of the training pool
@@ -118,26 +119,26 @@ def lead(engine, leader, examples, cfg):
     led = []  # the leader's (solution, tokens) of the previous round
     for t in range(cfg.rounds + 1):
         if t:
-            calls = [(q, i) for q in range(len(examples)) for i in range(n)]
-            requests = [
-                (
+            rows = [(q, i) for q in range(len(examples)) for i in range(n)]
+            calls = [
+                Call(
                     examples[q],
                     refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
                     call_seed(cfg.seed, examples[q].id, i, t, "revise"),
                     i,
                 )
-                for q, i in calls
+                for q, i in rows
             ]
-            revised = run_llm(engine, requests, cfg)
-            for (q, i), (s, k) in zip(calls, revised):
+            revised = run_llm(engine, calls, cfg)
+            for (q, i), (s, k) in zip(rows, revised):
                 peers[q][i] = s
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
-        requests = [
-            (ex, leader_prompt(ex, peers[q], cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
-            for q, ex in enumerate(examples)
+        calls = [
+            Call(ex, leader_prompt(ex, team, cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
+            for ex, team in zip(examples, peers)
         ]
-        led = run_llm(leader, requests, cfg, temperature=0.0)
+        led = run_llm(leader, calls, cfg, temperature=0.0)
         for q, (s, k) in enumerate(led):
             ex, r = examples[q], results[q]
             r["tokens"] += k
@@ -169,13 +170,13 @@ def run_protocol(engine, examples, protocol, cfg, leader=None):
         # self-consistency gets as many samples as debate makes generations, sample k from agent
         # k mod agents (a team's models take turns); single answers are greedy, agent 0's
         samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
-        requests = [
-            (ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
+        calls = [
+            Call(ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
             for ex in examples
             for k in range(samples)
         ]
         outputs = run_llm(
-            engine, requests, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
+            engine, calls, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
         )
         results = []
         for ex, mine in zip(examples, per_question(outputs, samples)):
@@ -203,49 +204,6 @@ def run_protocol(engine, examples, protocol, cfg, leader=None):
     if protocol.startswith("leader=") and leader is not None:
         return lead(engine, leader, examples, cfg)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-
-
-# --------------------------------------------------------------------------------------------------
-# Statistics: every reported number goes through them
-# --------------------------------------------------------------------------------------------------
-def auroc(scores, labels):
-    """P(score of a positive > score of a negative), ties half; None without both classes."""
-    positives = [s for s, y in zip(scores, labels) if y]
-    negatives = [s for s, y in zip(scores, labels) if not y]
-    if not positives or not negatives:
-        return None
-    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
-    return wins / (len(positives) * len(negatives))
-
-
-def paired_difference(summary, reference, resamples=10_000, seed=0):
-    """Accuracy of `summary` minus `reference` on the same questions (matched by id): the mean
-    difference, its 95% percentile bootstrap interval (questions resampled with replacement) and the
-    number of questions on which the two disagree (only those move the difference)."""
-    theirs = dict(zip(reference["question_ids"], reference["correct"]))
-    if set(theirs) != set(summary["question_ids"]):
-        raise ValueError("a paired difference needs both protocols on the same questions")
-    d = np.array(
-        [float(ok) - float(theirs[q]) for q, ok in zip(summary["question_ids"], summary["correct"])]
-    )
-    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return {
-        "diff": float(d.mean()),
-        "ci95": [float(low), float(high)],
-        "disagree": int((d != 0).sum()),
-    }
-
-
-def format_paired(v):
-    """A paired_difference as the tables print it: +0.050 [-0.025, +0.120] (54 disagree)."""
-    return f"{v['diff']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['disagree']})"
-
-
-def sample_std(values):
-    """The sample standard deviation (n - 1): with 2-3 seeds the population std understates the
-    spread."""
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def describe_vote(rule):
@@ -398,7 +356,9 @@ def check(cfg):
     """The whole configuration, before any model is loaded or any protocol has spent compute (a
     mistake: common.UsageError). Every protocol of the list is checked, its files loaded."""
     # rounds 0: round 0 only (the team's vote of independent answers; MLPO's leader decides once)
+    check_task(cfg)
     check_game(cfg, min_rounds=0)
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
     check_at_least(cfg, 1, "n")
     check_choice("--split", cfg.split, ("", "train", "test", "all", "val"))
     if cfg.seeds and not all(x.strip().isdigit() for x in cfg.seeds.split(",")):
@@ -440,15 +400,15 @@ def main(cfg):
         cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     )
     examples = load_examples(cfg)
-    engine = make_engine(cfg, 0, device)
+    engine = make_engine(cfg, cfg.agents, 0, device)
     summaries, details = {}, {}
     for protocol in protocols:
         start = time.time()
         # leader=SPEC: a model directory or default, + an adapter file or not
         leader = None
         if protocol.startswith("leader="):
-            spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :], agents=1)
-            leader = make_engine(spec, 0, device)
+            spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :])
+            leader = make_engine(spec, 1, 0, device)
         results = run_protocol(engine, examples, protocol, cfg, leader)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results
@@ -514,17 +474,11 @@ def over_seeds(cfg):
                 a: statistics.mean(r[protocol]["actions"][a] for r in runs)
                 for a in runs[0][protocol]["actions"]
             }
-        if cfg.reference:  # pooled over seeds: a question of seed s is (s, id)
-            pooled = [
-                {
-                    "question_ids": [
-                        (seed, q) for seed, r in zip(seeds, runs) for q in r[name]["question_ids"]
-                    ],
-                    "correct": [ok for r in runs for ok in r[name]["correct"]],
-                }
-                for name in (protocol, cfg.reference)
+        if cfg.reference:
+            both = [
+                pooled({s: r[p] for s, r in zip(seeds, runs)}) for p in (protocol, cfg.reference)
             ]
-            paired_to = {"reference": cfg.reference, **paired_difference(*pooled)}
+            paired_to = {"reference": cfg.reference, **paired_difference(*both)}
             table[protocol]["vs_reference"] = paired_to
     paired = f", paired difference to {cfg.reference} pooled over seeds [95% CI] (disagree)"
     header = "accuracy mean ± sample std (n - 1) over seeds, tokens per question"

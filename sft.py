@@ -22,21 +22,21 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (
-    GameConfig,
     MetricsLog,
+    RunConfig,
     UsageError,
     batch_schedule,
     check_at_least,
     check_choice,
-    check_game,
     check_positive,
-    corpus_settings,
+    check_run,
     crash_if_asked,
     distributed,
     global_mean,
     launch_world_size,
     load_checkpoint,
     load_made_under,
+    only,
     parse_config,
     save_checkpoint,
     save_made_under,
@@ -45,28 +45,29 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from data import training_questions
+from data import TaskConfig, check_task, training_questions
 from deliberate import (
     FEATURE_SETS,
     FIXED_POLICIES,
+    GameConfig,
     MetaPolicy,
     action_distribution,
+    check_game,
     check_team,
     collect_states,
+    corpus_settings,
     make_policy,
     n_actions,
     oracle_action,
     save_policy,
 )
-from llm.team import make_engine, resolve_engine_dtype, team_name
+from llm.team import EngineConfig, check_engine, make_engine, resolve_engine_dtype, team_name
+
+RUN_FLAGS = ("questions", "val_n", "weight_decay", "save_every", "crash_at_step")
 
 
 @dataclass
-class Config(GameConfig):
-    questions: int = 256
-    """training questions"""
-    val_n: int = 64
-    """held-out training-split questions (kept out of training; train_rl.py validates on them)"""
+class Config(only(RunConfig, *RUN_FLAGS), EngineConfig, GameConfig, TaskConfig):
     features: str = "all"
     """the state features the policy reads: all | paper | confidence (deliberate.FEATURE_SETS)"""
     behaviour: str = "random"
@@ -84,17 +85,11 @@ class Config(GameConfig):
     """states per optimizer step, over all ranks"""
     lr: float = 3e-3
     """AdamW learning rate"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
     out_dir: str = "runs/sft"
     """where policy.pt, summary.json, metrics.jsonl, the corpus and the checkpoint go"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
-def labelled_states(engine, questions, behaviour, cfg, rank, world):
+def labelled_states(engine, questions, behaviour, cfg, ranks):
     """The states of games played by the behaviour policy (actions sampled), each labelled with the
     oracle's action in the state the agent decided in (`before`), never the round's outcome."""
 
@@ -105,17 +100,19 @@ def labelled_states(engine, questions, behaviour, cfg, rank, world):
             for i in range(cfg.agents)
         ]
 
-    return collect_states(engine, questions, behaviour, cfg, rank, world, labels)
+    return collect_states(engine, questions, behaviour, cfg, labels, ranks=ranks)
 
 
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
+    check_task(cfg)
     check_game(cfg)
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+    check_run(cfg)
     check_choice("--features", cfg.features, FEATURE_SETS)
-    check_at_least(cfg, 1, "questions", "epochs", "save_every", "hidden", "heads")
+    check_at_least(cfg, 1, "epochs", "hidden", "heads")
     # every rank takes rows of every global batch
     check_at_least(cfg, world, "batch_size")
-    check_at_least(cfg, 0, "val_n", "weight_decay")
     check_positive(cfg, "lr")
     if cfg.hidden % cfg.heads:
         raise UsageError(f"--hidden {cfg.hidden}: must be a multiple of --heads {cfg.heads}")
@@ -123,11 +120,15 @@ def check(cfg, world):
         check_team(make_policy(cfg.behaviour), cfg.agents, f"--behaviour {cfg.behaviour}")
 
 
-def train(cfg, rank, world, device):
+def train(cfg, ranks):
+    rank, device = ranks.rank, ranks.device
     cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    policy = MetaPolicy(cfg.agents, cfg.hidden, cfg.heads, cfg.separate, cfg.critic, cfg.features)
+    policy = MetaPolicy(
+        cfg.agents, cfg.hidden, cfg.heads, separate=cfg.separate, critic=cfg.critic,
+        features=cfg.features,
+    )  # fmt: skip
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     counters = load_checkpoint(out, policy, optimizer, rank, cfg, extendable=("epochs",))
     counters = counters or {"step": 0}
@@ -135,12 +136,12 @@ def train(cfg, rank, world, device):
 
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
-    engine = make_engine(cfg, rank, device)
+    engine = make_engine(cfg, cfg.agents, rank, device)
     settings = corpus_settings(cfg, "questions", "val_n", "behaviour")
     rows = load_made_under(out / "corpus.pt", settings, "corpus")
     if rows is None:
         behaviour = make_policy(cfg.behaviour)
-        rows = labelled_states(engine, questions, behaviour, cfg, rank, world)
+        rows = labelled_states(engine, questions, behaviour, cfg, ranks)
         save_made_under(rows, out / "corpus.pt", settings, rank)
     tensors = stack_rows(rows, ("own", "peers"), ("agent", "action", "label"))
     k = n_actions(cfg.agents)
@@ -156,7 +157,7 @@ def train(cfg, rank, world, device):
     model = wrap_ddp(policy.to(device), device, find_unused=cfg.separate)
     bar = tqdm(range(counters["step"], len(batches)), desc="sft", disable=rank != 0)
     for step in bar:
-        batch, weight = shard_rows(tensors, batches[step], rank, world, device)
+        batch, weight = shard_rows(tensors, batches[step], rank, ranks.world, device)
         logits = model(batch["own"], batch["peers"], batch["agent"])
         loss = F.cross_entropy(logits, batch["label"])
         (loss * weight).backward()
@@ -197,5 +198,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         check(config, launch_world_size())
-        with distributed(config.out_dir) as (rank, world, device):
-            train(config, rank, world, device)
+        with distributed(config.out_dir) as ranks:
+            train(config, ranks)

@@ -8,7 +8,7 @@ Read top to bottom: G joint rollouts of the protocol per question (every agent a
 --protocol debate, --rounds REFINE rounds), one joint reward per rollout (the team vote's
 correctness), its group advantage shared by every agent of the rollout; each agent learns from its
 own sampled tokens only. On-policy: one optimizer step per batch of rollouts, no ratio, no clip.
-A step reads: joint_rollouts -> softrank.group_advantages -> llm.training.policy_step.
+A step reads: joint_rollouts -> softrank.group_advantages -> softrank.policy_step.
 
 LoRA adapters by default (llm/lora.py; the base frozen): one for every agent, or one per agent
 (--separate-agents), saved as small files (adapter.pt or agent<i>.pt) that eval.py --models
@@ -26,27 +26,39 @@ from tqdm import tqdm
 import data
 import softrank
 from common import (
+    RunConfig,
     check_choice,
+    check_run,
     crash_if_asked,
     distributed,
     launch_world_size,
+    only,
     parse_config,
     peak_memory_mb,
     save_checkpoint,
     user_errors,
 )
-from data import training_pool
-from deliberate import majority_vote, parse_solution, refine_prompt, solve_prompt
+from data import TaskConfig, check_task, training_pool
+from deliberate import (
+    GameConfig,
+    check_game,
+    majority_vote,
+    parse_solution,
+    refine_prompt,
+    solve_prompt,
+)
 from llm.cache import call_seed
 from llm.logprobs import without_dropout
+from llm.team import EngineConfig, check_engine
 from llm.training import (
     Objective,
     RolloutConfig,
     Sequence,
+    TrainerConfig,
+    Updater,
     check_rollouts,
-    check_weights,
+    check_trainer,
     learning_rate,
-    policy_step,
     prompt_ids,
     refresh_rollout_weights,
     resumed,
@@ -59,17 +71,18 @@ from llm.training import (
 
 
 @dataclass
-class Config(RolloutConfig):
+class Config(
+    RolloutConfig,
+    TrainerConfig,
+    only(RunConfig, "val_n", "eval_every", "weight_decay", "save_every", "crash_at_step"),
+    only(EngineConfig, "model", "engine_batch_size"),
+    only(GameConfig, "seed", "agents", "rounds", "max_new_tokens", "trailer", "vote"),
+    TaskConfig,
+):
     protocol: str = "debate"
     """parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
-    loss_agg: str = "sum"
-    """token (DAPO) | seq (GRPO) | const (Dr.GRPO) | sum (CoMLRL's MAGRPO: each completion's token
-    log-probs summed, times its advantage, averaged over completions), see softrank.aggregate"""
     separate_agents: bool = False
     """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
-    init_adapter: str = ""
-    """start every trained adapter from this adapter file (of the same rank and alpha) instead of
-    from the base model, e.g. agents trained on parallel answers, then on debate"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
     out_dir: str = "runs/magrpo"
@@ -117,47 +130,50 @@ def joint_rollouts(team, examples, cfg, step):
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
-def train(cfg, rank, world, device):
+def train(cfg, ranks):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
     pool = training_pool(cfg)[cfg.val_n :]
-    models, team = trained_team(cfg, cfg.agents if cfg.separate_agents else 1, device)
+    models, team = trained_team(cfg, cfg.agents if cfg.separate_agents else 1, ranks.device)
     objective = Objective(cfg.loss_agg, cfg.beta, cfg.rollout_temperature)
     lr = learning_rate(cfg, adapter_lr=5e-4)
     optimizer, holder, counters, log, learners = resumed(
-        models, cfg, lr, objective, out, rank, device, "steps"
+        models, cfg, out, ranks, lr=lr, kl=bool(cfg.beta)
     )
-    pad = team.first.tokenizer.pad_token_id
-    validation = training_pool(cfg)[: cfg.val_n][rank::world]
+    updater = Updater.of(optimizer, cfg, team.first.tokenizer.pad_token_id, ranks)
+    validation = training_pool(cfg)[: cfg.val_n][ranks.rank :: ranks.world]
+
+    def validated(step):
+        validate(models, team, joint_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
 
     if cfg.eval_every and counters["step"] == 0:
-        validate(models, team, joint_rollouts, validation, cfg, 0, rank, device, log)
-    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} agents", disable=rank != 0)
+        validated(0)
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} agents", disable=ranks.rank)
     for step in bar:
         began = time.time()
         start = step * cfg.questions_per_step
         questions = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
         refresh_rollout_weights(models, team)
-        sequences, rewards = joint_rollouts(team, questions[rank::world], cfg, step)
+        mine = questions[ranks.rank :: ranks.world]
+        sequences, rewards = joint_rollouts(team, mine, cfg, step)
         rollout_s = time.time() - began
         advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau)
         # the loss scores the tokens as the sampler drew them
         for m in models:
             without_dropout(m.train())
-        update = policy_step(
-            learners, optimizer, sequences, advantages, objective, cfg, pad, device, world
-        )
+        update = softrank.policy_step(learners, sequences, advantages, objective, updater)
 
-        stats = rollout_stats(update, rewards, world, device) | {"rollout_s": rollout_s}
-        stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(device)}
+        flat = softrank.flat_groups(rewards)
+        stats = rollout_stats(update, rewards, flat, ranks) | {"rollout_s": rollout_s}
+        stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(ranks.device)}
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
-            validate(models, team, joint_rollouts, validation, cfg, step + 1, rank, device, log)
+            validated(step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, ranks.rank)
         crash_if_asked(cfg, step + 1)
-    if rank == 0:
+    if ranks.rank == 0:
         saved = save_trained(models, team.first.tokenizer, out, cfg)
         print(json.dumps({"steps": cfg.steps, "saved": saved}))
 
@@ -165,8 +181,12 @@ def train(cfg, rank, world, device):
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError). One
     agent is allowed: MAGRPO with one agent is GRPO."""
-    check_weights(cfg)
-    check_rollouts(cfg, world)
+    check_task(cfg)
+    check_game(cfg, min_agents=1, min_rounds=0)
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+    check_run(cfg)
+    check_trainer(cfg)
+    check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
 
 
@@ -174,5 +194,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         check(config, launch_world_size())
-        with distributed(config.out_dir) as (rank, world, device):
-            train(config, rank, world, device)
+        with distributed(config.out_dir) as ranks:
+            train(config, ranks)

@@ -9,13 +9,12 @@ Read top to bottom: the frozen peers' solutions to the training questions are ge
 (peer_pool); questions the peers already get right (>= --filter-easy of them) are dropped; the
 leader reads a question and its peers' solutions and answers, G samples per prompt, reward =
 correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
-leader_rollouts -> softrank.group_advantages -> llm.training.policy_step.
+leader_rollouts -> softrank.group_advantages -> softrank.policy_step.
 
 The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt;
 --lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
 """
 
-import dataclasses
 import json
 import sys
 import time
@@ -28,32 +27,41 @@ from tqdm import tqdm
 import data
 import softrank
 from common import (
+    RunConfig,
     UsageError,
     all_gather_list,
-    check_at_least,
-    check_model,
-    check_models,
+    check_run,
     crash_if_asked,
     distributed,
     launch_world_size,
+    only,
     parse_config,
     peak_memory_mb,
     save_checkpoint,
     user_errors,
 )
-from data import training_pool
-from deliberate import leader_prompt, parse_solution, per_question, run_llm, solve_calls
+from data import TaskConfig, check_task, training_pool
+from deliberate import (
+    GameConfig,
+    check_game,
+    leader_prompt,
+    parse_solution,
+    per_question,
+    run_llm,
+    solve_calls,
+)
 from llm.cache import call_seed
 from llm.logprobs import without_dropout
-from llm.team import make_engine
+from llm.team import EngineConfig, check_engine, check_model, check_models, make_engine
 from llm.training import (
     Objective,
     RolloutConfig,
     Sequence,
+    TrainerConfig,
+    Updater,
     check_rollouts,
-    check_weights,
+    check_trainer,
     learning_rate,
-    policy_step,
     prompt_ids,
     refresh_rollout_weights,
     resumed,
@@ -64,23 +72,26 @@ from llm.training import (
     validate,
 )
 
+GAME_FLAGS = ("seed", "agents", "temperature", "top_p", "max_new_tokens", "trailer", "vote")
+
 
 @dataclass
-class Config(RolloutConfig):
+class Config(
+    RolloutConfig,
+    TrainerConfig,
+    RunConfig,
+    only(EngineConfig, "model", "engine_batch_size", "cache_dir"),
+    only(GameConfig, *GAME_FLAGS),
+    TaskConfig,
+):
     peers_model: str = ""
     """the frozen peers' HF directory; empty: the same as --model"""
     peers: str = ""
     """the frozen peers as a team, one entry each as eval.py's --models"""
-    questions: int = 256
-    """candidate training questions, before the filter"""
     filter_easy: float = 0.75
     """drop questions where at least this fraction of the peers is right (0: keep all)"""
+    # MLPO's aggregation: Dr.GRPO's constant normalizer
     loss_agg: str = "const"
-    """token (DAPO) | seq (GRPO) | const (Dr.GRPO's constant normalizer, MLPO's) | sum (CoMLRL's
-    MAGRPO), see softrank.aggregate"""
-    init_adapter: str = ""
-    """start the leader's adapter from this adapter file (of the same rank and alpha) instead of
-    from the base model, e.g. one trained on worked solutions (train_solver.py)"""
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
     out_dir: str = "runs/mlpo"
@@ -91,27 +102,33 @@ class Config(RolloutConfig):
 # --------------------------------------------------------------------------------------------------
 # The peers' solutions (generated once) and the leader's rollouts over them
 # --------------------------------------------------------------------------------------------------
-def peer_solutions(examples, cfg, rank, world, device):
+def peer_solutions(examples, cfg, ranks):
     """[(example, the frozen peers' round-0 solutions)] for every example, in order: each rank
     generates its shard through the engine and its cache (the game's own calls), then every rank
     gets all of them."""
     # --peers: the frozen peers as a team of adapters, built as eval.py builds --models
-    peers = dataclasses.replace(cfg, model=cfg.peers_model or cfg.model, models=cfg.peers)
-    engine = make_engine(peers, rank, device)
-    mine = list(range(rank, len(examples), world))
+    peers = EngineConfig(
+        model=cfg.peers_model or cfg.model,
+        models=cfg.peers,
+        dtype=cfg.train_dtype,
+        engine_batch_size=cfg.engine_batch_size,
+        cache_dir=cfg.cache_dir,
+    )
+    engine = make_engine(peers, cfg.agents, ranks.rank, ranks.device)
+    mine = list(range(ranks.rank, len(examples), ranks.world))
     outputs = run_llm(engine, solve_calls([examples[k] for k in mine], cfg), cfg)
     teams = per_question([s for s, _ in outputs], cfg.agents)
     gathered = sorted(all_gather_list(list(zip(mine, teams))), key=lambda item: item[0])
     return [(examples[k], solutions) for k, solutions in gathered]
 
 
-def peer_pool(cfg, rank, world, device):
+def peer_pool(cfg, ranks):
     """The offline pool: the frozen peers' solutions to the candidate training questions, generated
     once. Questions where at least cfg.filter_easy of the peers are right are dropped: the leader
     has nothing to learn there."""
     candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
     pool, peer_right = [], []
-    for example, solutions in peer_solutions(candidates, cfg, rank, world, device):
+    for example, solutions in peer_solutions(candidates, cfg, ranks):
         right = (
             sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions)
             / cfg.agents
@@ -124,7 +141,7 @@ def peer_pool(cfg, rank, world, device):
         "kept": len(pool),
         "peer_accuracy": sum(peer_right) / len(peer_right),
     }
-    if rank == 0:
+    if ranks.rank == 0:
         print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
     if not pool:
         sys.exit(
@@ -156,51 +173,53 @@ def leader_rollouts(team, items, cfg, step):
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
-def train(cfg, rank, world, device):
+def train(cfg, ranks):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    pool, pool_stats = peer_pool(cfg, rank, world, device)
-    if rank == 0:
+    pool, pool_stats = peer_pool(cfg, ranks)
+    if ranks.rank == 0:
         (out / "pool.json").write_text(json.dumps(pool_stats))
-    models, team = trained_team(cfg, 1, device)
+    models, team = trained_team(cfg, 1, ranks.device)
     objective = Objective(cfg.loss_agg, cfg.beta, cfg.rollout_temperature)
     lr = learning_rate(cfg, adapter_lr=5e-4)
     optimizer, holder, counters, log, learners = resumed(
-        models, cfg, lr, objective, out, rank, device, "steps"
+        models, cfg, out, ranks, lr=lr, kl=bool(cfg.beta)
     )
-    pad = team.first.tokenizer.pad_token_id
+    updater = Updater.of(optimizer, cfg, team.first.tokenizer.pad_token_id, ranks)
     # the leader is validated over its peers' solutions
     validation = training_pool(cfg)[: cfg.val_n]
     if cfg.eval_every:
-        validation = peer_solutions(validation, cfg, rank, world, device)[rank::world]
+        validation = peer_solutions(validation, cfg, ranks)[ranks.rank :: ranks.world]
+
+    def validated(step):
+        validate(models, team, leader_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
 
     if cfg.eval_every and counters["step"] == 0:
-        validate(models, team, leader_rollouts, validation, cfg, 0, rank, device, log)
-    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} leader", disable=rank != 0)
+        validated(0)
+    bar = tqdm(range(counters["step"], cfg.steps), desc=f"{cfg.algo} leader", disable=ranks.rank)
     for step in bar:
         began = time.time()
         start = step * cfg.questions_per_step
         items = [pool[(start + k) % len(pool)] for k in range(cfg.questions_per_step)]
         refresh_rollout_weights(models, team)
-        sequences, rewards = leader_rollouts(team, items[rank::world], cfg, step)
+        sequences, rewards = leader_rollouts(team, items[ranks.rank :: ranks.world], cfg, step)
         rollout_s = time.time() - began
         advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau)
         # the loss scores the tokens as the sampler drew them
         without_dropout(models[0].train())
-        update = policy_step(
-            learners, optimizer, sequences, advantages, objective, cfg, pad, device, world
-        )
+        update = softrank.policy_step(learners, sequences, advantages, objective, updater)
 
-        stats = rollout_stats(update, rewards, world, device) | {"rollout_s": rollout_s}
-        stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(device)}
+        flat = softrank.flat_groups(rewards)
+        stats = rollout_stats(update, rewards, flat, ranks) | {"rollout_s": rollout_s}
+        stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(ranks.device)}
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
-            validate(models, team, leader_rollouts, validation, cfg, step + 1, rank, device, log)
+            validated(step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, ranks.rank)
         crash_if_asked(cfg, step + 1)
-    if rank == 0:
+    if ranks.rank == 0:
         saved = save_trained(models, team.first.tokenizer, out, cfg)
         print(json.dumps({"steps": cfg.steps, "saved": saved}))
 
@@ -208,9 +227,12 @@ def train(cfg, rank, world, device):
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError). A leader
     needs at least one peer."""
-    check_weights(cfg)
-    check_rollouts(cfg, world)
-    check_at_least(cfg, 1, "questions")
+    check_task(cfg)
+    check_game(cfg, min_agents=1, min_rounds=0)
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+    check_run(cfg)
+    check_trainer(cfg)
+    check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
     if not 0 <= cfg.filter_easy <= 1:
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
     if cfg.peers:
@@ -225,5 +247,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         check(config, launch_world_size())
-        with distributed(config.out_dir) as (rank, world, device):
-            train(config, rank, world, device)
+        with distributed(config.out_dir) as ranks:
+            train(config, ranks)

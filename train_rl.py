@@ -6,10 +6,9 @@
 
 Read top to bottom:
 1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
-   questions. At every visited (agent, round) state, every action is evaluated with the peers'
-   actions held at what they did: R(s) in R^K (counterfactual_rewards, from the games
-   deliberate.play played with every agent's REFINE sample drawn). Stored: the state, R, the
-   behaviour action and the behaviour policy's logits.
+   questions, every agent's REFINE sample drawn. At every visited (agent, round) state, every action
+   is scored with the peers held at what they did: R(s) in R^K (deliberate.counterfactual_rewards).
+   Stored: the state, R, the behaviour action and the behaviour policy's logits.
 2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient
    term; all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
      softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the
@@ -20,10 +19,8 @@ Read top to bottom:
      grpo       the same with A = z-scored R(s)
      ppo        clipped surrogate on the behaviour action, ratio to the behaviour policy (pi_sft in
                 the first iteration), advantage R(s, a_b) - mean R(s)
-     reinforce  -R(s, a_b) log pi(a_b|s): plain REINFORCE on the behaviour action, no baseline, no
-                ratio
-3. --iterations M re-collects the corpus with the current policy before each of the M updates
-   (online).
+     reinforce  -R(s, a_b) log pi(a_b|s): plain REINFORCE on the behaviour action, no baseline
+3. --iterations M re-collects the corpus with the current policy before each update (online).
 
 --reward-scale and --reward-transform (none, exp) change R before the advantages: the robustness
 study. Every rank plays its shard of the questions; the corpus is gathered, so every rank holds all
@@ -42,16 +39,15 @@ from tqdm import tqdm
 
 import softrank
 from common import (
-    GameConfig,
     MetricsLog,
+    RunConfig,
     UsageError,
     all_reduce_sum,
     batch_schedule,
     check_at_least,
     check_choice,
-    check_game,
     check_positive,
-    corpus_settings,
+    check_run,
     crash_if_asked,
     distributed,
     global_mean,
@@ -66,24 +62,26 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from data import training_questions
+from data import TaskConfig, check_task, training_questions
 from deliberate import (
     ACTION_KINDS,
     PERSIST,
     REFINE,
+    GameConfig,
     action_counts,
     action_distribution,
+    check_game,
     check_team,
     collect_states,
     concede,
+    corpus_settings,
+    counterfactual_rewards,
     load_policy,
     n_actions,
-    outcome,
     play,
     save_policy,
-    shaped_reward,
 )
-from llm.team import make_engine, resolve_engine_dtype, team_name
+from llm.team import EngineConfig, check_engine, make_engine, resolve_engine_dtype, team_name
 
 # the algorithms that score every action of a state (the corpus knows each one's reward)
 FULL_SET_ADVANTAGES = {
@@ -97,7 +95,7 @@ OBJECTIVES = ("expected", "unweighted", "eq4")
 
 
 @dataclass
-class Config(GameConfig):
+class Config(RunConfig, EngineConfig, GameConfig, TaskConfig):
     init: str = "runs/sft/policy.pt"
     """pi_sft (sft.py's policy.pt): the starting policy and pi_ref"""
     algo: str = "softrank"
@@ -131,65 +129,31 @@ class Config(GameConfig):
     """states per optimizer step, over all ranks"""
     lr: float = 1e-3
     """AdamW learning rate"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    questions: int = 256
-    """training questions per iteration (a fresh slice each iteration)"""
-    val_n: int = 64
-    """held-out training-split questions for the validation accuracy"""
-    eval_every: int = 0
-    """optimizer steps between validation games (0: after each iteration only)"""
     out_dir: str = "runs/rl"
     """where policy.pt, summary.json, metrics.jsonl, the corpora and the checkpoint go"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end of each iteration)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
 
 
 # --------------------------------------------------------------------------------------------------
 # 1. The corpus: every action of every visited state scored (docs/design.md §6)
 # --------------------------------------------------------------------------------------------------
-def counterfactual_rewards(before, after, refined, gold, task, refine_costs=None):
-    """Every agent's shaped reward for each of its K actions, the peers held at what they actually
-    did (`after`). PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or would
-    have drawn (refined[i]: same prompt, same seed) and pays refine_costs[i]."""
-    vectors = []
-    for i in range(len(before)):
-
-        def team_if(action):
-            return after[:i] + [outcome(before, i, action, refined)] + after[i + 1 :]
-
-        vector = [
-            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
-        ]
-        vector[REFINE] -= refine_costs[i] if refine_costs else 0.0
-        vectors.append(vector)
-    return vectors
-
-
-def scored_states(engine, questions, behaviour, cfg, rank, world, desc):
+def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
-    sample drawn), each with its counterfactual reward vector."""
+    sample drawn, at --refine-cost), each with its counterfactual reward vector."""
 
     def rewards(game, move):
-        ex = game.example
-        vectors = counterfactual_rewards(
-            move.before, move.after, move.refined, ex.answer, ex.task, move.costs
-        )
+        vectors = counterfactual_rewards(move, game.example.answer, game.example.task)
         return [{"rewards": vector} for vector in vectors]
 
+    cost = cfg.refine_cost
     return collect_states(
-        engine, questions, behaviour, cfg, rank, world, rewards, refine_all=True, desc=desc
+        engine, questions, behaviour, cfg, rewards, ranks=ranks, desc=desc, refine_cost=cost
     )
 
 
 def best_action_kinds(rewards):
-    """Which kind of action pays most in each state of a counterfactual corpus: the share of states
-    where PERSIST, REFINE or CONCEDE (to the best peer to concede to) alone reaches the state's
-    highest reward, the share where two kinds tie for it (flat states among them), and REFINE's
-    mean reward minus PERSIST's (its token cost included): whether refining ever pays, and where
-    (docs/design.md §6)."""
+    """Which kind of action pays most in each state of a counterfactual corpus (docs/design.md §6):
+    the share of states where PERSIST, REFINE or CONCEDE (to the best peer) alone reaches the
+    highest reward, the share where kinds tie for it, and REFINE's mean reward minus PERSIST's."""
     by_kind = torch.stack(
         [rewards[:, PERSIST], rewards[:, REFINE], rewards[:, concede(0) :].amax(-1)], -1
     )
@@ -205,9 +169,8 @@ def best_action_kinds(rewards):
 
 def corpus_statistics(tensors, k):
     """What a corpus of counterfactual rewards can teach. frac_zero_std: states whose K rewards are
-    all equal (nothing to learn). frac_multi_valued: states with at least three distinct rewards,
-    the only ones where SoftRank and GRPO advantages can differ (with two values both give the same
-    two-level vector). best_kind, refine_minus_persist: best_action_kinds."""
+    all equal (nothing to learn); frac_multi_valued: with three distinct rewards or more, the only
+    ones where SoftRank and GRPO advantages can differ; best_action_kinds."""
     rewards = tensors["rewards"]
     distinct = torch.tensor([len(set(row)) for row in rewards.tolist()])
     return {
@@ -301,18 +264,18 @@ def frozen_copy(policy):
     return copy.deepcopy(policy).cpu().eval()
 
 
-def validate(engine, questions, policy, cfg, rank, world, device, log, step):
+def validate(engine, questions, policy, cfg, *, ranks, log, step):
     """The team's greedy accuracy, tokens per question and actions under `policy` on the validation
     questions, every rank on its shard, logged at `step`."""
     if not questions:  # --val-n 0
         return {"val_accuracy": None, "validation": "none (--val-n 0)"}
-    games = play(engine, questions[rank::world], frozen_copy(policy), cfg)
+    games = play(engine, questions[ranks.rank :: ranks.world], frozen_copy(policy), cfg)
     results = [g.transcript() for g in games]
     counts = action_counts(results)
     sums = all_reduce_sum(
         [sum(r["correct"] for r in results), sum(r["tokens"] for r in results), len(results)]
         + [counts[k] for k in ACTION_KINDS],
-        device,
+        ranks.device,
     )
     correct, tokens, n, counts = sums[0], sums[1], sums[2], sums[3:]
     result = {
@@ -321,7 +284,7 @@ def validate(engine, questions, policy, cfg, rank, world, device, log, step):
         "val_actions": {k: round(c / max(sum(counts), 1), 4) for k, c in zip(ACTION_KINDS, counts)},
     }
     log.write(step=step, **result)
-    if rank == 0:
+    if ranks.rank == 0:
         print(
             f"step {step}: val accuracy {result['val_accuracy']:.3f}, "
             f"actions {result['val_actions']}",
@@ -332,15 +295,17 @@ def validate(engine, questions, policy, cfg, rank, world, device, log, step):
 
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
+    check_task(cfg)
     check_game(cfg)
-    check_at_least(cfg, 0, "val_n")
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+    check_run(cfg)
     check_choice("--algo", cfg.algo, ALGOS)
     check_choice("--objective", cfg.objective, OBJECTIVES)
     check_choice("--reward-transform", cfg.reward_transform, ("none", "exp"))
-    check_at_least(cfg, 1, "iterations", "epochs", "questions", "save_every")
+    check_at_least(cfg, 1, "iterations", "epochs")
     # every rank takes rows of every global batch
     check_at_least(cfg, world, "batch_size")
-    check_at_least(cfg, 0, "beta", "lam", "eval_every", "weight_decay")
+    check_at_least(cfg, 0, "beta", "lam", "refine_cost")
     # a negative scale would reverse the rewards' order
     check_positive(cfg, "lr", "tau", "clip", "reward_scale")
     if not Path(cfg.init).is_file():
@@ -348,7 +313,8 @@ def check(cfg, world):
     check_team(load_policy(cfg.init), cfg.agents, f"--init {cfg.init}")
 
 
-def train(cfg, rank, world, device):
+def train(cfg, ranks):
+    rank, world, device = ranks
     cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
@@ -366,13 +332,17 @@ def train(cfg, rank, world, device):
             print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
         return json.loads((out / "summary.json").read_text())
     log = MetricsLog(out, rank, counters["global_step"])
-    engine = make_engine(cfg, rank, device)
+    engine = make_engine(cfg, cfg.agents, rank, device)
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
     k = n_actions(cfg.agents)
-    _, val_questions = training_questions(cfg)
-    settings = corpus_settings(cfg, "questions", "val_n", "init")
+    _, held_out = training_questions(cfg)
+    settings = corpus_settings(cfg, "questions", "val_n", "init", "refine_cost")
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]
+
+    def validate_at(step):
+        validated[step] = validate(engine, held_out, policy, cfg, ranks=ranks, log=log, step=step)
+
     for iteration in range(counters["iteration"], cfg.iterations):
         # 1. the corpus of this iteration, played by the current policy (collected once, then
         # read back)
@@ -382,7 +352,7 @@ def train(cfg, rank, world, device):
         rows = load_made_under(path, settings, "corpus")
         if rows is None:
             desc = f"corpus {iteration}"
-            rows = scored_states(engine, questions, behaviour, cfg, rank, world, desc)
+            rows = scored_states(engine, questions, behaviour, cfg, ranks=ranks, desc=desc)
             old_logits = policy_logits(behaviour, stack_rows(rows, ("own", "peers"), ("agent",)))
             for row, logits in zip(rows, old_logits.tolist()):
                 # what the behaviour actions were sampled from (PPO's ratio)
@@ -398,7 +368,7 @@ def train(cfg, rank, world, device):
         batches = batch_schedule(len(rows), cfg.batch_size, cfg.epochs, cfg.seed, f"rl-{iteration}")
         first = counters["step"] if iteration == counters["iteration"] else 0
         if global_step == 0 and cfg.eval_every:
-            validated[0] = validate(engine, val_questions, policy, cfg, rank, world, device, log, 0)
+            validate_at(0)
         bar = tqdm(range(first, len(batches)), desc=f"{cfg.algo} {iteration}", disable=rank != 0)
         for step in bar:
             batch, weight = shard_rows(tensors, batches[step], rank, world, device)
@@ -415,9 +385,7 @@ def train(cfg, rank, world, device):
             bar.set_postfix(loss=f"{stats['loss']:.4f}")
             log.write(step=global_step, iteration=iteration, **stats)
             if cfg.eval_every and global_step % cfg.eval_every == 0:
-                validated[global_step] = validate(
-                    engine, val_questions, policy, cfg, rank, world, device, log, global_step
-                )
+                validate_at(global_step)
             if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
                 at = {"iteration": iteration, "step": step + 1, "global_step": global_step}
                 save_checkpoint(out, policy, optimizer, at, cfg, rank)
@@ -440,9 +408,7 @@ def train(cfg, rank, world, device):
 
     # 3. the final policy: validated (unless its last step was), saved with its settings and summary
     if global_step not in validated:
-        validated[global_step] = validate(
-            engine, val_questions, policy, cfg, rank, world, device, log, global_step
-        )
+        validate_at(global_step)
     summary.update(
         validated[global_step], team=team_name(cfg), dtype=cfg.dtype, dtype_reason=dtype_reason
     )
@@ -458,5 +424,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         check(config, launch_world_size())
-        with distributed(config.out_dir) as (rank, world, device):
-            train(config, rank, world, device)
+        with distributed(config.out_dir) as ranks:
+            train(config, ranks)

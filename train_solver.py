@@ -8,7 +8,7 @@ worked solutions, or the backbone's own right answers (rejection sampling).
 Read top to bottom: the training solutions (worked_solutions, data/worked.py; or right_solutions,
 sampled; with --refine-contexts also refine_examples, REFINE prompts over sampled peers with the
 worked solution as target), then epochs of cross-entropy on the solution tokens only, the prompt
-masked out: llm.training.policy_step with advantage 1 on every sequence and the token mean.
+masked out: softrank.policy_step with advantage 1 on every sequence and the token mean.
 
 A LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt that eval.py
 --models default+adapter.pt,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
@@ -24,37 +24,41 @@ import torch
 from tqdm import tqdm
 
 import data
+import softrank
 from common import (
     FileRefused,
+    RunConfig,
     UsageError,
     all_gather_list,
     all_reduce_sum,
     batch_schedule,
     check_at_least,
     check_choice,
+    check_run,
     crash_if_asked,
     distributed,
     launch_world_size,
     load_file,
+    only,
     parse_config,
     save_checkpoint,
     user_errors,
 )
-from data import training_pool, training_questions
+from data import TaskConfig, check_task, training_pool, training_questions
 from data.worked import WorkedSolutionMissing, worked_solution
-from deliberate import parse_solution, refine_prompt, solve_prompt
+from deliberate import GameConfig, check_game, parse_solution, refine_prompt, solve_prompt
 from llm import lora
 from llm.cache import call_seed
 from llm.logprobs import without_dropout
-from llm.team import make_engine
+from llm.team import EngineConfig, check_engine, make_engine
 from llm.training import (
     Objective,
     Sequence,
     TrainerConfig,
-    check_weights,
+    Updater,
+    check_trainer,
     learning_rate,
     log_accuracy,
-    policy_step,
     refresh_rollout_weights,
     resumed,
     save_trained,
@@ -67,7 +71,13 @@ CROSS_ENTROPY = Objective(agg="token", beta=0.0, temperature=1.0)
 
 
 @dataclass
-class Config(TrainerConfig):
+class Config(
+    TrainerConfig,
+    RunConfig,
+    only(EngineConfig, "model", "engine_batch_size", "cache_dir"),
+    only(GameConfig, "seed", "agents", "temperature", "max_new_tokens", "trailer"),
+    TaskConfig,
+):
     solutions: str = "worked"
     """worked (the task's own worked solutions, data/worked.py: arith, gsm8k) | sampled (rejection
     sampling: the backbone's own right answers)"""
@@ -77,15 +87,10 @@ class Config(TrainerConfig):
     solutions), the worked solution its target"""
     samples: int = 4
     """--solutions sampled: solutions sampled per training question"""
-    questions: int = 256
-    """training questions"""
     epochs: int = 30
     """passes over the training solutions"""
     batch_size: int = 256
     """sequences per optimizer step, over all ranks"""
-    init_adapter: str = ""
-    """start the adapter from this adapter file (of the same rank and alpha) instead of from the
-    base model"""
     lr: float = 0.0
     """AdamW learning rate (0: 2e-3 for adapters, 1e-5 for full weights: results/README.md)"""
     out_dir: str = "runs/solver"
@@ -112,7 +117,7 @@ def worked_solutions(engine, cfg):
         raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
 
 
-def refine_examples(engine, cfg, rank, world):
+def refine_examples(engine, cfg, ranks):
     """--refine-contexts: one REFINE example per training question. Its prompt is the game's refine
     prompt with the agent's own solution and its cfg.agents - 1 peers' answers, all sampled (at
     --temperature) from the base model with the adapter file --refine-contexts names; its target is
@@ -124,7 +129,7 @@ def refine_examples(engine, cfg, rank, world):
     except lora.AdapterMismatch as e:
         raise FileRefused(f"{cfg.refine_contexts}: {e}") from None
     questions, _ = training_questions(cfg)
-    mine = list(enumerate(questions))[rank::world]
+    mine = list(enumerate(questions))[ranks.rank :: ranks.world]
     calls = [(q, ex, i) for q, ex in mine for i in range(cfg.agents)]
     completions = engine.generate(
         [engine.chat(solve_prompt(ex)) for _, ex, _ in calls],
@@ -148,13 +153,13 @@ def refine_examples(engine, cfg, rank, world):
     return [(prompt, target) for _, prompt, target in sorted(all_gather_list(examples))]
 
 
-def right_solutions(engine, cfg, rank, world):
+def right_solutions(engine, cfg, ranks):
     """--solutions sampled (rejection sampling): cfg.samples solutions of the backbone to each
     training question, kept where right and ended by the EOS (with --trailer, also well-formatted),
     as (prompt ids, completion ids + EOS). Each rank samples its shard; every rank gets all of them,
     sorted, whatever the world size."""
     questions, _ = training_questions(cfg)
-    calls = [(ex, k) for ex in questions[rank::world] for k in range(cfg.samples)]
+    calls = [(ex, k) for ex in questions[ranks.rank :: ranks.world] for k in range(cfg.samples)]
     prompts = [engine.chat(solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
     seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
     completions = engine.generate(
@@ -168,7 +173,7 @@ def right_solutions(engine, cfg, rank, world):
         if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
             kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
     kept = sorted(all_gather_list(kept))
-    if rank == 0:
+    if ranks.rank == 0:
         kind = " well-formatted" if cfg.trailer else ""
         print(
             f"kept {len(kept)} right{kind} solutions of {len(questions) * cfg.samples} samples",
@@ -177,7 +182,7 @@ def right_solutions(engine, cfg, rank, world):
     return kept
 
 
-def validate(models, team, shard, cfg, step, rank, device, log):
+def validate(models, team, shard, cfg, *, step, ranks, log):
     """Greedy accuracy on this rank's held-out questions: each one's answer alone (a team of one,
     no deliberation), logged over every rank."""
     refresh_rollout_weights(models, team)
@@ -193,24 +198,32 @@ def validate(models, team, shard, cfg, step, rank, device, log):
         right = torch.tensor(
             [float(data.is_correct(a, ex.answer, ex.task)) for a, ex in zip(answers, shard)]
         )
-    log_accuracy(right, step, rank, device, log)
+    log_accuracy(right, log, step, ranks)
 
 
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
-def train(cfg, rank, world, device):
+def train(cfg, ranks):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    models, team = trained_team(cfg, 1, device)
+    models, team = trained_team(cfg, 1, ranks.device)
+    # the base model's own generations, cached: sampled solutions, or REFINE contexts
+    sampler = EngineConfig(
+        model=cfg.model,
+        dtype=cfg.train_dtype,
+        engine_batch_size=cfg.engine_batch_size,
+        cache_dir=cfg.cache_dir,
+    )
     if cfg.solutions == "worked":
         kept = worked_solutions(team.first, cfg)
         if cfg.refine_contexts:
-            contexts = make_engine(cfg, rank, device)
-            kept += refine_examples(contexts, cfg, rank, world)
+            contexts = make_engine(sampler, cfg.agents, ranks.rank, ranks.device)
+            kept += refine_examples(contexts, cfg, ranks)
             del contexts
     else:
-        kept = right_solutions(make_engine(cfg, rank, device), cfg, rank, world)
+        engine = make_engine(sampler, cfg.agents, ranks.rank, ranks.device)
+        kept = right_solutions(engine, cfg, ranks)
     if len(kept) < cfg.batch_size:
         raise UsageError(
             f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
@@ -218,44 +231,47 @@ def train(cfg, rank, world, device):
         )
     lr = learning_rate(cfg, adapter_lr=2e-3)
     optimizer, holder, counters, log, learners = resumed(
-        models, cfg, lr, CROSS_ENTROPY, out, rank, device, "epochs"
+        models, cfg, out, ranks, lr=lr, extendable="epochs"
     )
     tokenizer = team.first.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    validation = training_pool(cfg)[: cfg.val_n][rank::world]
+    updater = Updater.of(optimizer, cfg, pad, ranks)
+    validation = training_pool(cfg)[: cfg.val_n][ranks.rank :: ranks.world]
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
 
     if cfg.eval_every and counters["step"] == 0:
-        validate(models, team, validation, cfg, 0, rank, device, log)
-    bar = tqdm(range(counters["step"], len(batches)), desc="solver", disable=rank != 0)
+        validate(models, team, validation, cfg, step=0, ranks=ranks, log=log)
+    bar = tqdm(range(counters["step"], len(batches)), desc="solver", disable=ranks.rank != 0)
     for step in bar:
-        rows = batches[step][rank::world].tolist()
+        rows = batches[step][ranks.rank :: ranks.world].tolist()
         sequences = [Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
         without_dropout(models[0].train())
-        update = policy_step(
-            learners, optimizer, sequences, advantages, CROSS_ENTROPY, cfg, pad, device, world
-        )
-        loss = all_reduce_sum([update["loss"]], device)[0] / world
+        update = softrank.policy_step(learners, sequences, advantages, CROSS_ENTROPY, updater)
+        loss = all_reduce_sum([update["loss"]], ranks.device)[0] / ranks.world
         bar.set_postfix(loss=f"{loss:.4f}")
         log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == len(batches)):
-            validate(models, team, validation, cfg, step + 1, rank, device, log)
+            validate(models, team, validation, cfg, step=step + 1, ranks=ranks, log=log)
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
-            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, rank)
+            save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, ranks.rank)
         crash_if_asked(cfg, step + 1)
-    if rank == 0:
+    if ranks.rank == 0:
         saved = save_trained(models, tokenizer, out, cfg)
         print(json.dumps({"solutions": len(kept), "steps": len(batches), "saved": saved}))
 
 
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
-    check_weights(cfg)
+    check_task(cfg)
+    check_game(cfg, min_agents=1, min_rounds=0)
+    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+    check_run(cfg)
+    check_trainer(cfg)
     check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
     if cfg.solutions == "worked" and cfg.trailer:
         raise UsageError("--solutions worked: worked solutions carry no trailer (drop --trailer)")
-    check_at_least(cfg, 1, "questions", "samples", "epochs", "batch_size")
+    check_at_least(cfg, 1, "samples", "epochs", "batch_size")
     if cfg.refine_contexts and cfg.solutions != "worked":
         raise UsageError("--refine-contexts: REFINE examples need --solutions worked")
     if cfg.refine_contexts:
@@ -266,5 +282,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         check(config, launch_world_size())
-        with distributed(config.out_dir) as (rank, world, device):
-            train(config, rank, world, device)
+        with distributed(config.out_dir) as ranks:
+            train(config, ranks)

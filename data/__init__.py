@@ -7,11 +7,14 @@ answers.
     pred = extract_answer(completion, ex.task)          # "42", "B", "\\frac{3}{4}" or None
     reward = float(is_correct(pred, ex.answer, ex.task))
 
-Modules: example.py (Example, DataError), answers.py (extraction and comparison), arith.py (the
-built-in generator; its templates in arith_templates.py), files.py (the file formats).
+A script's task flags: TaskConfig, checked by check_task. Modules: example.py (Example,
+DataError), answers.py (extraction and comparison), arith.py (the built-in generator; its templates
+in arith_templates.py), files.py (the file formats), worked.py (worked solutions).
 """
 
 import random
+from dataclasses import dataclass
+from pathlib import Path
 
 from . import arith
 from .answers import (
@@ -43,7 +46,35 @@ __all__ = [
     "split_of",
     "training_pool",
     "training_questions",
+    "TaskConfig",
+    "check_task",
 ]
+
+
+@dataclass
+class TaskConfig:
+    """The task flags of every script that reads questions."""
+
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+
+
+def check_task(cfg):
+    """The task flags (TaskConfig), before anything is loaded: a mistake is one line (DataError)."""
+    if cfg.task not in TASKS:
+        raise DataError(f"unknown --task {cfg.task!r}: choose one of {', '.join(TASKS)}")
+    if cfg.task in FILE_TASKS and not cfg.path:
+        raise DataError(f"--task {cfg.task} reads a data file: pass it with --path")
+    if cfg.path and not Path(cfg.path).is_file():
+        raise DataError(f"--path {cfg.path!r}: no such file")
+    if cfg.path and cfg.task not in FILE_TASKS:
+        raise DataError(f"--path {cfg.path!r}: task {cfg.task} is generated and reads no file")
+    if not 0 <= cfg.level <= 4:
+        raise DataError(f"--level {cfg.level}: choose 1..4 (0: the task's default)")
 
 
 def load_task(

@@ -1,7 +1,7 @@
 """Speed benchmarks of the engine. Timing claims are ratios measured in one process: this machine is
 shared and noisy.
 
-    python experiments/bench.py --bench generate --out results/bench/generate.json
+    python -m experiments.bench --bench generate --out results/bench/generate.json
 
   bench_generate - HF `generate` vs the engine (fp32, bf16 where native, int8) on one fixed
                    batch of deliberation prompts
@@ -26,30 +26,20 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_common import (  # noqa: E402
+import common
+import data
+import deliberate
+from common import check_choice, machine, parse_config, user_errors, write_result
+from deliberate import parse_solution
+from experiments.bench_common import (
     deliberation_prompts,
     hf_generate,
     matmul_flops,
     matmul_peak_flops,
 )
-
-import common  # noqa: E402
-import data  # noqa: E402
-import deliberate  # noqa: E402
-from common import (  # noqa: E402
-    GameConfig,  # noqa: E402
-    check_choice,
-    machine,
-    parse_config,
-    user_errors,
-    write_result,
-)
-from deliberate import parse_solution  # noqa: E402
-from eval import run_protocol  # noqa: E402
-from llm import backbone, lora  # noqa: E402
-from llm.cache import call_seed  # noqa: E402
-from llm.engine import Engine  # noqa: E402
+from llm import backbone, lora
+from llm.cache import call_seed
+from llm.engine import Engine
 
 
 @dataclass
@@ -202,7 +192,7 @@ def bench_round(cfg):
     a bf16 run adds its own under "bfloat16"."""
     n, dtypes = cfg.n or 200, bench_dtypes(cfg)
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    game = GameConfig(
+    game = deliberate.GameConfig(
         agents=cfg.agents,
         rounds=1,
         temperature=0.0,
@@ -311,7 +301,7 @@ def bench_debate(cfg):
         batch_size=cfg.engine_batch_size,
         progress=True,
     )
-    game = GameConfig(
+    game = deliberate.GameConfig(
         agents=cfg.agents,
         rounds=cfg.rounds,
         temperature=cfg.temperature,
@@ -320,7 +310,8 @@ def bench_debate(cfg):
         seed=cfg.seed,
     )
     start = time.time()
-    run_protocol(engine, examples, "debate", game)
+    # debate: every agent REFINEs every round
+    deliberate.play(engine, examples, deliberate.FixedPolicy("refine"), game)
     engine_s = time.time() - start
     print(f"engine: {engine_s:.0f} s; now the usual way", file=sys.stderr)
     model, tokenizer = engine.model, engine.tokenizer
@@ -415,7 +406,8 @@ def bench_team(cfg, repeats=2):
     merged = [Engine(model=lora.merged_copy(model, k), tokenizer=plain.tokenizer,
                      batch_size=cfg.engine_batch_size) for k in range(cfg.agents)]  # fmt: skip
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    calls = deliberate.solve_calls(examples, GameConfig(agents=cfg.agents, seed=cfg.seed))
+    game = deliberate.GameConfig(agents=cfg.agents, seed=cfg.seed)
+    calls = deliberate.solve_calls(examples, game)
     prompts, seeds, agents = zip(*((plain.chat(p), seed, i) for _, p, seed, i in calls))
     budget = {"max_new_tokens": cfg.max_new_tokens, "temperature": 0.0}
 

@@ -3,17 +3,14 @@ fixed batch of deliberation prompts they time, HF `generate` as the reference th
 against, the matmul FLOP counts that turn a time into a share of this machine's peak, and randomly
 initialized Llamas over the default tokenizer (no weights need to travel to a GPU machine)."""
 
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import deliberate  # noqa: E402
-from deliberate import parse_solution  # noqa: E402
-from llm import backbone  # noqa: E402
+import deliberate
+from deliberate import parse_solution
+from llm import backbone
 
 
 def matmul_peak_flops(dtype):

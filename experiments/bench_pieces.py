@@ -3,7 +3,7 @@ kernel_bench.py) and of the generation cache's (cache_bench.py); experiments/pie
 with every other piece (the same dict form: "command", "outputs"). Each is a timing: run it on a
 quiet machine; its JSON records the machine."""
 
-from llm_pieces import PY
+from experiments.llm_pieces import PY
 
 
 def bench(name, args, file=""):
@@ -11,7 +11,7 @@ def bench(name, args, file=""):
     which records the machine it ran on."""
     out = f"results/bench/{file or name}.json"
     return {
-        "command": [PY, "experiments/bench.py", "--bench", name, *args, "--out", out],
+        "command": [PY, "-m", "experiments.bench", "--bench", name, *args, "--out", out],
         "outputs": [out],
     }
 
@@ -19,13 +19,16 @@ def bench(name, args, file=""):
 def profile(name, args):
     """Where a decoding step's time goes (experiments/profile_decode.py)."""
     out = f"results/bench/{name}.json"
-    return {"command": [PY, "experiments/profile_decode.py", *args, "--out", out], "outputs": [out]}
+    return {
+        "command": [PY, "-m", "experiments.profile_decode", *args, "--out", out],
+        "outputs": [out],
+    }
 
 
 def static_decode(name, args):
     """A compiled static-shape decode step against the engine's (experiments/static_decode.py)."""
     out = f"results/bench/{name}.json"
-    command = [PY, "experiments/static_decode.py", *args, "--out", out]
+    command = [PY, "-m", "experiments.static_decode", *args, "--out", out]
     return {"command": command, "outputs": [out]}
 
 
@@ -57,7 +60,7 @@ BENCH_PIECES = {
     "bench-static-decode-1thread": static_decode("static-decode-1thread", ["--threads", "1"]),
     # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
     "bench-kernels": {
-        "command": [PY, "experiments/kernel_bench.py", "--out", "results/bench/kernels.json"],
+        "command": [PY, "-m", "experiments.kernel_bench", "--out", "results/bench/kernels.json"],
         "outputs": ["results/bench/kernels.json"],
     },
     # issue 36: one decode step in fp32 against bf16 (a machine with native bf16)
@@ -67,7 +70,7 @@ BENCH_PIECES = {
     # issue 57: the generation cache, the JSONL files against the SQLite database, at 10k, 100k
     # and 1M entries (the JSONL cache of 1M entries takes several GB of memory to open)
     "bench-cache": {
-        "command": [PY, "experiments/cache_bench.py", "--out", "results/bench/cache.json"],
+        "command": [PY, "-m", "experiments.cache_bench", "--out", "results/bench/cache.json"],
         "outputs": ["results/bench/cache.json"],
     },
 }

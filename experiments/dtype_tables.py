@@ -6,9 +6,8 @@ results/dtype/ and results/bench/*-dtypes.json (experiments/report.py puts them 
   dtype_bench_table    - `--bench generate` and `--bench round` in both dtypes against HF generate
 """
 
-from tables import load, mean, missing, pooled, summary_of
-
-from eval import format_paired, paired_difference, sample_std
+from experiments.tables import load, mean, missing, pooled, summary_of
+from stats import format_paired, paired_difference, sample_std
 
 SEEDS = (0, 1, 2)
 # table a's file part -> (the protocol's key in an eval.py JSON of the dtype pieces, its name)

@@ -2,9 +2,9 @@
 all get the same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8,
 on the untrained model.
 
-    python experiments/flat_groups.py --level 1 --agents 3 --n 32 \
+    python -m experiments.flat_groups --level 1 --agents 3 --n 32 \
         --out results/llm/flat_groups-L1-a3.json
-    python experiments/flat_groups.py --target leader --n 64 \
+    python -m experiments.flat_groups --target leader --n 64 \
         --out results/llm/flat_groups-leader.json
 
 --target agents: a joint rollout of `--protocol parallel` is every agent's answer to the question,
@@ -16,21 +16,14 @@ through the engine and its cache; G = 2 and 4 use the first G of them.
 """
 
 import dataclasses
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import data  # noqa: E402
-import deliberate  # noqa: E402
-from common import (  # noqa: E402
-    GameConfig,  # noqa: E402
-    parse_config,
-    write_result,
-)
-from deliberate import majority_vote  # noqa: E402
-from llm.cache import call_seed  # noqa: E402
-from llm.engine import Engine  # noqa: E402
+import data
+import deliberate
+from common import parse_config, write_result
+from deliberate import GameConfig, majority_vote
+from llm.cache import call_seed
+from llm.engine import Engine
 
 GROUPS = (2, 4, 8)
 

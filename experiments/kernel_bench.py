@@ -1,6 +1,6 @@
 """The kernel timings behind the engine's dtype decisions (docs/design.md §11), on this machine:
 
-    python experiments/kernel_bench.py --out results/bench/kernels.json
+    python -m experiments.kernel_bench --out results/bench/kernels.json
 
   linear    - a 64-row Linear of each projection shape of the default backbone and its LM head:
               torch's default path and oneDNN's (the engine's fp32 patch), in fp32 and bf16 (ms)
@@ -10,16 +10,13 @@
 Each the fastest of 3 runs of `repeats` calls.
 """
 
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import machine, parse_config, write_result  # noqa: E402
+from common import machine, parse_config, write_result
 
 # (in, out) of SmolLM2-135M's projections: q/o, k/v, gate/up, down; and the LM head
 SHAPES = {"q,o": (576, 576), "k,v": (576, 192), "gate,up": (576, 1536), "down": (1536, 576),

@@ -83,7 +83,7 @@ def after(name, args, model="", leader="", adapter=""):
 
 def flat_groups(name, args):
     out = f"results/llm/flat_groups-{name}.json"
-    return {"command": [PY, "experiments/flat_groups.py", *args, "--out", out], "outputs": [out]}
+    return {"command": [PY, "-m", "experiments.flat_groups", *args, "--out", out], "outputs": [out]}
 
 
 LLM_PIECES = {
@@ -131,7 +131,8 @@ LLM_PIECES = {
     "lora-step-size": {
         "command": [
             PY,
-            "experiments/lora_step_size.py",
+            "-m",
+            "experiments.lora_step_size",
             "--out",
             "results/llm/lora-step-size.json",
         ],

@@ -4,24 +4,22 @@ sweep): a supervised check free of RL noise. 16 arith prompts with a fixed right
 completion tokens before each step, for whole weights at 1e-5 (the MAGRPO preset's rate) and
 rank-4 adapters (alpha 32, train_magrpo.py's defaults) at 1e-4 and 5e-4.
 
-    python experiments/lora_step_size.py --out results/llm/lora-step-size.json
+    python -m experiments.lora_step_size --out results/llm/lora-step-size.json
 """
 
 import argparse
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import machine
+from llm import backbone, lora
+from llm.logprobs import completion_batch, completion_logprobs
 
-from common import machine  # noqa: E402
-from llm import backbone, lora  # noqa: E402
-from llm.logprobs import completion_batch, completion_logprobs  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RUNS = [("whole weights", 0, 1e-5), ("adapters", 4, 1e-4), ("adapters", 4, 5e-4)]
 STEPS = 8

@@ -1,6 +1,6 @@
 """Times `make demo` as a new user meets it and keeps its table: results/demo/make-demo.json.
 
-    python experiments/make_demo.py          # run on a quiet machine: it is a timing
+    python -m experiments.make_demo          # run on a quiet machine: it is a timing
 
 A fresh clone of this checkout's HEAD in a temporary folder, so the generation cache is cold (the
 converted default backbone under ~/.cache/mpdf is reused: converting it is part of `make model`,
@@ -11,14 +11,13 @@ written with the times, the commit and the machine.
 
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import machine
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from common import machine  # noqa: E402
 
 
 def timed(command, cwd):

@@ -8,8 +8,8 @@ edit cannot change any result). A development tool, run outside `make test` and 
 requirements.txt:
 
     pip install mutmut==3.3.1
-    python experiments/mutation.py deliberate  # -> results/mutation/deliberate.json
-    python experiments/mutation.py --list      # the modules and the tests that cover each
+    python -m experiments.mutation deliberate  # -> results/mutation/deliberate.json
+    python -m experiments.mutation --list      # the modules and the tests that cover each
 
 Each run works in a fresh scratch copy of the repository, runs/mutation/<module>/ (`mutmut browse`
 there shows every mutant), with one test process at a time (--max-children) next to other work.
@@ -30,7 +30,6 @@ from difflib import unified_diff
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VERSION = "3.3.1"
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that

@@ -7,9 +7,9 @@ done), and "needs" (files that must exist first: a policy trained by another pie
 of git).
 """
 
-from bench_pieces import BENCH_PIECES
-from llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS, llm_run
-from mutation import MODULES as MUTATION_MODULES
+from experiments.bench_pieces import BENCH_PIECES
+from experiments.llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS, llm_run
+from experiments.mutation import MODULES as MUTATION_MODULES
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
@@ -253,7 +253,7 @@ def team_pieces(team, seed):
     # what each learned policy's REFINEs and CONCEDEs gain over PERSIST in its test games
     values = {
         f"refine-value-{name}-{algo}": {
-            "command": [PY, "experiments/refine_value.py", *TABLE_TASKS["arith"], *TABLE_GAME]
+            "command": [PY, "-m", "experiments.refine_value", *TABLE_TASKS["arith"], *TABLE_GAME]
             + [*team_flags(team), "--n", "300", "--seed", str(seed)]
             + ["--policy", table_policy("arith", algo, seed, team)]
             + ["--out", f"results/refine/{name}-{algo}.json"],
@@ -334,7 +334,7 @@ def study(name, args):
 def auroc(name, args):
     out = f"results/auroc/{name}.json"
     return {
-        "command": [PY, "experiments/confidence_auroc.py", *args, "--out", out],
+        "command": [PY, "-m", "experiments.confidence_auroc", *args, "--out", out],
         "outputs": [out],
     }
 
@@ -515,7 +515,7 @@ PIECES = {
     # tool and machine
     **{
         f"mutation-{module}": {
-            "command": [PY, "experiments/mutation.py", module],
+            "command": [PY, "-m", "experiments.mutation", module],
             "outputs": [f"results/mutation/{module}.json"],
         }
         for module in MUTATION_MODULES

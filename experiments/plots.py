@@ -6,7 +6,7 @@ installed (report.py then writes the tables without their pictures and says how 
 
 from statistics import fmean as mean
 
-from eval import sample_std  # report.py puts the repository's root on sys.path
+from stats import sample_std
 
 
 def pyplot():

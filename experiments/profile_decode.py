@@ -2,7 +2,7 @@
 run: batch 64 (the fixed deliberation prompts of `experiments/bench.py --bench generate`, about 100
 prompt tokens per row), sampling at T = 0.7 as the game does.
 
-    python experiments/profile_decode.py --before 9341c01^ --out results/bench/profile.json
+    python -m experiments.profile_decode --before 9341c01^ --out results/bench/profile.json
 
 torch.profiler records two runs of Engine.sample on the same prompts, one new token and 1 + `steps`
 new tokens (EOS switched off, so every row decodes every step); their difference divided by `steps`
@@ -12,7 +12,7 @@ The "before" engine is engine.py as it was at git revision `--before` (everythin
 checkout), the "after" engine is this checkout's. This machine is shared: the two engines take turns
 `repeats` times and each reports its fastest turn (the least disturbed).
 
-    python experiments/profile_decode.py --compile --out results/bench/compile.json
+    python -m experiments.profile_decode --compile --out results/bench/compile.json
 
 compares this checkout's engine eager ("before") with the same engine whose model forward is wrapped
 in torch.compile ("after"; dynamic shapes, since the batch and the cache length change every step).
@@ -20,7 +20,7 @@ Compiled kernels do not show as aten ops, so only the wall time of the step is c
 the buckets. In torch 2.13 on CPU inductor fails to compile it (README, "The engine"): kept to retry
 on a later torch.
 
-    python experiments/profile_decode.py --bf16 --out results/bench/profile-bf16.json
+    python -m experiments.profile_decode --bf16 --out results/bench/profile-bf16.json
 
 compares this checkout's engine in fp32 ("before") with the same engine in bf16 ("after").
 """
@@ -37,12 +37,11 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench_common import deliberation_prompts  # noqa: E402
+import data
+from common import machine, parse_config, write_result
+from experiments.bench_common import deliberation_prompts
 
-import data  # noqa: E402
-from common import machine, parse_config, write_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -82,7 +81,9 @@ def load_engine(rev):
     copy; revisions before the llm/ folder import `backbone` and `kvcache` as top-level modules)."""
     path = ROOT / "llm" / "engine.py"
     if rev:
-        sys.path.append(str(ROOT / "llm"))
+        # an old engine.py imports `backbone` and `kvcache` as top-level modules: today's
+        for name in ("backbone", "kvcache"):
+            sys.modules.setdefault(name, importlib.import_module(f"llm.{name}"))
         source = subprocess.run(
             ["git", "show", f"{rev}:engine.py"],
             cwd=ROOT,

@@ -1,10 +1,10 @@
 """What a learned policy's REFINEs (and CONCEDEs) are worth in the test games (issue 35): the policy
 plays its team's games greedily, as eval.py's mpdf=POLICY protocol does, and at every decision every
-agent's reward for each of its K actions is computed too (train_rl.counterfactual_rewards, the
+agent's reward for each of its K actions is computed too (deliberate.counterfactual_rewards, the
 peers held at what they did). For each kind of action the policy took, the mean of the reward it got
 minus the reward PERSIST would have got, with a bootstrap 95% interval over decisions.
 
-    python experiments/refine_value.py --models default+A.pt,default+B.pt,default \
+    python -m experiments.refine_value --models default+A.pt,default+B.pt,default \
         --policy results/policies/arith-team-mixed-seed0-softrank.pt --n 300 --seed 0 \
         --out results/refine/mixed-seed0-softrank.json
 
@@ -16,23 +16,28 @@ no token cost.
 """
 
 import dataclasses
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import data  # noqa: E402
-import deliberate  # noqa: E402
-from common import GameConfig, check_models, machine, parse_config, write_result  # noqa: E402
-from deliberate import ACTION_KINDS, PERSIST, REFINE, action_kind, make_policy  # noqa: E402
-from llm.team import make_engine, resolve_engine_dtype  # noqa: E402
-from train_rl import counterfactual_rewards  # noqa: E402
+import data
+import deliberate
+from common import machine, parse_config, write_result
+from data import TaskConfig
+from deliberate import (
+    ACTION_KINDS,
+    PERSIST,
+    REFINE,
+    GameConfig,
+    action_kind,
+    counterfactual_rewards,
+    make_policy,
+)
+from llm.team import EngineConfig, check_models, make_engine, resolve_engine_dtype
 
 
 @dataclass
-class Config(GameConfig):
+class Config(EngineConfig, GameConfig, TaskConfig):
     policy: str = ""  # a policy file (train_rl.py / sft.py) or a fixed one: persist | random | ...
     split: str = "test"
     n: int = 300
@@ -95,15 +100,13 @@ def main(cfg):
         check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
     cfg, dtype_reason = resolve_engine_dtype(cfg)
     examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
-    engine = make_engine(cfg, 0)
+    engine = make_engine(cfg, cfg.agents, 0)
     games = deliberate.play(engine, examples, make_policy(cfg.policy), cfg, refine_all=True)
     transcripts = [game.transcript() for game in games]
     for game in games:
         ex = game.example
         for move, record in zip(game.moves, game.rounds[1:]):
-            record["reward_vectors"] = counterfactual_rewards(
-                move.before, move.after, move.refined, ex.answer, ex.task, move.costs
-            )
+            record["reward_vectors"] = counterfactual_rewards(move, ex.answer, ex.task)
     correct = [tr["rounds"][-1]["correct"] for tr in transcripts]
     return write_result(
         {

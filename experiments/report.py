@@ -1,12 +1,12 @@
 """The documents' result tables, written from the committed files in results/ (never typed by hand).
 
-    python experiments/report.py            # print every table
-    python experiments/report.py --write    # replace each <!-- report:NAME --> ...
+    python -m experiments.report            # print every table
+    python -m experiments.report --write    # replace each <!-- report:NAME --> ...
                                             # <!-- /report:NAME --> block of README.md and
                                             # results/README.md with its table
 
 README.md holds the headline (`headline`); results/README.md every table and study (tables.py,
-studies.py).
+studies.py), and the headline's other studies in a sentence each (`headline-studies`).
 
 A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py
 makes them).
@@ -17,11 +17,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from dtype_tables import dtype_accuracy_table, dtype_bench_table  # noqa: E402
-from pieces import TEAMS  # noqa: E402
-from studies import (  # noqa: E402
+from deliberate import ACTION_KINDS
+from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
+from experiments.pieces import TEAMS
+from experiments.studies import (
     after_table,
     bench_table,
     cache_table,
@@ -31,7 +30,7 @@ from studies import (  # noqa: E402
     study_table,
     temperature_table,
 )
-from tables import (  # noqa: E402
+from experiments.tables import (
     auroc_table,
     by_seed,
     corpus_table,
@@ -47,7 +46,7 @@ from tables import (  # noqa: E402
     summary_of,
     weight_gap,
 )
-from team_tables import (  # noqa: E402
+from experiments.team_tables import (
     action_value_table,
     competent_team_table,
     debate_training_sentence,
@@ -57,9 +56,9 @@ from team_tables import (  # noqa: E402
     team_fixed_protocols,
     team_sentence,
 )
+from stats import format_paired, paired_difference, sample_std
 
-from deliberate import ACTION_KINDS  # noqa: E402
-from eval import format_paired, paired_difference, sample_std  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DOCUMENTS = ("README.md", "results/README.md")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
@@ -104,9 +103,7 @@ def demo_table():
     time): the untrained backbone's, then the competent team's where the demo played one."""
     run = load("demo/make-demo.json")
     if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
-        return missing("demo/make-demo.json").replace(
-            "experiments/run.py", "experiments/make_demo.py"
-        )
+        return missing("demo/make-demo.json").replace("experiments.run", "experiments.make_demo")
     timing = run["make_demo"]
     text = eval_table(run) + (
         f". `make demo` took {timing['seconds']:.0f} s in a fresh clone with a cold generation "
@@ -123,8 +120,7 @@ def demo_table():
 
 
 def headline():
-    """README's results: table a compact, paired against SoftRankPO, and one sentence per other
-    study."""
+    """README's results: table a compact, paired against SoftRankPO."""
     runs = {part: by_seed("arith300", part) for part in HEADLINE}
     if not all(len(r) == 3 for r in runs.values()):
         return missing(*(f"tables/arith300-seed*-{p}.json" for p, r in runs.items() if len(r) < 3))
@@ -144,7 +140,12 @@ def headline():
             f"| {label} | {mean(accuracy):.3f} ± {sample_std(accuracy):.3f} | {tokens:.0f} | "
             f"{paired} |"
         )
-    return "\n".join(lines) + "\n\n" + "\n".join(f"- {s}" for s in headline_sentences())
+    return "\n".join(lines)
+
+
+def headline_studies():
+    """results/README.md's summary of the other studies: one sentence each."""
+    return "\n".join(f"- {s}" for s in headline_sentences())
 
 
 def headline_sentences():
@@ -231,11 +232,12 @@ def after_differences(name, protocol, untrained):
     return diffs
 
 
-NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
+NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python -m experiments.report --write`)"
 
 
 TABLES = {
     "headline": headline,
+    "headline-studies": headline_studies,
     "demo": demo_table,
     "study-temperature": temperature_table,
     "study-levers": study_table,

@@ -1,11 +1,11 @@
 """The runner behind results/: every reported number is a small committed file, computed once, piece
 by piece.
 
-    python experiments/run.py --list            # every piece, done or not
-    python experiments/run.py                   # compute what is missing, in order
-    python experiments/run.py auroc- --commit   # the pieces whose name starts so; commit each
+    python -m experiments.run --list            # every piece, done or not
+    python -m experiments.run                   # compute what is missing, in order
+    python -m experiments.run auroc- --commit   # the pieces whose name starts so; commit each
                                                 # when done
-    python experiments/run.py --check after-worked-L1-r8-seed0-level1
+    python -m experiments.run --check after-worked-L1-r8-seed0-level1
                                                 # rerun a committed eval piece from scratch and
                                                 # compare its accuracies with the committed file's
 
@@ -26,10 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pieces import PIECES  # noqa: E402
-
-from common import machine  # noqa: E402
+from common import machine
+from experiments.pieces import PIECES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ metrics.jsonl, its corpus (every state's key, observation and action, and the or
 stage-1 corpus, the counterfactual reward vector and behaviour logits of a stage-2 one), the eval
 tables, and the LLM-weight runs' metrics and saved adapters.
 
-python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
+python -m experiments.same_behaviour /tmp/check-before /tmp/check-after
 """
 
 import hashlib
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import load_file  # noqa: E402
+from common import load_file
 
 
 def table(folder):

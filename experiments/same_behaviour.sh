@@ -7,7 +7,7 @@
 # Run it on a checkout before and after a change, then compare:
 #   git worktree add /tmp/before HEAD~1 && bash experiments/same_behaviour.sh /tmp/before /tmp/check-before
 #   bash experiments/same_behaviour.sh . /tmp/check-after
-#   .venv/bin/python experiments/same_behaviour.py /tmp/check-before /tmp/check-after
+#   .venv/bin/python -m experiments.same_behaviour /tmp/check-before /tmp/check-after
 # About 10 minutes on 2 CPU cores with the default backbone.
 set -euo pipefail
 REPO=$(cd "$1" && pwd); OUT=$2
@@ -33,10 +33,12 @@ else
   MAGRPO=train_magrpo.py; MLPO=train_mlpo.py; SOLVER=train_solver.py
 fi
 # the format reward makes groups that are not flat, so each step has a gradient
-LLM="--agents 2 --rounds 1 --group 4 --questions-per-step 2 --steps 1 --val-n 0"
-LLM="$LLM --max-new-tokens 32 --seed 3 --format-reward 0.5 --cache-dir $OUT/cache-llm"
-$PY $MAGRPO $LLM --out-dir "$OUT/magrpo" > "$OUT/magrpo.log" 2>&1
-$PY $MLPO --questions 8 --filter-easy 0 $LLM --out-dir "$OUT/mlpo" > "$OUT/mlpo.log" 2>&1
+LLM="--agents 2 --group 4 --questions-per-step 2 --steps 1 --val-n 0"
+LLM="$LLM --max-new-tokens 32 --seed 3 --format-reward 0.5"
+# MAGRPO samples from the weights it trains, uncached; MLPO's frozen peers use the cache
+$PY $MAGRPO $LLM --rounds 1 --out-dir "$OUT/magrpo" > "$OUT/magrpo.log" 2>&1
+$PY $MLPO --questions 8 --filter-easy 0 $LLM --cache-dir "$OUT/cache-llm" --out-dir "$OUT/mlpo" \
+  > "$OUT/mlpo.log" 2>&1
 # validated greedily before and after its one step (at this rate the answers change)
 $PY $SOLVER --questions 8 --val-n 16 --epochs 1 --batch-size 8 --micro-batch 4 --max-new-tokens 64 \
   --seed 1 --eval-every 1 --lr 1e-3 --cache-dir "$OUT/cache-solver" --out-dir "$OUT/solver" \

@@ -1,7 +1,7 @@
 """What SoftRankPO's advantages and objective do, printed (results/README.md, "SoftRankPO
 advantages").
 
-    python experiments/softrank_demo.py
+    python -m experiments.softrank_demo
 
 First one group of K = 6 rewards with one lucky outlier: SoftRank advantages depend only on the
 order of the rewards, GRPO's on their values. Then gradient descent on the two forms of the
@@ -9,13 +9,9 @@ objective: the expected advantage (softrank_loss) levels off at its optimum pi*,
 (unweighted_softrank_loss) falls for ever.
 """
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from softrank import (  # noqa: E402
+from softrank import (
     grpo_advantages,
     optimal_policy,
     softrank_advantages,

@@ -1,8 +1,8 @@
 """A static-shape decode step compiled once, against the engine's eager step, measured in one run
 (issue 56; gpt-fast's approach): is it worth building into the engine?
 
-    python experiments/static_decode.py --out results/bench/static-decode.json
-    python experiments/static_decode.py --threads 1 --out results/bench/static-decode-1thread.json
+    python -m experiments.static_decode --out results/bench/static-decode.json
+    python -m experiments.static_decode --threads 1 --out results/bench/static-decode-1thread.json
 
 The 64 fixed deliberation prompts of `experiments/bench.py --bench generate` are prefilled once by
 the engine into its slot cache (llm/kvcache.py). From that state two decode loops run `steps`
@@ -24,19 +24,16 @@ import time
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers.cache_utils import Cache
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_common import deliberation_prompts  # noqa: E402
-
-import data  # noqa: E402
-from common import machine, parse_config, write_result  # noqa: E402
-from llm.engine import Engine  # noqa: E402
-from llm.kvcache import PreallocatedLayer  # noqa: E402
+import data
+from common import machine, parse_config, write_result
+from experiments.bench_common import deliberation_prompts
+from llm.engine import Engine
+from llm.kvcache import PreallocatedLayer
 
 
 @dataclass

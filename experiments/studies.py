@@ -4,11 +4,18 @@ results/."""
 
 import re
 
-import plots
-import tables
-from tables import NO_PNG, fmt, load, mean, missing, protocol_cells, read_metrics, summary_of
-
-from eval import format_paired, paired_difference, sample_std
+from experiments import plots, tables
+from experiments.tables import (
+    NO_PNG,
+    fmt,
+    load,
+    mean,
+    missing,
+    protocol_cells,
+    read_metrics,
+    summary_of,
+)
+from stats import format_paired, paired_difference, sample_std
 
 
 def bench_table():

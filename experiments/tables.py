@@ -7,17 +7,15 @@ makes them).
 """
 
 import json
-import sys
 from pathlib import Path
+
+from experiments import plots
+from stats import format_paired, paired_difference, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-sys.path.insert(0, str(ROOT))
-import plots  # noqa: E402
 
-from eval import format_paired, paired_difference, sample_std  # noqa: E402
-
-NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python experiments/report.py --write`)"
+NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python -m experiments.report --write`)"
 
 
 def load(path):
@@ -29,7 +27,7 @@ def missing(*paths):
     return (
         "*(not computed yet: "
         + ", ".join(f"`results/{p}`" for p in paths)
-        + "; run `python experiments/run.py`)*"
+        + "; run `python -m experiments.run`)*"
     )
 
 

@@ -2,9 +2,9 @@
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
-from pieces import team_members, team_rl_algos
-from refine_value import gain_summary
-from tables import (
+from experiments.pieces import team_members, team_rl_algos
+from experiments.refine_value import gain_summary
+from experiments.tables import (
     accuracy_over_seeds,
     by_seed,
     fmt,
@@ -17,8 +17,7 @@ from tables import (
     pooled,
     summary_of,
 )
-
-from eval import format_paired, paired_difference, sample_std
+from stats import format_paired, paired_difference, sample_std
 
 PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"
 DEBATE_ADAPTERS = "magrpo-debate-L1-seed{}"  # MAGRPO on debate from the base
@@ -366,7 +365,7 @@ def target_table(team, seeds=(0, 1, 2)):
     lines = [
         f"| policy ({len(complete)} seed{'s' if len(complete) > 1 else ''}) | REFINE share of "
         "its decisions (≥ 10%) | each REFINE − PERSIST, pooled [95% CI] (REFINEs; > 0) | vs "
-        f"{fixed_name(strongest)} [95% CI] (disagree; ≥ +0.030, > 0) | target |",
+        f"{fixed_name(strongest)} [95% CI] (disagree; ≥ +0.030, > 0) | conditions |",
         "|---|---|---|---|---|",
     ]
     waiting = []
@@ -404,7 +403,7 @@ def target_table(team, seeds=(0, 1, 2)):
     if waiting:
         lines.append(
             f"\n*(waiting for the table and refine-value pieces of {', '.join(waiting)} at seeds "
-            f"{', '.join(map(str, complete))}: `python experiments/run.py`)*"
+            f"{', '.join(map(str, complete))}: `python -m experiments.run`)*"
         )
     votes = runs["persist"]
     for part, label in (("leader", "the MLPO leader"), ("debate", "debate")):

@@ -6,18 +6,97 @@ call per model (docs/design.md §10).
   Member    - an agent's engine and adapter (None: the engine's model as it is)
   Team      - generate() routes each prompt to its agent's member
   as_team   - an Engine as the team whose every agent is that engine
-From a script's config (common.GameConfig, whose flags common.check_game checks):
+From a script's engine flags (EngineConfig, checked by check_engine):
   team_name                         - what a run's files call its team
   resolve_engine_dtype, make_engine - the engine (or team) of one rank
 """
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import NamedTuple
 
-from common import FileRefused, load_file, team_entries
-from llm import lora
+from common import FileRefused, UsageError, check_at_least, check_choice, load_file
+from llm import backbone, lora
 from llm.backbone import resolve_dtype
 from llm.engine import Engine
+
+
+@dataclass
+class EngineConfig:
+    """The engine flags of every script that generates (`common.only` takes some)."""
+
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
+    runs it natively, else fp32; docs/design.md §11)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+
+
+def check_engine(cfg, agents, max_new_tokens):
+    """The engine flags that `cfg` has (EngineConfig, or a trainer's share of it), before anything
+    is loaded: a mistake is one line (UsageError)."""
+    if hasattr(cfg, "dtype"):
+        check_choice("--dtype", cfg.dtype, ("auto", *backbone.DTYPES))
+    check_at_least(cfg, 1, "engine_batch_size")
+    models = getattr(cfg, "models", "")
+    if models and cfg.model:
+        raise UsageError("--model and --models: pass one (--models names every agent's model)")
+    check_model("--model", cfg.model, max_new_tokens)
+    if models:
+        check_models("--models", models, agents, max_new_tokens)
+
+
+def check_model(flag_name, path, max_new_tokens):
+    """An HF checkpoint directory (empty: the default backbone) whose context holds the token
+    budget."""
+    folder = Path(path or backbone.default_model_path())
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{flag_name} {path!r}: not an HF checkpoint directory (no config.json)")
+    if not any(
+        (folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")
+    ):
+        raise UsageError(
+            f"{flag_name} {path!r}: no tokenizer files (tokenizer.json) in the directory"
+        )
+    settings = json.loads((folder / "config.json").read_text())
+    context = settings.get("max_position_embeddings") or settings.get("n_positions")
+    if context and max_new_tokens >= context:
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens}: the model's context holds {context} tokens, "
+            "prompt included"
+        )
+
+
+def check_models(flag_name, models, agents, max_new_tokens):
+    """A --models list (team_entries): one entry per agent, each base a model directory, each
+    adapter an existing file (whether it fits its base is checked when it loads)."""
+    for base, adapter in team_entries(models, agents, flag_name):
+        check_model(flag_name, base, max_new_tokens)
+        if adapter and not Path(adapter).is_file():
+            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
+
+
+def team_entries(models, agents, flag_name="--models"):
+    """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
+    directory or `default` (the embedded backbone), + an adapter file (an LLM-weight trainer's) or
+    not."""
+    entries = [entry.strip() for entry in models.split(",")]
+    if len(entries) != agents:
+        raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
+    team = []
+    for entry in entries:
+        base, _, adapter = entry.partition("+")
+        team.append(("" if base == "default" else base, adapter))
+    return team
 
 
 class Member(NamedTuple):
@@ -88,7 +167,7 @@ def resolve_engine_dtype(cfg, device="cpu"):
     its first agent's base model)."""
     model = cfg.model
     if cfg.models:
-        model = team_entries(cfg.models, cfg.agents)[0][0]
+        model = team_entries(cfg.models, len(cfg.models.split(",")))[0][0]
     dtype, why = resolve_dtype(cfg.dtype, device, model or None, cfg.engine_batch_size)
     return replace(cfg, dtype=dtype), why
 
@@ -98,17 +177,18 @@ def adapter_rank(state):
     return state.get("rank", 0) if isinstance(state, dict) else 0
 
 
-def make_engine(cfg, rank, device="cpu"):
-    """The generation engine of one rank on its device: the cache file that every rank shares, a
-    progress bar on rank 0. With --models, a Team: one engine per distinct base model, each agent's
-    adapter loaded into its base's engine (the file read as data: common.load_file), the engine
-    wrapped at the highest rank among them."""
+def make_engine(cfg, agents, rank, device="cpu"):
+    """The generation engine of one rank on its device, from the EngineConfig flags `cfg`: the cache
+    file that every rank shares, a progress bar on rank 0. With --models, a Team of `agents`: one
+    engine per distinct base model, each agent's adapter loaded into its base's engine (the file
+    read as data: common.load_file), the engine wrapped at the highest rank among them."""
     if cfg.models:
-        entries = team_entries(cfg.models, cfg.agents)
+        entries = team_entries(cfg.models, agents)
         engines, files, adapters = {}, {}, {}
         for base, adapter in entries:
             if base not in engines:
-                engines[base] = make_engine(replace(cfg, model=base, models=""), rank, device)
+                alone = replace(cfg, model=base, models="")
+                engines[base] = make_engine(alone, agents, rank, device)
             if adapter and (base, adapter) not in files:
                 files[base, adapter] = load_file(adapter, "adapter")
         # the highest rank first: the first adapter wraps its engine, lower ranks pad into it

@@ -1,19 +1,21 @@
 """What the LLM-weight trainers share (train_solver.py, train_magrpo.py, train_mlpo.py;
-docs/design.md §8): the weights they train and the engines that sample from them, resume, the
-optimizer step over sampled completions, validation's log and the saved weights. Nothing here knows
-the game: each script builds its own sequences and rewards.
+docs/design.md §8), the plumbing around their learning step: the weights they train and the engines
+that sample from them, resume, micro-batching, validation's log and the saved weights. Nothing here
+knows the game or the loss: each script builds its own sequences and rewards, and the step itself
+(its loss, backward and optimizer step) is softrank.policy_step.
 
 Sequence          - one sampled completion, the unit the token-level loss trains on
-TrainerConfig     - the flags every trainer shares (check_weights checks them); RolloutConfig,
-                    those MAGRPO and MLPO share (check_rollouts)
+TrainerConfig     - the flags every trainer shares (check_trainer checks them); RolloutConfig,
+                    those of MAGRPO's and MLPO's rollouts (check_rollouts)
 trained_team      - the trained weights (whole models or LoRA adapters) and the team of engines
                     that samples from them; refresh_rollout_weights before each sampling
 sample, prompt_ids - the rollouts' completions at the loss's temperature; a prompt's token ids
-resumed           - the optimizer, the checkpoint's counters, the metrics log and the Learners
-Objective         - what the step minimizes: the aggregation, the KL's weight, the temperature
-policy_loss       - token-level policy gradient (+ beta x KL) on one micro-batch
-policy_step       - one optimizer step over a rank's sequences, in micro-batches
-rollout_stats     - a step's loss, rewards and flat groups over every rank
+Objective         - the loss's settings (softrank.policy_step's loss)
+Learner, resumed  - one set of trained weights; the optimizer, the checkpoint's counters, the
+                    metrics log and the Learners
+Updater           - what an optimizer step runs its loss in: each learner's sequences and their
+                    counts over every rank, micro-batches under gradient accumulation (and bf16
+                    autocast), the clipped step; rollout_stats, what a step of rollouts logs
 validate          - greedy accuracy on held-out questions (log_accuracy: its sum over the ranks)
 save_trained      - adapter files or HF directories
 """
@@ -26,10 +28,8 @@ from typing import NamedTuple
 
 import torch
 
-import softrank
 from common import (
     FileRefused,
-    GameConfig,
     MetricsLog,
     UsageError,
     accumulating,
@@ -37,16 +37,14 @@ from common import (
     average_gradients,
     check_at_least,
     check_choice,
-    check_game,
     check_positive,
-    flag,
     load_checkpoint,
     load_file,
     wrap_ddp,
 )
 from llm import lora
 from llm.engine import Engine
-from llm.logprobs import completion_batch, completion_logprobs
+from llm.logprobs import completion_batch
 from llm.team import Member, Team
 
 # non-reentrant (torch's recommended variant): needs no input that requires a gradient
@@ -70,9 +68,8 @@ FILLER = Sequence(0, 0, 0, [0], [0])
 
 
 @dataclass
-class TrainerConfig(GameConfig):
-    """The flags every LLM-weight trainer shares (check_weights checks them); each trainer's
-    Config extends it with its own."""
+class TrainerConfig:
+    """The flags every LLM-weight trainer shares (check_trainer checks them)."""
 
     lora_rank: int = 4
     """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every
@@ -82,28 +79,21 @@ class TrainerConfig(GameConfig):
     self_attn); empty: every linear layer but the LM head"""
     lora_alpha: float = 32.0
     """LoRA scale alpha (the update is alpha / rank x B A)"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
+    init_adapter: str = ""
+    """start every trained adapter from this adapter file (of the same rank and alpha) instead of
+    from the base model, e.g. one trained on worked solutions"""
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     gradient_checkpointing: bool = False
     """recompute activations in the backward (less memory, more time)"""
-    val_n: int = 64
-    """held-out training-split questions, never trained on"""
-    eval_every: int = 0
-    """optimizer steps between validations (0: none; else also at steps 0 and last)"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
-    dtype: str = "float32"
+    train_dtype: str = "float32"
     """float32 | bfloat16 (autocast on fp32 master weights; rollouts and validation's answers from
     a bf16 copy)"""
 
 
 @dataclass
-class RolloutConfig(TrainerConfig):
-    """The flags MAGRPO and MLPO share (check_rollouts checks them): the groups of sampled
+class RolloutConfig:
+    """The flags of MAGRPO's and MLPO's rollouts (check_rollouts): the groups of sampled
     rollouts, their advantages and the KL term."""
 
     group: int = 4
@@ -126,18 +116,17 @@ class RolloutConfig(TrainerConfig):
     beta: float = 0.0
     """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the papers (no
     reference copy in memory)"""
+    loss_agg: str = "sum"
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO) | sum (CoMLRL's MAGRPO: each completion's token
+    log-probs summed, times its advantage, averaged over completions), see softrank.aggregate"""
 
 
-def check_weights(cfg):
-    """The checks of the flags every LLM-weight trainer shares (a mistake: common.UsageError)."""
-    # the trained weights are --model's; no policy decides, so no critic pass and no REFINE cost
-    for name in ("models", "critic", "refine_cost"):
-        if getattr(cfg, name) != getattr(GameConfig, name):
-            raise UsageError(f"{flag(name)}: the LLM-weight trainers train --model's, without it")
-    check_game(cfg, min_agents=1, min_rounds=0)
-    check_choice("--dtype", cfg.dtype, ("float32", "bfloat16"))
-    check_at_least(cfg, 1, "micro_batch", "save_every")
-    check_at_least(cfg, 0, "val_n", "eval_every", "weight_decay", "lr", "lora_rank")
+def check_trainer(cfg):
+    """The checks of TrainerConfig's flags and of the validation the trainers run (a mistake:
+    common.UsageError)."""
+    check_choice("--train-dtype", cfg.train_dtype, ("float32", "bfloat16"))
+    check_at_least(cfg, 1, "micro_batch")
+    check_at_least(cfg, 0, "lr", "lora_rank")
     check_positive(cfg, "lora_alpha")
     if cfg.eval_every and not cfg.val_n:
         raise UsageError("--eval-every: validation needs held-out questions (--val-n >= 1)")
@@ -155,11 +144,11 @@ def check_weights(cfg):
             )
 
 
-def check_rollouts(cfg, world):
-    """The checks of RolloutConfig's flags and --loss-agg: the groups, their advantages, the
-    loss."""
-    check_choice("--algo", cfg.algo, softrank.GROUP_ADVANTAGES)
-    check_choice("--loss-agg", cfg.loss_agg, softrank.PG_KINDS)
+def check_rollouts(cfg, world, advantages, aggregations):
+    """The checks of RolloutConfig's flags: --algo among `advantages`, --loss-agg among
+    `aggregations` (softrank's), the groups."""
+    check_choice("--algo", cfg.algo, advantages)
+    check_choice("--loss-agg", cfg.loss_agg, aggregations)
     check_at_least(cfg, 1, "steps", "questions_per_step")
     # a group of one has no baseline: every advantage would be 0
     check_at_least(cfg, 2, "group")
@@ -177,8 +166,8 @@ def trained_team(cfg, n_trained, device):
     """(the trained models, the team whose rollouts they sample). Full fine-tuning (--lora-rank 0):
     one model, or `n_trained` (one per agent). Otherwise one frozen base with `n_trained` LoRA
     adapters that the engine runs in one batch. No generation cache: the weights change every
-    step. With --dtype bfloat16 the rollouts come from a bf16 copy refreshed every step (autocast
-    on fp32 weights would cast every weight at every decoded token)."""
+    step. With --train-dtype bfloat16 the rollouts come from a bf16 copy refreshed every step
+    (autocast on fp32 weights would cast every weight at every decoded token)."""
     engines = [
         Engine(
             model_path=cfg.model or None,
@@ -201,7 +190,7 @@ def trained_team(cfg, n_trained, device):
     elif cfg.lora_rank:
         parts = [part for part in cfg.lora_targets.split(",") if part]
         lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, n_trained, cfg.seed, parts)
-    if cfg.dtype == "bfloat16":
+    if cfg.train_dtype == "bfloat16":
         engines = [
             Engine(
                 model=copy.deepcopy(m).to(torch.bfloat16),
@@ -251,7 +240,7 @@ def prompt_ids(team, prompt, agent):
 
 
 class Objective(NamedTuple):
-    """What policy_step minimizes: the token-level policy gradient aggregated by `agg`
+    """What softrank.policy_step minimizes: the token-level policy gradient aggregated by `agg`
     (softrank.PG_KINDS), + `beta` x the KL(pi || initial model), on log-probs at `temperature`
     (the rollouts' own)."""
 
@@ -261,9 +250,9 @@ class Objective(NamedTuple):
 
 
 class Learner(NamedTuple):
-    """One set of trained weights in policy_step: the module the loss runs (DDP-wrapped for whole
-    weights), the parameters it trains (clipped together), its LoRA adapter (None: whole weights)
-    and the frozen model of the KL term (None with an adapter: the base, adapter off)."""
+    """One set of trained weights in an optimizer step: the module the loss runs (DDP-wrapped for
+    whole weights), the parameters it trains (clipped together), its LoRA adapter (None: whole
+    weights) and the frozen model of a KL term (None with an adapter: the base, adapter off)."""
 
     module: torch.nn.Module
     parameters: list
@@ -271,9 +260,9 @@ class Learner(NamedTuple):
     reference: torch.nn.Module | None = None
 
 
-def learners_of(models, cfg, objective, device):
+def learners_of(models, cfg, kl, device):
     """One Learner per trained set of weights: each LoRA adapter of the one model, or each whole
-    model (DDP-wrapped; with a KL term in the objective, a frozen copy as the KL's reference)."""
+    model (DDP-wrapped; with a `kl` term in the loss, a frozen copy as the KL's reference)."""
     if cfg.lora_rank:
         model = models[0]
         return [
@@ -285,7 +274,7 @@ def learners_of(models, cfg, objective, device):
             wrap_ddp(m, device, find_unused=False),
             list(m.parameters()),
             None,
-            copy.deepcopy(m).eval().requires_grad_(False) if objective.beta else None,
+            copy.deepcopy(m).eval().requires_grad_(False) if kl else None,
         )
         for m in models
     ]
@@ -299,129 +288,101 @@ def learning_rate(cfg, adapter_lr):
     return cfg.lr or 1e-5
 
 
-def resumed(models, cfg, lr, objective, out, rank, device, extendable):
+class Resumed(NamedTuple):
+    """What `resumed` returns: the optimizer of the trained weights, the module that holds them
+    for the checkpoint, the counters to resume from, the metrics log and the Learners."""
+
+    optimizer: torch.optim.Optimizer
+    holder: torch.nn.Module
+    counters: dict
+    log: MetricsLog
+    learners: list
+
+
+def resumed(models, cfg, out, ranks, *, lr, kl=False, extendable="steps"):
     """The optimizer of the trained weights at `lr`, the module holding them for the checkpoint
     (the adapters only, MBs, or the whole models), the counters a checkpoint in `out` resumes from
-    (`extendable`: the config field a resumed run may raise), the metrics log and the Learners of
-    the `objective`."""
+    (`extendable`: the config field a resumed run may raise), the metrics log and the Learners
+    (`kl`: the loss has a KL term). ranks: common.Ranks."""
     params = [p for m in models for p in m.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     holder = torch.nn.ParameterList(params) if cfg.lora_rank else torch.nn.ModuleList(models)
-    counters = load_checkpoint(out, holder, optimizer, rank, cfg, extendable=(extendable,))
+    counters = load_checkpoint(out, holder, optimizer, ranks.rank, cfg, extendable=(extendable,))
     counters = counters or {"step": 0}
-    log = MetricsLog(out, rank, counters["step"])
+    log = MetricsLog(out, ranks.rank, counters["step"])
     for m in models:
         if cfg.gradient_checkpointing:
             m.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
-    return optimizer, holder, counters, log, learners_of(models, cfg, objective, device)
+    learners = learners_of(models, cfg, kl, ranks.device)
+    return Resumed(optimizer, holder, counters, log, learners)
 
 
-def policy_loss(model, reference, batch, advantages, objective, normalizer, adapter=None):
-    """Token-level policy gradient on one micro-batch (+ beta x the KL(pi || initial model)
-    penalty), both aggregated alike (softrank.aggregate: under seq the KL too is each sequence's
-    mean) over the step's global normalizer: prompt, peers' text and padding carry no gradient
-    (loss mask). `adapter`: the LoRA adapter the model runs with (None: whole weights); the
-    initial model is then the base itself. Returns (loss, the KL's value)."""
-    agg, beta, temperature = objective
-    with lora.selecting(model, adapter):
-        logp, mask = completion_logprobs(model, batch, temperature)
-    loss, _ = softrank.policy_gradient_loss(logp, advantages, mask, agg, normalizer)
-    kl = torch.zeros(())
-    if beta:
-        with torch.no_grad(), lora.selecting(model, None):
-            ref_logp, _ = completion_logprobs(
-                model if reference is None else reference, batch, temperature
-            )
-        kl = softrank.aggregate(softrank.kl_k3(logp, ref_logp), mask, agg, normalizer)
-        loss = loss + beta * kl
-    return loss, kl.item()
+class Updater(NamedTuple):
+    """What an optimizer step over sampled sequences runs its loss in (softrank.policy_step): the
+    step's counts over every rank, micro-batches of `micro_batch` sequences under gradient
+    accumulation (bf16 autocast with `bf16`), the gradients averaged over ranks and clipped per
+    Learner, the optimizer's step. Updater.of makes it from a trainer's flags."""
 
+    optimizer: torch.optim.Optimizer
+    micro_batch: int
+    pad: int
+    ranks: object  # common.Ranks
+    max_len: int  # the completions' token budget (softrank.step_normalizer's const)
+    bf16: bool = False
 
-def policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad, device, world):
-    """One optimizer step of the `objective` over this rank's sequences, in micro-batches of
-    cfg.micro_batch.
+    @classmethod
+    def of(cls, optimizer, cfg, pad, ranks):
+        """The updater of a trainer's flags (TrainerConfig, --max-new-tokens)."""
+        bf16 = cfg.train_dtype == "bfloat16"
+        return cls(optimizer, cfg.micro_batch, pad, ranks, cfg.max_new_tokens, bf16)
 
-    Each learner's normalizer covers the whole step (every micro-batch of every rank) of that
-    learner's own sequences, computed once; gradients are averaged over ranks (DDP, or
-    average_gradients for adapters, whose micro-batches each run one adapter of a shared model),
-    hence the division by world. With --separate-agents each agent's gradient is thus that of its
-    own objective, its loss over its own sequences (CoMLRL's per-agent MAGRPO), not 1 / agents of
-    it; each learner's gradient is clipped on its own. A sequence of advantage 0 (a flat group)
-    adds exactly 0 to the loss and its gradient, so it is skipped (without a KL term); a rank left
-    with nothing still runs one backward at advantage 0, for the all-reduce. Returns the step's
-    statistics."""
-    per_model = [[s for s in sequences if s.agent == e] for e in range(len(learners))]
-    # shared weights (or the leader's, or the solver's): every sequence
-    if len(learners) == 1:
-        per_model = [sequences]
-    counts = all_reduce_sum(
-        [c for mine in per_model for c in (len(mine), sum(len(s.completion_ids) for s in mine))],
-        device,
-    )
-    normalizers = [
-        softrank.step_normalizer(
-            objective.agg, counts[2 * e], counts[2 * e + 1], cfg.max_new_tokens
+    def groups(self, learners, sequences):
+        """(learner, its sequences, (their number, their completion tokens) summed over every
+        rank) per learner: one learner (shared weights, the leader's, the solver's) trains on every
+        sequence, one per agent on that agent's."""
+        mine = [sequences]
+        if len(learners) > 1:
+            mine = [[s for s in sequences if s.agent == e] for e in range(len(learners))]
+        sums = all_reduce_sum(
+            [c for g in mine for c in (len(g), sum(len(s.completion_ids) for s in g))],
+            self.ranks.device,
         )
-        / world
-        for e in range(len(learners))
-    ]
-    loss_total, kl_total, trained = 0.0, 0.0, 0
-    for e, (learner, mine) in enumerate(zip(learners, per_model)):
-        if not objective.beta:
-            mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
-        # no sequence on this rank at all (a batch smaller than the world): one filler at
-        # advantage 0
-        filler = not mine
-        if filler:
-            mine = [FILLER]
-        trained += 0 if filler else len(mine)
-        chunks = range(0, len(mine), cfg.micro_batch)
-        for k in chunks:
-            chunk = mine[k : k + cfg.micro_batch]
-            batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in chunk], pad, device)
-            rows = [s.question for s in chunk], [s.sample for s in chunk]
-            chunk_advantages = (
-                torch.zeros(len(chunk), device=device) if filler else advantages[rows].to(device)
-            )
-            with accumulating(learner.module, last=k == chunks[-1]):
-                # bf16 matmuls on fp32 master weights (what Trainer's --bf16 does); the forward
-                # only: backward runs in the forward's dtypes anyway
-                bf16 = cfg.dtype == "bfloat16"
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss, kl = policy_loss(
-                        learner.module,
-                        learner.reference,
-                        batch,
-                        chunk_advantages,
-                        objective,
-                        normalizers[e],
-                        learner.adapter,
-                    )
-                if filler:
-                    # there for the all-reduce alone: neither its loss nor its KL term counts
-                    loss, kl = loss * 0.0, 0.0
-                loss.backward()
-            loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-    # DDP averaged the whole weights' gradients
-    for learner in (ln for ln in learners if ln.adapter is not None):
-        average_gradients(learner.parameters, world)
-    norms = torch.stack([torch.nn.utils.clip_grad_norm_(ln.parameters, 1.0) for ln in learners])
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    # loss and kl: the learners' mean (each learner's over its own sequences)
-    return {
-        "loss": loss_total / len(learners),
-        "kl": kl_total / len(learners),
-        "trained": trained,
-        "tokens": sum(counts[1::2]),
-        "grad_norm": float(norms.norm()),
-    }
+        return list(zip(learners, mine, zip(sums[0::2], sums[1::2])))
+
+    def micro_batches(self, learner, sequences):
+        """(chunk, its completion_batch, the context its forward and backward run in) per
+        micro-batch of `sequences`: gradients accumulate, DDP syncing them on the last. No
+        sequence at all (a rank with no question this step): one empty chunk over a FILLER
+        sequence, whose backward the collectives still need."""
+        starts = range(0, max(len(sequences), 1), self.micro_batch)
+        for k in starts:
+            chunk = sequences[k : k + self.micro_batch]
+            pairs = [(s.prompt_ids, s.completion_ids) for s in chunk or [FILLER]]
+            batch = completion_batch(pairs, self.pad, self.ranks.device)
+            yield chunk, batch, accumulating(learner.module, last=k == starts[-1])
+
+    def autocast(self):
+        """The forward's context: bf16 matmuls on fp32 master weights with `bf16` (what Trainer's
+        --bf16 does); the backward runs in the forward's dtypes anyway."""
+        device = self.ranks.device
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def step(self, learners):
+        """Averages the adapters' gradients over ranks (DDP averaged the whole weights'), clips
+        each learner's, steps the optimizer; returns the gradients' norm over every learner."""
+        for learner in (ln for ln in learners if ln.adapter is not None):
+            average_gradients(learner.parameters, self.ranks.world)
+        norms = torch.stack([torch.nn.utils.clip_grad_norm_(ln.parameters, 1.0) for ln in learners])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norms.norm())
 
 
-def rollout_stats(update, rewards, world, device):
-    """What a step of rollouts logs, over every rank: policy_step's `update` and the (questions, G)
-    `rewards` (their mean, and the groups whose rewards are all equal, which teach nothing)."""
-    flat = softrank.flat_groups(rewards).float()
+def rollout_stats(update, rewards, flat, ranks):
+    """What a step of rollouts logs, over every rank: the step's `update` (softrank.policy_step's),
+    the (questions, G) `rewards` (their mean) and which groups are `flat` (their rewards all equal:
+    they teach nothing)."""
+    flat = flat.float()
     sums = all_reduce_sum(
         [
             update["loss"],
@@ -432,11 +393,11 @@ def rollout_stats(update, rewards, world, device):
             len(flat),
             update["trained"],
         ],
-        device,
+        ranks.device,
     )
     return {
-        "loss": sums[0] / world,
-        "kl": sums[1] / world,
+        "loss": sums[0] / ranks.world,
+        "kl": sums[1] / ranks.world,
         "mean_reward": sums[2] / sums[3],
         "frac_zero_std": sums[4] / sums[5],
         "zero_std_groups": sums[4],
@@ -446,21 +407,21 @@ def rollout_stats(update, rewards, world, device):
     }
 
 
-def validate(models, team, rollouts, shard, cfg, step, rank, device, log):
+def validate(models, team, rollouts, shard, cfg, *, step, ranks, log):
     """Greedy accuracy on held-out questions: `rollouts` (the script's: (sequences, rewards) of
     (team, examples, cfg, step)) once per example of this rank's `shard` at temperature 0, its
     rewards the answers' correctness."""
     refresh_rollout_weights(models, team)
     greedy = dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
     right = rollouts(team, shard, greedy, step)[1] if shard else torch.zeros(0)
-    log_accuracy(right, step, rank, device, log)
+    log_accuracy(right, log, step, ranks)
 
 
-def log_accuracy(right, step, rank, device, log):
+def log_accuracy(right, log, step, ranks):
     """The held-out accuracy over every rank (`right`: this rank's 1 or 0 per question), logged."""
-    sums = all_reduce_sum([float(right.sum()), right.numel()], device)
+    sums = all_reduce_sum([float(right.sum()), right.numel()], ranks.device)
     log.write(step=step, val_accuracy=sums[0] / sums[1], val_questions=int(sums[1]))
-    if rank == 0:
+    if ranks.rank == 0:
         print(
             f"step {step}: val accuracy {sums[0] / sums[1]:.3f} ({int(sums[1])} questions)",
             file=sys.stderr,

@@ -36,6 +36,15 @@ import torch  # noqa: E402
 
 torch.set_num_threads(TEST_THREADS)
 
+
+def lab_command(module, *args):
+    """(argv, env) that run a module of experiments/ as users do, `python -m experiments.MODULE`,
+    from any working directory (the repository's root on PYTHONPATH in place of the current
+    directory)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return [sys.executable, "-m", f"experiments.{module}", *map(str, args)], env
+
+
 TINY_CONFIG = dict(
     hidden_size=64,
     num_hidden_layers=2,

@@ -17,6 +17,6 @@ from scripted import ScriptedEngine, arith_script  # noqa: E402
 
 import llm.team  # noqa: E402
 
-llm.team.make_engine = lambda cfg, rank, device="cpu": ScriptedEngine(arith_script())
+llm.team.make_engine = lambda cfg, agents, rank, device="cpu": ScriptedEngine(arith_script())
 script, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_path(str(ROOT / script), run_name="__main__")

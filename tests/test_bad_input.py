@@ -2,6 +2,8 @@
 with one line naming the flag (common.UsageError -> exit status 2); the engine refuses sampling
 settings that would sample from the wrong distribution; nothing stale is reused."""
 
+import dataclasses
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -11,10 +13,12 @@ import pytest
 
 import deliberate as D
 from common import UsageError, parse_config
+from data import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
 def script(name):
     spec = importlib.util.spec_from_file_location(Path(name).stem + "_checked", ROOT / name)
     module = importlib.util.module_from_spec(spec)
@@ -27,7 +31,7 @@ def refusal(name, argv, world=1):
     """The one line a script's check() refuses `argv` with (it loads no model)."""
     module = script(name)
     cfg = parse_config(module.Config, argv)
-    with pytest.raises(UsageError) as refused:
+    with pytest.raises((UsageError, DataError)) as refused:
         module.check(cfg, world) if name != "eval.py" else module.check(cfg)
     message = str(refused.value)
     assert "\n" not in message
@@ -56,8 +60,15 @@ SCRIPTS = [
 ]
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-@pytest.mark.parametrize("argv,says", GAME)
+def takes(name, flag):
+    """Whether the script has the flag (each takes the game's flags it uses)."""
+    return flag[2:].replace("-", "_") in {f.name for f in dataclasses.fields(script(name).Config)}
+
+
+@pytest.mark.parametrize(
+    "name,argv,says",
+    [(name, argv, says) for name in SCRIPTS for argv, says in GAME if takes(name, argv[0])],
+)
 def test_every_script_refuses_a_bad_game_flag(name, argv, says, tmp_path):
     out = ["--out-dir" if name != "eval.py" else "--out", str(tmp_path / "out")]
     assert says in refusal(name, argv + ["--model", ""] + out + init_for(name, tmp_path))
@@ -106,7 +117,7 @@ def init_for(name, tmp_path):
             ["--solutions", "sampled", "--refine-contexts", "a.pt"],
             "--refine-contexts: REFINE examples need --solutions worked",
         ),
-        ("train_solver.py", ["--critic"], "--critic: the LLM-weight trainers train --model's,"),
+        ("train_rl.py", ["--refine-cost", "-1"], "--refine-cost -1.0: must be at least 0"),
         ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
         ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
         ("eval.py", ["--models", "default+no.pt,default,default"], "no adapter file 'no.pt'"),
@@ -116,6 +127,27 @@ def init_for(name, tmp_path):
 )
 def test_script_specific_refusals(name, argv, says):
     assert says in refusal(name, argv)
+
+
+@pytest.mark.parametrize(
+    "name,argv",
+    [
+        ("train_solver.py", ["--critic"]),
+        ("train_magrpo.py", ["--models", "default"]),
+        ("train_mlpo.py", ["--refine-cost", "1"]),
+        ("train_solver.py", ["--dtype", "float32"]),
+        ("train_magrpo.py", ["--temperature", "0.7"]),
+        ("eval.py", ["--lora-rank", "4"]),
+    ],
+)
+def test_a_script_takes_only_the_flags_it_uses(name, argv, capsys):
+    """The LLM-weight trainers have no flag of the meta-policy's game (--models, --critic,
+    --refine-cost) nor the engine's --dtype (theirs is --train-dtype); MAGRPO samples at
+    --rollout-temperature only: each is an unknown argument, as any flag a script does not take."""
+    with pytest.raises(SystemExit) as ended:
+        parse_config(script(name).Config, argv)
+    assert ended.value.code == 2
+    assert f"unrecognized arguments: {' '.join(argv)}" in capsys.readouterr().err
 
 
 def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):

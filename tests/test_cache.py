@@ -13,6 +13,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from conftest import lab_command
 
 import llm.cache
 from llm.cache import GenerationCache, call_seed, switch_to_wal
@@ -275,10 +276,10 @@ def test_torchrun_ranks_share_one_database(tmp_path):
 def test_cache_bench_reports_every_figure(tmp_path):
     """experiments/cache_bench.py on a small cache: both caches measured, each in its own process,
     and every figure there."""
+    argv, env = lab_command("cache_bench")
     proc = subprocess.run(
         [
-            sys.executable,
-            str(ROOT / "experiments" / "cache_bench.py"),
+            *argv,
             "--sizes",
             "300",
             "--lookups",
@@ -293,6 +294,7 @@ def test_cache_bench_reports_every_figure(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     size = json.loads((tmp_path / "cache.json").read_text())["sizes"]["300"]

@@ -2,6 +2,7 @@
 field's docstring) and its default in --help."""
 
 import dataclasses
+import importlib
 import importlib.util
 import subprocess
 import sys
@@ -25,17 +26,14 @@ SCRIPTS = [
 
 
 def config_of(script):
+    """The script's Config (the scripts run nothing on import: a __main__ guard); a module of the
+    lab as `python -m experiments.NAME` imports it."""
+    if script.startswith("experiments/"):
+        return importlib.import_module(script.removesuffix(".py").replace("/", ".")).Config
     spec = importlib.util.spec_from_file_location(Path(script).stem + "_cli", ROOT / script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # inspect finds a class's source through its module
-    # as `python SCRIPT` does: the script's folder first on the path (experiments/ has modules of
-    # its own)
-    folder = str((ROOT / script).parent)
-    sys.path.insert(0, folder)
-    try:
-        spec.loader.exec_module(module)  # the scripts run nothing on import (a __main__ guard)
-    finally:
-        sys.path.remove(folder)
+    spec.loader.exec_module(module)
     return module.Config
 
 
@@ -45,8 +43,12 @@ def test_every_flag_has_a_description_and_a_default(script):
     fields = dataclasses.fields(config)
     docs = field_docs(config)
     assert [f.name for f in fields if not docs.get(f.name)] == []  # no field without its docstring
+    # as users run them: a script by its path, a module of the lab with -m, from the root
+    run = [str(ROOT / script)]
+    if script.startswith("experiments/"):
+        run = ["-m", script.removesuffix(".py").replace("/", ".")]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, *run, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = "".join(proc.stdout.split())  # argparse wraps lines, at spaces and after hyphens

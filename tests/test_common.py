@@ -1,11 +1,14 @@
 """common.py's checks and files, llm/team.py's engine from flags and data's training questions, by
-hand, in process and without a model: the game's flags that check_game refuses and the one line it
-says (task, --path, level, agents, rounds, temperature, token budget, vote, dtype, --model /
---models, checkpoint directories, context), team_entries, the training pool and its validation /
-iteration slices, make_engine's arguments (and a team's engines and adapters), rows as tensors, the
-settings a corpus is saved with and refused under, the data order of every epoch and the rows each
-rank takes. Fast, so the mutation runs of common.py and llm/ use them (experiments/mutation.py)."""
+hand, in process and without a model: the flags that data.check_task, deliberate.check_game and
+llm.team.check_engine refuse and the one line each says (task, --path, level, agents, rounds,
+temperature, token budget, vote, dtype, --model / --models, checkpoint directories, context),
+team_entries, the training pool and its validation / iteration slices, make_engine's arguments (and
+a team's engines and adapters), rows as tensors, the settings a corpus is saved with and refused
+under, the data order of every epoch and the rows each rank takes, a script's config made of
+shared flags (common.only). Fast, so the mutation runs of common.py and llm/ use them
+(experiments/mutation.py)."""
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, replace
@@ -16,8 +19,10 @@ import torch
 
 import common
 import data
+import deliberate
 import llm.team as teams
-from common import FileRefused, GameConfig, UsageError
+from common import FileRefused, UsageError
+from deliberate import GameConfig
 from llm import lora
 
 
@@ -51,20 +56,26 @@ def game(tmp_path, **kw):
         models="",
         model=str(tmp_path / "model"),
         top_p=1.0,
-        refine_cost=0.0,
     )
     if not (tmp_path / "model").exists():
         model_dir(tmp_path)
     return SimpleNamespace(**{**settings, **kw})
 
 
+def check_flags(cfg, **kw):
+    """What a game script checks first: its task, game and engine flags."""
+    data.check_task(cfg)
+    deliberate.check_game(cfg, **kw)
+    teams.check_engine(cfg, cfg.agents, cfg.max_new_tokens)
+
+
 def refused(cfg, message, **kw):
-    with pytest.raises(UsageError) as error:
-        common.check_game(cfg, **kw)
+    with pytest.raises((UsageError, data.DataError)) as error:
+        check_flags(cfg, **kw)
     assert str(error.value) == message
 
 
-# ------------------------------------------------------------------------------------ check_game
+# ---------------------------------------------------------- check_task, check_game, check_engine
 def test_check_game_accepts_the_edges(tmp_path):
     """Levels 0 and 4, 2 agents and 1 round (the defaults' minimums), temperature and val_n 0, one
     token below the context, each dtype, a config without val_n or models."""
@@ -76,11 +87,17 @@ def test_check_game_accepts_the_edges(tmp_path):
         {"vote": "index"},
         {"max_new_tokens": 1, "engine_batch_size": 1},
     ):
-        common.check_game(game(tmp_path, **kw))
-    common.check_game(game(tmp_path, agents=1, rounds=0), min_agents=1, min_rounds=0)
+        check_flags(game(tmp_path, **kw))
+    check_flags(game(tmp_path, agents=1, rounds=0), min_agents=1, min_rounds=0)
     data_file = tmp_path / "q.jsonl"
     data_file.write_text("")
-    common.check_game(game(tmp_path, task="gsm8k", path=str(data_file)))
+    check_flags(game(tmp_path, task="gsm8k", path=str(data_file)))
+    # a trainer's share of the flags: no rounds, temperature, top-p, vote, dtype or models
+    share = SimpleNamespace(agents=1, max_new_tokens=63, model=str(tmp_path / "model"))
+    deliberate.check_game(share, min_agents=1)
+    teams.check_engine(SimpleNamespace(**vars(share), engine_batch_size=1), 1, 63)
+    with pytest.raises(UsageError, match="^--engine-batch-size 0: must be at least 1$"):
+        teams.check_engine(SimpleNamespace(**vars(share), engine_batch_size=0), 1, 63)
 
 
 def test_check_game_refuses_in_one_line(tmp_path):
@@ -100,7 +117,6 @@ def test_check_game_refuses_in_one_line(tmp_path):
         ({"agents": 1}, "--agents 1: must be at least 2"),
         ({"rounds": 0}, "--rounds 0: must be at least 1"),
         ({"temperature": -0.5}, "--temperature -0.5: must be at least 0"),
-        ({"refine_cost": -1}, "--refine-cost -1: must be at least 0"),
         ({"top_p": 0}, "--top-p 0: must be in (0, 1]"),
         ({"top_p": 1.5}, "--top-p 1.5: must be in (0, 1]"),
         ({"max_new_tokens": 0}, "--max-new-tokens 0: must be at least 1"),
@@ -146,23 +162,23 @@ def test_check_model_reads_the_context_and_the_tokenizer_files(tmp_path):
     three tokenizer files will do; none is refused. The budget is checked against the --models
     entries' context too (an adapter that exists passes)."""
     for tok in ("tokenizer.json", "tokenizer.model", "vocab.json"):
-        common.check_model("--model", str(model_dir(tmp_path, tok, tok=tok)), 63)
+        teams.check_model("--model", str(model_dir(tmp_path, tok, tok=tok)), 63)
     gpt2 = model_dir(tmp_path, "gpt2", context=32, key="n_positions", tok="vocab.json")
-    common.check_model("--model", str(gpt2), 31)
+    teams.check_model("--model", str(gpt2), 31)
     with pytest.raises(UsageError, match="^--max-new-tokens 32: the model's context holds 32 "):
-        common.check_model("--model", str(gpt2), 32)
-    common.check_model("--model", str(model_dir(tmp_path, "open", key=None)), 10**6)
+        teams.check_model("--model", str(gpt2), 32)
+    teams.check_model("--model", str(model_dir(tmp_path, "open", key=None)), 10**6)
     bare = model_dir(tmp_path, "bare", tok=None)
     with pytest.raises(UsageError) as error:
-        common.check_model("--models", str(bare), 1)
+        teams.check_model("--models", str(bare), 1)
     assert str(error.value) == (
         f"--models {str(bare)!r}: no tokenizer files (tokenizer.json) in the directory"
     )
     adapter = tmp_path / "a.pt"
     adapter.write_text("")
-    common.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 31)
+    teams.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 31)
     with pytest.raises(UsageError, match="^--max-new-tokens 32: "):
-        common.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 32)
+        teams.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 32)
     cfg = game(tmp_path, model="", models=f"{gpt2},{gpt2}", max_new_tokens=32)
     refused(cfg, "--max-new-tokens 32: the model's context holds 32 tokens, prompt included")
 
@@ -170,15 +186,11 @@ def test_check_model_reads_the_context_and_the_tokenizer_files(tmp_path):
 def test_team_entries():
     """One (base, adapter) per agent, blanks around an entry dropped, `default` the embedded
     backbone (""), the flag named in the refusal."""
-    assert common.team_entries(" default , m1+a.pt,m2 ", 3) == [
-        ("", ""),
-        ("m1", "a.pt"),
-        ("m2", ""),
-    ]
+    assert teams.team_entries(" default , m1+a.pt,m2 ", 3) == [("", ""), ("m1", "a.pt"), ("m2", "")]
     for call, flag in (
-        (lambda: common.team_entries("a,b", 3), "--models"),
-        (lambda: common.team_entries("a,b", 3, "--team"), "--team"),
-        (lambda: common.check_models("--team", "a,b", 3, 1), "--team"),
+        (lambda: teams.team_entries("a,b", 3), "--models"),
+        (lambda: teams.team_entries("a,b", 3, "--team"), "--team"),
+        (lambda: teams.check_models("--team", "a,b", 3, 1), "--team"),
     ):
         with pytest.raises(UsageError) as error:
             call()
@@ -234,10 +246,9 @@ def test_resolve_engine_dtype(monkeypatch):
 
 
 @dataclass
-class EngineConfig:
-    model: str = ""
-    models: str = ""
-    agents: int = 2
+class EngineConfig(teams.EngineConfig):
+    """A script's engine flags, some other defaults, and one of the game's (seed)."""
+
     dtype: str = "float32"
     engine_batch_size: int = 1
     cache_dir: str = ""
@@ -256,11 +267,11 @@ def test_make_engine_arguments(monkeypatch):
     cfg = SimpleNamespace(
         model="m", models="", dtype="bfloat16", engine_batch_size=7, cache_dir="c"
     )
-    assert teams.make_engine(cfg, 0, torch.device("cpu")).kw == dict(
+    assert teams.make_engine(cfg, 2, 0, torch.device("cpu")).kw == dict(
         model_path="m", dtype="bfloat16", device="cpu", batch_size=7, cache_dir="c", progress=True
     )
     cfg = SimpleNamespace(model="", dtype="float32", engine_batch_size=2, cache_dir="", models="")
-    assert teams.make_engine(cfg, 1).kw == dict(
+    assert teams.make_engine(cfg, 2, 1).kw == dict(
         model_path=None, dtype="float32", device="cpu", batch_size=2, cache_dir=None, progress=False
     )
 
@@ -278,8 +289,8 @@ def test_make_engine_of_a_team(monkeypatch):
 
     monkeypatch.setattr(teams.lora, "load_adapter", load_adapter)
     monkeypatch.setattr(teams, "load_file", lambda path, what: f"{path} as {what}")
-    cfg = EngineConfig(models="default+a.pt,b,default+a.pt,b+c.pt", agents=4, engine_batch_size=3)
-    team = teams.make_engine(cfg, 1, "cuda:1")
+    cfg = EngineConfig(models="default+a.pt,b,default+a.pt,b+c.pt", engine_batch_size=3)
+    team = teams.make_engine(cfg, 4, 1, "cuda:1")
     engines = [m.engine for m in team.members]
     assert engines[0] is engines[2] and engines[1] is engines[3] and engines[0] is not engines[1]
     assert [e.kw["model_path"] for e in engines] == [None, "b", None, "b"]
@@ -298,21 +309,21 @@ def test_make_engine_of_a_team(monkeypatch):
     files = {"lo.pt": {"rank": 4}, "hi.pt": {"rank": 8}, "mid.pt": {"rank": 4}}
     monkeypatch.setattr(teams, "load_file", lambda path, what: dict(files[path], path=path))
     loads.clear()
-    team = teams.make_engine(replace(cfg, models="b+lo.pt,b+hi.pt,b+mid.pt", agents=3), 0)
+    team = teams.make_engine(replace(cfg, models="b+lo.pt,b+hi.pt,b+mid.pt"), 3, 0)
     assert [state["path"] for _, state in loads] == ["hi.pt", "lo.pt", "mid.pt"]
     names = ["lo.pt", "hi.pt", "mid.pt"]
     assert [m.adapter for m in team.members] == [f"adapter {dict(files[n], path=n)}" for n in names]
     monkeypatch.setattr(teams, "load_file", lambda path, what: f"{path} as {what}")
 
     # rank 0's engines show progress
-    assert all(m.engine.kw["progress"] for m in teams.make_engine(cfg, 0, "cpu").members)
+    assert all(m.engine.kw["progress"] for m in teams.make_engine(cfg, 4, 0, "cpu").members)
 
     def mismatch(model, state):
         raise lora.AdapterMismatch("rank 8 there, 4 here")
 
     monkeypatch.setattr(teams.lora, "load_adapter", mismatch)
     with pytest.raises(FileRefused) as error:
-        teams.make_engine(replace(cfg, models="b+x.pt,b", agents=2), 0)
+        teams.make_engine(replace(cfg, models="b+x.pt,b"), 2, 0)
     assert str(error.value) == "x.pt: rank 8 there, 4 here"
 
 
@@ -333,13 +344,14 @@ def test_stack_rows():
 
 # ------------------------------------------------------------------------- saving and loading one
 def test_corpus_settings_save_and_load(tmp_path):
-    """The settings of a corpus: every game flag but the engine's batch size and cache, and the
-    names a script adds; a missing file is None; a file without settings, or with a setting
-    changed, is refused in one line; a setting the file does not have (an older script's) is not
-    compared; only rank 0 writes."""
-    cfg = SimpleNamespace(**vars(GameConfig(seed=1)), questions=4, crash_at_step=3)
-    settings = common.corpus_settings(cfg, "questions")
-    game = [name for name in vars(GameConfig()) if name not in ("engine_batch_size", "cache_dir")]
+    """The settings of a corpus: the task, every game flag, the agents' models and dtype (not the
+    engine's batch size or cache), and the names a script adds; a missing file is None; a file
+    without settings, or with a setting changed, is refused in one line; a setting the file does
+    not have (an older script's) is not compared; only rank 0 writes."""
+    flags = {**vars(data.TaskConfig()), **vars(GameConfig(seed=1)), **vars(teams.EngineConfig())}
+    cfg = SimpleNamespace(**flags, questions=4, crash_at_step=3)
+    settings = deliberate.corpus_settings(cfg, "questions")
+    game = [*vars(data.TaskConfig()), *vars(GameConfig()), "model", "models", "dtype"]
     assert list(settings) == game + ["questions"] and settings["seed"] == 1
     assert settings["questions"] == 4 and settings["temperature"] == 0.5
     path = tmp_path / "corpus.pt"
@@ -412,16 +424,23 @@ def test_rows_shard_over_ranks_without_dropping_any():
 
 # --------------------------------------------------------------------------- the rest of common.py
 @dataclass
-class Sub(GameConfig):
+class Sub(teams.EngineConfig, GameConfig, data.TaskConfig):
     agents: int = 4
     """the subclass's own words"""
     extra: bool = False
     """a flag of the script"""
 
 
+@dataclass
+class Share(common.only(common.RunConfig, "val_n", "save_every"), GameConfig):
+    rounds: int = 2
+    extra: bool = False
+    """a flag of the script"""
+
+
 def test_a_scripts_config_extends_the_game_and_its_docstrings():
-    """field_docs reads the base class's docstrings too, a subclass's winning; parse_config makes a
-    flag of every field, the game's included, in the base's order first."""
+    """field_docs reads the base classes' docstrings too, a subclass's winning; parse_config makes a
+    flag of every field, the shared ones included, in the bases' order first."""
     docs = common.field_docs(Sub)
     assert docs["agents"] == "the subclass's own words" and docs["extra"] == "a flag of the script"
     assert docs["task"].startswith("arith (built-in)") and docs["cache_dir"].startswith("the gen")
@@ -431,6 +450,34 @@ def test_a_scripts_config_extends_the_game_and_its_docstrings():
     )
     assert (cfg.task, cfg.extra, cfg.agents, cfg.top_p, cfg.rounds) == ("gsm8k", True, 2, 0.5, 3)
     assert common.parse_config(Sub, []) == Sub()
+    assert list(vars(Sub()))[:4] == ["task", "path", "level", "seed"]
+
+
+def test_only_takes_the_flags_a_script_uses_with_their_texts():
+    """common.only: the named flags of a shared class, their defaults, types and docstrings, and
+    no other; a subclass may change a default without saying the text again; a name the class
+    lacks is refused."""
+    assert list(vars(Share())) == [*vars(GameConfig()), "val_n", "save_every", "extra"]
+    assert (Share().rounds, Share().val_n, Share().save_every) == (2, 64, 50)
+    docs = common.field_docs(Share)
+    run_docs = common.field_docs(common.RunConfig)
+    assert (
+        docs["val_n"] == run_docs["val_n"]
+        and docs["rounds"] == common.field_docs(GameConfig)["rounds"]
+    )
+    assert "questions" not in docs and "crash_at_step" not in docs
+    subset = common.only(common.RunConfig, "crash_at_step", "val_n")
+    assert [f.name for f in dataclasses.fields(subset)] == ["crash_at_step", "val_n"]
+    assert {f.name: f.type for f in dataclasses.fields(subset)} == {
+        "crash_at_step": int,
+        "val_n": int,
+    }
+    cfg = common.parse_config(Share, ["--val-n", "3", "--no-extra"])
+    assert (cfg.val_n, cfg.save_every, cfg.extra) == (3, 50, False)
+    with pytest.raises(SystemExit):
+        common.parse_config(Share, ["--questions", "3"])
+    with pytest.raises(TypeError, match=r"^RunConfig has no flags \['steps'\]$"):
+        common.only(common.RunConfig, "val_n", "steps")
 
 
 def test_checks_name_the_flag_and_the_value():

@@ -10,8 +10,10 @@ from test_meaning import Script
 
 import deliberate as D
 import train_rl
-from common import GameConfig
-from deliberate import PERSIST, REFINE, concede
+from common import Ranks
+from deliberate import PERSIST, REFINE, GameConfig, concede
+
+ALONE = Ranks(0, 1, "cpu")
 
 
 # --------------------------------------------------------------------------------- collect_states
@@ -33,13 +35,14 @@ class Bar:
 
 
 def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
-    """play gets this rank's shard, the config's game with sampled actions and the REFINE samples
-    asked for; rows come in key order, each with its observation, agent, action and what `more`
-    adds; no state at all is an error."""
+    """play gets this rank's shard, the config's game with sampled actions, and every REFINE
+    sample at the cost asked for when one is (train_rl.py's corpus; else play's defaults); rows come
+    in key order, each with its observation, agent, action and what `more` adds; no state at all is
+    an error."""
     asked = []
 
-    def play(engine, shard, policy, cfg, greedy, refine_all, progress):
-        asked.append((engine, shard, policy, cfg, greedy, refine_all, progress.total))
+    def play(engine, shard, policy, cfg, *, greedy, progress, refine_all=False, refine_cost=0.0):
+        asked.append((engine, shard, policy, cfg, greedy, refine_all, refine_cost, progress.total))
         return [played_game(q, 2) for q in reversed(shard)]
 
     monkeypatch.setattr(D, "play", play)
@@ -50,24 +53,25 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     def more(game, move):
         return [{"t": (game.example.id, move.round, agent)} for agent in range(2)]
 
-    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, 1, 2, more, refine_all=True)
-    assert asked == [("E", ["b"], "pi", cfg, False, True, 2)]
+    second = Ranks(1, 2, "cpu")
+    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=second, refine_cost=0.5)
+    assert asked == [("E", ["b"], "pi", cfg, False, True, 0.5, 2)]
     assert [r["key"] for r in rows] == [("b", t, i) for t in (1, 2) for i in (0, 1)]
     assert [r["t"] for r in rows] == [r["key"] for r in rows]
     assert [r["own"] for r in rows] == [[1, 0.0], [1, 1.0], [2, 0.0], [2, 1.0]]
     assert [r["peers"] for r in rows] == [[[1, 2.0]], [[1, 3.0]], [[2, 2.0]], [[2, 3.0]]]
     assert [r["action"] for r in rows] == [REFINE, PERSIST] * 2
     assert [r["agent"] for r in rows] == [0, 1] * 2
-    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, 0, 1, more)
+    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=ALONE)
     assert [r["key"][0] for r in rows] == ["a"] * 4 + ["b"] * 4 + ["c"] * 4
-    assert asked[-1][5] is False
-    D.collect_states("E", ["a"], "pi", cfg, 0, 1, more, desc="sft")
+    assert asked[-1][5:7] == (False, 0.0)
+    D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, desc="sft")
     # a bar of the rounds on rank 0 only, named by `desc` ("collect"), cleared when done
     bar = dict(total=2, desc="collect", disable=False, leave=False)
     assert bars == [{**bar, "disable": True}, bar, {**bar, "desc": "sft"}]
     monkeypatch.setattr(D, "play", lambda *a, **kw: [played_game("a", 0)])
     with pytest.raises(ValueError, match=r"^the games visited no state after round 0 \(did every "):
-        D.collect_states("E", ["a"], Script(None), cfg, 0, 1, more)
+        D.collect_states("E", ["a"], Script(None), cfg, more, ranks=ALONE)
 
 
 # ------------------------------------------------------------------------------------ statistics
@@ -163,7 +167,9 @@ def test_validate_sums_the_shard(monkeypatch):
         lambda values, device: devices.append(device) or real_sum(values, device),
     )
     cfg, log = GameConfig(agents=2, rounds=1, seed=4, critic=True), Log()
-    out = train_rl.validate("E", list("abcdefg"), "pi", cfg, 1, 2, "cpu", log, 7)
+    out = train_rl.validate(
+        "E", list("abcdefg"), "pi", cfg, ranks=Ranks(1, 2, "cpu"), log=log, step=7
+    )
     assert asked == [("E", ["b", "d", "f"], "frozen pi", cfg)]
     assert out == {
         "val_accuracy": 2 / 3,
@@ -171,22 +177,24 @@ def test_validate_sums_the_shard(monkeypatch):
         "val_actions": {"persist": 0.25, "refine": 0.5, "concede": 0.25},
     }
     assert log.lines == [{"step": 7, **out}]
-    out = train_rl.validate("E", list("abcdefg"), "pi", cfg, 2, 3, "cpu", log, 8)
+    out = train_rl.validate(
+        "E", list("abcdefg"), "pi", cfg, ranks=Ranks(2, 3, "cpu"), log=log, step=8
+    )
     assert asked[-1][1] == ["c", "f"] and devices == ["cpu", "cpu"]
     # shares rounded to 4 places; a single decision in all has share 1
     for actions, shares in (([PERSIST, REFINE, concede(0)], [0.3333] * 3), ([REFINE], [0, 1, 0])):
         game = transcript(1, 3, [{}, {"actions": actions}])
         monkeypatch.setattr(train_rl, "play", lambda *a, game=game: [game])
-        out = train_rl.validate("E", ["a"], "pi", cfg, 0, 1, "cpu", log, 9)
+        out = train_rl.validate("E", ["a"], "pi", cfg, ranks=Ranks(0, 1, "cpu"), log=log, step=9)
         assert list(out["val_actions"].values()) == shares
     monkeypatch.setattr(train_rl, "play", lambda *a: [transcript(0, 4, [{}])])
-    out = train_rl.validate("E", ["a"], "pi", cfg, 0, 1, "cpu", log, 10)
+    out = train_rl.validate("E", ["a"], "pi", cfg, ranks=Ranks(0, 1, "cpu"), log=log, step=10)
     assert out == {
         "val_accuracy": 0.0,
         "val_tokens": 4.0,
         "val_actions": {"persist": 0.0, "refine": 0.0, "concede": 0.0},
     }
-    assert train_rl.validate("E", [], "pi", cfg, 0, 1, "cpu", log, 11) == {
+    assert train_rl.validate("E", [], "pi", cfg, ranks=Ranks(0, 1, "cpu"), log=log, step=11) == {
         "val_accuracy": None,
         "validation": "none (--val-n 0)",
     }
@@ -199,9 +207,9 @@ def test_validate_reports_on_rank_0_alone_on_stderr(monkeypatch, capsys):
     monkeypatch.setattr(train_rl, "play", lambda *a: [game])
     monkeypatch.setattr(train_rl, "frozen_copy", lambda policy: policy)
     cfg = GameConfig(agents=1, rounds=1)
-    train_rl.validate("E", ["a", "b"], "pi", cfg, 1, 2, "cpu", Log(), 3)
+    train_rl.validate("E", ["a", "b"], "pi", cfg, ranks=Ranks(1, 2, "cpu"), log=Log(), step=3)
     assert capsys.readouterr() == ("", "")
-    train_rl.validate("E", ["a"], "pi", cfg, 0, 1, "cpu", Log(), 3)
+    train_rl.validate("E", ["a"], "pi", cfg, ranks=Ranks(0, 1, "cpu"), log=Log(), step=3)
     assert capsys.readouterr() == (
         "",
         "step 3: val accuracy 1.000, actions {'persist': 1.0, 'refine': 0.0, 'concede': 0.0}\n",

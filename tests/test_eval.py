@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import lab_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,13 +94,8 @@ def test_eval_cli_rejects_bad_input(tmp_path, tiny_model_dir):
 
 
 def test_bench_unknown_benchmark_is_refused(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "bench.py"), "--bench", "nonsense"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    argv, env = lab_command("bench", "--bench", "nonsense")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert proc.returncode == 2 and "unknown --bench 'nonsense'" in proc.stderr
 
 
@@ -186,13 +182,8 @@ def test_eval_leader_protocol(tmp_path, tiny_model_dir):
 def run_bench(tmp_path, *flags):
     """experiments/bench.py --bench ... on the tiny model; its last stdout line is the JSON
     result."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "bench.py"), *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    argv, env = lab_command("bench", *flags)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import eval as stats
+import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 

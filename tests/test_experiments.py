@@ -9,14 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import common
+from experiments import dtype_tables, pieces, studies, tables, team_tables
+from experiments import run as runner
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-import dtype_tables  # noqa: E402
-import pieces  # noqa: E402
-import run as runner  # noqa: E402
-import studies  # noqa: E402
-import tables  # noqa: E402
-import team_tables  # noqa: E402
 
 
 def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
@@ -242,16 +239,41 @@ def test_runner_checks_a_committed_eval_piece_by_rerunning_it_without_the_cache(
 
 
 def test_runner_pieces_name_existing_scripts():
+    """Every piece runs a script of the spine (python SCRIPT.py) or a module of the lab (python -m
+    experiments.NAME); `python -m experiments.run --list` names them all from the repository's
+    root."""
     for name, piece in runner.PIECES.items():
-        script = next(str(a) for a in piece["command"][1:] if str(a).endswith(".py"))
+        command = [str(a) for a in piece["command"]]
+        if command[1] == "-m":
+            assert command[2].startswith("experiments."), name
+            script = command[2].replace(".", "/") + ".py"
+        else:
+            script = command[1]
         assert (ROOT / script).is_file(), name
     listing = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "run.py"), "--list"],
+        [sys.executable, "-m", "experiments.run", "--list"],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=ROOT,
     )
     assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
+
+
+def test_every_piece_of_a_script_passes_flags_the_script_takes():
+    """A script's --help lists only the flags it uses: every piece's command parses with its
+    script's flags (a flag the script does not take would end the piece at its start)."""
+    import importlib
+
+    parsed = 0
+    for name, piece in runner.PIECES.items():
+        command = [str(a) for a in piece["command"]]
+        if command[1] == "-m":
+            continue
+        module = importlib.import_module(command[1].removesuffix(".py"))
+        common.parse_config(module.Config, command[2:])
+        parsed += 1
+    assert parsed > 100
 
 
 def test_every_piece_pins_its_engine_dtype():
@@ -269,7 +291,7 @@ def test_every_piece_pins_its_engine_dtype():
 def test_the_old_critic_compared_first_differing_tokens(tiny_model):
     """experiments/confidence_auroc.py keeps the critic as it was, to measure it: on the default
     tokenizer `Correct` and `Incorrect` differ at their first token (`Correct` vs `In`)."""
-    import confidence_auroc
+    from experiments import confidence_auroc
 
     good, bad, prefix = confidence_auroc.verdict_token_ids(tiny_model[1])
     assert good != bad and prefix == ""
@@ -753,7 +775,7 @@ def test_report_refine_value_per_team_seed_and_policy(tmp_path, monkeypatch):
 def test_report_after_differences_pair_each_seed_with_its_reference(tmp_path, monkeypatch):
     """The headline's paired gaps: a run minus the untrained one, or minus a reference run of the
     same seed (adapters against full fine-tuning); no sentence until every seed has both."""
-    import report
+    from experiments import report
 
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     (tmp_path / "after").mkdir()
@@ -912,7 +934,7 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
     """revisers has one distinct member, mixed three: each table's missing files say so (a report
     lambda that read the loop's last team would ask revisers for three)."""
-    import report
+    from experiments import report
 
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     revisers, mixed = report.TABLES["team-revisers"](), report.TABLES["team-mixed"]()
@@ -949,10 +971,10 @@ def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
 def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_path, monkeypatch):
     """make-demo.json: the untrained backbone's table with the run's time; the competent team's
     table after it when the demo played one (an older file without it: the first table alone)."""
-    import report
+    from experiments import report
 
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
-    assert "experiments/make_demo.py" in report.demo_table()
+    assert "python -m experiments.make_demo" in report.demo_table()
 
     def played(reference, rounds, accuracy, models=""):
         config = {"seed": 0, "agents": 3, "rounds": rounds, "reference": reference}

@@ -12,9 +12,8 @@ from scripted import ScriptedEngine, played
 import data
 import deliberate as D
 import eval as E
-import train_rl
-from common import GameConfig, UsageError
-from deliberate import PERSIST, REFINE
+from common import UsageError
+from deliberate import PERSIST, REFINE, GameConfig
 from llm.cache import call_seed
 from llm.engine import Engine
 
@@ -75,7 +74,9 @@ def test_inconsistent_answer_flag():
 
 def test_observe_relations_not_values():
     team = [sol("4"), sol("4"), sol("7")]
-    own, peers = D.observe(team, 0, 1, 3, [False, True, False], [REFINE, None, None])
+    own, peers = D.observe(
+        team, 0, 1, 3, changed=[False, True, False], last_actions=[REFINE, None, None]
+    )
     f = dict(zip(D.OWN_FEATURES, own))
     assert len(own) == len(D.OWN_FEATURES) and all(len(p) == len(D.PEER_FEATURES) for p in peers)
     assert (
@@ -93,15 +94,14 @@ def test_observe_relations_not_values():
     ) == (1, 1, 0, 0)
     # the answer values themselves never appear: relabelling every answer gives the same observation
     relabelled = [sol("40"), sol("40"), sol("70")]
-    assert D.observe(relabelled, 0, 1, 3, [False, True, False], [REFINE, None, None]) == (
-        own,
-        peers,
-    )
+    assert D.observe(
+        relabelled, 0, 1, 3, changed=[False, True, False], last_actions=[REFINE, None, None]
+    ) == (own, peers)
 
 
 def test_unparseable_peers_never_agree():
     team = [sol(None), sol(None)]
-    own, peers = D.observe(team, 0, 0, 3, [False, False], [None, None])
+    own, peers = D.observe(team, 0, 0, 3, changed=[False, False], last_actions=[None, None])
     assert dict(zip(D.OWN_FEATURES, own))["peer_agreement"] == 0.0
     assert dict(zip(D.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
 
@@ -418,9 +418,7 @@ def test_play_random_is_seeded():
 def reward_vectors(game):
     """train_rl.py's counterfactual reward vectors of a game's first decision round."""
     move, ex = game.moves[0], game.example
-    return train_rl.counterfactual_rewards(
-        move.before, move.after, move.refined, ex.answer, ex.task, move.costs
-    )
+    return D.counterfactual_rewards(move, ex.answer, ex.task)
 
 
 def test_counterfactual_reward_vectors():
@@ -600,14 +598,21 @@ def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
 
 
 def test_refine_cost_is_paid_by_refine_only():
-    """GameConfig.refine_cost: a REFINE's reward, taken or counterfactual, pays per 1000 tokens of
-    its call."""
+    """play's refine_cost (train_rl.py's --refine-cost): a REFINE's reward, taken or
+    counterfactual, pays per 1000 tokens of its call."""
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     runs = {}
     for cost in (0.0, 100.0):
-        cfg = GameConfig(agents=3, rounds=1, refine_cost=cost)
+        cfg = GameConfig(agents=3, rounds=1)
         engine = ScriptedEngine(solve_script(cfg, answers))
-        [game] = D.play(engine, make_examples(1), D.FixedPolicy("refine"), cfg, refine_all=True)
+        [game] = D.play(
+            engine,
+            make_examples(1),
+            D.FixedPolicy("refine"),
+            cfg,
+            refine_all=True,
+            refine_cost=cost,
+        )
         runs[cost] = game.rounds[1], reward_vectors(game)
     (free, free_vectors), (paid, paid_vectors) = runs[0.0], runs[100.0]
     for i in range(3):

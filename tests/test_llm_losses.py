@@ -2,7 +2,7 @@
 aggregation's value and gradient, split into micro-batches over two simulated ranks; MAGRPO's
 default against CoMLRL's formula; the KL penalty's expected gradient on a small categorical
 distribution; and --separate-agents, each agent's gradient that of its own objective
-(llm.training.policy_step).
+(softrank.policy_step, in the micro-batches of an llm.training.Updater).
 Run: python -m pytest -q tests/test_llm_losses.py"""
 
 import copy
@@ -13,9 +13,10 @@ import torch
 import train_magrpo
 import train_mlpo
 import train_solver
+from common import Ranks
 from llm.logprobs import completion_batch, completion_logprobs
-from llm.training import Learner, Objective, Sequence, policy_step
-from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
+from llm.training import Learner, Objective, Sequence, Updater
+from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss, policy_step
 
 MAX_LEN = 20  # the generation budget, above every completion's length
 
@@ -61,7 +62,7 @@ def by_hand(logp, ref, A, lengths, kind, beta):
 
 
 def step_loss(logp, ref, A, mask, kind, beta, normalizer):
-    """The loss llm.training.policy_loss builds from one micro-batch's log-probs."""
+    """The loss softrank.policy_loss builds from one micro-batch's log-probs."""
     loss, _ = policy_gradient_loss(logp, A, mask, kind, normalizer)
     return loss + beta * aggregate(kl_k3(logp, ref), mask, kind, normalizer)
 
@@ -226,8 +227,8 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
     optimizer = CaptureGradients(models)
     learners = [Learner(m, list(m.parameters())) for m in models]
     objective = Objective(cfg.loss_agg, cfg.beta, 1.0)
-    pad, cpu = tokenizer.pad_token_id, torch.device("cpu")
-    update = policy_step(learners, optimizer, sequences, advantages, objective, cfg, pad, cpu, 1)
+    updater = Updater.of(optimizer, cfg, tokenizer.pad_token_id, Ranks(0, 1, torch.device("cpu")))
+    update = policy_step(learners, sequences, advantages, objective, updater)
     assert update["grad_norm"] < 1.0
 
     for e, m in enumerate(models):

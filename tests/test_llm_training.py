@@ -1,6 +1,7 @@
-"""llm/training.py's policy loss in process (llm/logprobs.py under it), on a tiny random model: the
-completion log-probs of padded batches, and the token-level loss's gradient (prompt, peers' text
-and padding masked out, micro-batches, the KL per sequence, flat groups)."""
+"""softrank.policy_loss in process (llm/logprobs.py under it, the trained weights an
+llm.training.Learner), on a tiny random model: the completion log-probs of padded batches, and the
+token-level loss's gradient (prompt, peers' text and padding masked out, micro-batches, the KL per
+sequence, flat groups)."""
 
 import copy
 
@@ -8,9 +9,10 @@ import pytest
 import torch
 
 import softrank
-from common import GameConfig
+from deliberate import GameConfig
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
-from llm.training import Objective, policy_loss
+from llm.training import Learner, Objective
+from softrank import policy_loss
 
 
 def test_completion_batch_masks_prompt_and_padding(tiny_model):
@@ -65,10 +67,16 @@ def rollout_batch(tokenizer):
     return completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
 
 
+def learner(model, reference=None):
+    """The model's whole weights as policy_loss trains them (`reference`: the KL's)."""
+    return Learner(model, list(model.parameters()), None, reference)
+
+
 def policy_grads(model, batches, advantages, agg, beta, normalizer, reference=None):
     model.zero_grad()
     for batch, adv in zip(batches, advantages):
-        loss, _ = policy_loss(model, reference, batch, adv, Objective(agg, beta, 1.0), normalizer)
+        objective = Objective(agg, beta, 1.0)
+        loss, _ = policy_loss(learner(model, reference), batch, adv, objective, normalizer)
         loss.backward()
     return [p.grad.clone() for p in model.parameters()]
 
@@ -130,7 +138,7 @@ def test_policy_loss_averages_the_kl_per_sequence_under_seq(tiny_model):
     # both terms' log-probs at the rollouts' temperature
     objective = Objective("seq", beta, 0.7)
     with torch.no_grad():
-        loss, kl = policy_loss(model, reference, batch, A, objective, 2.0)
+        loss, kl = policy_loss(learner(model, reference), batch, A, objective, 2.0)
         logp, mask = completion_logprobs(model, batch, 0.7)
         ref_logp, _ = completion_logprobs(reference, batch, 0.7)
     k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1

@@ -1,6 +1,7 @@
 """llm/training.py's plumbing in process, on the tiny random model (tests/conftest.py): the flags'
-refusals, the trained weights and their rollout engines, sampling and prompts, the Learners, the
-learning rate, resume, the step's statistics, validation's log and the saved weights. The scripts
+refusals (through the scripts' check), the trained weights and their rollout engines, sampling and
+prompts, the Learners, the learning rate, resume, the step (softrank.policy_step in an Updater) and
+its statistics (rollout_stats), validation's log and the saved weights. The scripts
 (train_solver.py, train_magrpo.py, train_mlpo.py) run all of it as subprocesses, which mutation
 testing cannot follow: each function's contract is pinned here, with values computed by hand.
 Run: python -m pytest -q tests/test_llm_training_plumbing.py"""
@@ -19,14 +20,24 @@ import torch
 import softrank
 import train_magrpo
 import train_mlpo
-from common import FileRefused, MetricsLog, UsageError, load_file, save_checkpoint
+import train_solver
+from common import (
+    FileRefused,
+    MetricsLog,
+    Ranks,
+    UsageError,
+    load_file,
+    parse_config,
+    save_checkpoint,
+)
 from llm import backbone, lora, training
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs
 from llm.team import Member, Team
-from llm.training import Learner, Objective, Sequence
+from llm.training import Learner, Objective, Sequence, Updater
 
 CPU = torch.device("cpu")
+ALONE = Ranks(0, 1, CPU)  # a run of one process
 
 
 def refused(error, message, call, *args):
@@ -50,26 +61,20 @@ def adapted(tiny_model, rank=2, alpha=4.0, adapters=1, seed=0):
 # --------------------------------------------------------------------------------------------------
 # The flags' checks
 # --------------------------------------------------------------------------------------------------
-def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
-    """check_weights: the flags of a policy-driven game (--models, --critic, --refine-cost), a game
-    of fewer than 1 agent or rounds below 0, a dtype other than float32 / bfloat16, the counts
-    below their minimum (micro-batch and save-every 1, the rest 0), alpha 0, and an --init-adapter
-    without --lora-rank or of another rank or alpha: each refused with its one line; the boundary
-    values (1 agent, 0 rounds, the minima themselves) accepted."""
-    check = training.check_weights
+def test_check_refuses_each_shared_flag_in_one_line(tmp_path):
+    """A trainer's check (train_magrpo.check, world 1: check_game, check_run, check_trainer and the
+    rest): a game of fewer than 1 agent or rounds below 0, a --train-dtype other than float32 /
+    bfloat16, the counts below their minimum (micro-batch and save-every 1, the rest 0), alpha 0,
+    --eval-every without --val-n, and an --init-adapter without --lora-rank or of another rank or
+    alpha: each refused with its one line; the boundary values (1 agent, 0 rounds, the minima
+    themselves) accepted. train_mlpo.check likewise (it has --questions, at least 1)."""
+    check = train_magrpo.check
     base = train_magrpo.Config()
-    check(base)
+    check(base, 1)
     # the boundaries: one agent (MAGRPO with one agent is GRPO), no REFINE round, bf16, minima
-    check(dataclasses.replace(base, agents=1, rounds=0, dtype="bfloat16", micro_batch=1))
+    check(dataclasses.replace(base, agents=1, rounds=0, train_dtype="bfloat16", micro_batch=1), 1)
     zeros = dict(save_every=1, val_n=0, eval_every=0, weight_decay=0.0, lr=0.0, lora_rank=0)
-    check(dataclasses.replace(base, **zeros, lora_alpha=1e-6))
-    without = "the LLM-weight trainers train --model's, without it"
-    for name, value in (("models", "default,default,default"), ("critic", True)):
-        cfg = dataclasses.replace(base, **{name: value})
-        refused(UsageError, f"--{name}: {without}", check, cfg)
-    refused(
-        UsageError, f"--refine-cost: {without}", check, dataclasses.replace(base, refine_cost=1)
-    )
+    check(dataclasses.replace(base, **zeros, lora_alpha=1e-6), 1)
     for name, value, minimum in (
         ("agents", 0, 1),
         ("rounds", -1, 0),
@@ -83,18 +88,20 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
     ):
         flag = "--" + name.replace("_", "-")
         message = f"{flag} {value!r}: must be at least {minimum}"
-        refused(UsageError, message, check, dataclasses.replace(base, **{name: value}))
+        refused(UsageError, message, check, dataclasses.replace(base, **{name: value}), 1)
     refused(
         UsageError,
-        "unknown --dtype 'auto': choose one of float32, bfloat16",
+        "unknown --train-dtype 'auto': choose one of float32, bfloat16",
         check,
-        dataclasses.replace(base, dtype="auto"),
+        dataclasses.replace(base, train_dtype="auto"),
+        1,
     )
     refused(
         UsageError,
         "--lora-alpha 0.0: must be > 0",
         check,
         dataclasses.replace(base, lora_alpha=0.0),
+        1,
     )
     # validation every N steps needs questions to validate on
     refused(
@@ -102,8 +109,9 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
         "--eval-every: validation needs held-out questions (--val-n >= 1)",
         check,
         dataclasses.replace(base, val_n=0, eval_every=2),
+        1,
     )
-    check(dataclasses.replace(base, val_n=1, eval_every=2))
+    check(dataclasses.replace(base, val_n=1, eval_every=2), 1)
     # --init-adapter: only for adapters, and of this rank and alpha
     listed = tmp_path / "list.pt"
     torch.save([1, 2], listed)
@@ -112,6 +120,7 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
         f"--init-adapter {listed}: not an adapter file",
         check,
         dataclasses.replace(base, init_adapter=str(listed), lora_rank=4),
+        1,
     )
     path = tmp_path / "a.pt"
     torch.save({"format": lora.FORMAT, "rank": 4, "alpha": 8.0}, path)
@@ -120,8 +129,9 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
         "--init-adapter: adapters train with --lora-rank >= 1",
         check,
         dataclasses.replace(base, init_adapter=str(path), lora_rank=0),
+        1,
     )
-    check(dataclasses.replace(base, init_adapter=str(path), lora_rank=4, lora_alpha=8.0))
+    check(dataclasses.replace(base, init_adapter=str(path), lora_rank=4, lora_alpha=8.0), 1)
     for rank, alpha in ((4, 32.0), (2, 8.0)):
         refused(
             UsageError,
@@ -129,18 +139,59 @@ def test_check_weights_refuses_each_shared_flag_in_one_line(tmp_path):
             f"{alpha} here",
             check,
             dataclasses.replace(base, init_adapter=str(path), lora_rank=rank, lora_alpha=alpha),
+            1,
         )
     missing = tmp_path / "missing.pt"
     with pytest.raises(FileRefused, match=re.escape(f"{missing}: cannot read the adapter file")):
-        check(dataclasses.replace(base, init_adapter=str(missing)))
+        check(dataclasses.replace(base, init_adapter=str(missing)), 1)
+    # MLPO's config: the same shared checks, and --questions (the candidates) at least 1
+    mlpo = train_mlpo.Config()
+    train_mlpo.check(dataclasses.replace(mlpo, questions=1, save_every=1, micro_batch=1), 1)
+    for name, value, minimum in (("questions", 0, 1), ("save_every", 0, 1), ("micro_batch", 0, 1)):
+        flag = "--" + name.replace("_", "-")
+        message = f"{flag} {value!r}: must be at least {minimum}"
+        cfg = dataclasses.replace(mlpo, **{name: value})
+        refused(UsageError, message, train_mlpo.check, cfg, 1)
+    refused(
+        UsageError,
+        "unknown --train-dtype 'auto': choose one of float32, bfloat16",
+        train_mlpo.check,
+        dataclasses.replace(mlpo, train_dtype="auto"),
+        1,
+    )
+
+
+@pytest.mark.parametrize("script", [train_magrpo, train_mlpo, train_solver])
+def test_trainers_take_no_flag_of_a_policy_driven_game(script, capsys):
+    """The trained weights are --model's and no policy decides: no trainer's Config has --models,
+    --critic or --refine-cost (nor the game's --dtype: the trainers' is --train-dtype), and its
+    command line refuses them as unknown flags."""
+    names = {f.name for f in dataclasses.fields(script.Config)}
+    assert not names & {"models", "critic", "refine_cost", "dtype"}
+    assert "train_dtype" in names and "model" in names
+    for argv in (["--models", "default,default"], ["--critic"], ["--refine-cost", "1"]):
+        with pytest.raises(SystemExit) as caught:
+            parse_config(script.Config, argv)
+        assert caught.value.code == 2
+        assert f"unrecognized arguments: {' '.join(argv)}" in capsys.readouterr().err
+    # the renamed dtype flag: --dtype is no flag of theirs, --train-dtype is
+    with pytest.raises(SystemExit):
+        parse_config(script.Config, ["--dtype", "bfloat16"])
+    capsys.readouterr()
+    assert parse_config(script.Config, ["--train-dtype", "bfloat16"]).train_dtype == "bfloat16"
 
 
 def test_check_rollouts_refuses_each_group_flag_in_one_line():
-    """check_rollouts: an unknown --algo or --loss-agg, no step or question, a group of one (no
-    baseline), a negative KL weight or format reward, a zero temperature or tau, and questions that
-    the processes cannot share whole: each refused with its line; the boundaries accepted."""
-    check = training.check_rollouts
+    """check_rollouts, given the scripts' choices (softrank's advantages and aggregations): an
+    unknown --algo or --loss-agg, no step or question, a group of one (no baseline), a negative KL
+    weight or format reward, a zero temperature or tau, and questions that the processes cannot
+    share whole: each refused with its line; the boundaries accepted."""
     base = train_magrpo.Config()
+
+    def check(cfg, world):
+        # the advantages and aggregations the scripts pass: softrank's
+        training.check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
+
     check(base, 1)
     edge = dict(steps=1, questions_per_step=3, group=2, beta=0.0, format_reward=0.0)
     check(dataclasses.replace(base, **edge, rollout_temperature=1e-3, tau=1e-3), 3)
@@ -253,10 +304,10 @@ def test_trained_team_of_whole_models_one_per_agent(tiny_model_dir):
 
 
 def test_trained_team_samples_from_bf16_copies_that_refresh_copies_weights(tiny_model_dir):
-    """--dtype bfloat16: fp32 master weights, rollouts from a bf16 copy (the same tokenizer and
-    slots); refresh_rollout_weights copies each model's current weights into its own copy and puts
-    the models in eval mode (generation's KV cache)."""
-    cfg = team_config(tiny_model_dir, lora_rank=0, dtype="bfloat16")
+    """--train-dtype bfloat16: fp32 master weights, rollouts from a bf16 copy (the same tokenizer
+    and slots); refresh_rollout_weights copies each model's current weights into its own copy and
+    puts the models in eval mode (generation's KV cache)."""
+    cfg = team_config(tiny_model_dir, lora_rank=0, train_dtype="bfloat16")
     models, team = training.trained_team(cfg, 2, CPU)
     engines = team.engines()
     assert len(engines) == 2 and all(e.batch_size == 6 for e in engines)
@@ -277,7 +328,7 @@ def test_trained_team_samples_from_bf16_copies_that_refresh_copies_weights(tiny_
         for rollout_weight, weight in zip(e.model.parameters(), m.parameters()):
             assert torch.equal(rollout_weight, weight.to(torch.bfloat16))
     # adapters: one bf16 copy of the base and its adapters, every agent's member on it
-    cfg = team_config(tiny_model_dir, lora_rank=2, lora_alpha=4.0, dtype="bfloat16")
+    cfg = team_config(tiny_model_dir, lora_rank=2, lora_alpha=4.0, train_dtype="bfloat16")
     [model], team = training.trained_team(cfg, 2, CPU)
     assert team.members == [Member(team.first, 0), Member(team.first, 1)]
     assert team.first.model is not model and lora.n_adapters(team.first.model) == 2
@@ -341,10 +392,8 @@ class RecordingTeam:
 def test_sample_asks_for_tokens_at_the_rollout_temperature_without_top_p():
     """sample: the prompts, seeds and agents as given, --max-new-tokens, --rollout-temperature (not
     the game's --temperature or --top-p: the loss scores the whole tempered distribution), and the
-    token ids back."""
-    cfg = train_magrpo.Config(
-        max_new_tokens=11, rollout_temperature=0.8, temperature=0.3, top_p=0.5
-    )
+    token ids back. (MLPO's config: MAGRPO's has no --temperature or --top-p at all.)"""
+    cfg = train_mlpo.Config(max_new_tokens=11, rollout_temperature=0.8, temperature=0.3, top_p=0.5)
     team = RecordingTeam()
     out = training.sample(team, ["p0", "p1"], [5, 6], [1, 0], cfg)
     assert out == ["done", "done"]
@@ -418,13 +467,13 @@ def test_prompt_ids_read_the_prompt_in_its_agents_chat_format(tiny_model):
 # --------------------------------------------------------------------------------------------------
 def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
     """learners_of: one Learner per adapter (the shared model, that adapter's parameters, no
-    reference: the base is the KL's), or per whole model (DDP-wrapped on the run's device, every
-    parameter used; every parameter trained; with a KL term a frozen eval-mode copy as reference,
-    without one none)."""
+    reference even with a KL term: the base is the KL's), or per whole model (DDP-wrapped on the
+    run's device, every parameter used; every parameter trained; with a KL term (`kl` True) a frozen
+    eval-mode copy as reference, without one none)."""
     wrapped = record_wrap_ddp(monkeypatch)
     model = adapted(tiny_model, adapters=2)
     cfg = SimpleNamespace(lora_rank=2)
-    learners = training.learners_of([model], cfg, Objective("sum", 0.1, 1.0), CPU)
+    learners = training.learners_of([model], cfg, True, CPU)
     assert [(ln.module, ln.adapter, ln.reference) for ln in learners] == [
         (model, 0, None),
         (model, 1, None),
@@ -433,14 +482,14 @@ def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
         assert [id(p) for p in ln.parameters] == [id(p) for p in lora.adapter_parameters(model, k)]
     whole = [copy.deepcopy(tiny_model[0]).train() for _ in range(2)]
     cfg = SimpleNamespace(lora_rank=0)
-    learners = training.learners_of(whole, cfg, Objective("sum", 0.0, 1.0), CPU)
+    learners = training.learners_of(whole, cfg, False, CPU)
     assert wrapped == [(whole[0], CPU, False), (whole[1], CPU, False)]
     assert [(ln.module, ln.adapter, ln.reference) for ln in learners] == [
         (whole[0], None, None),
         (whole[1], None, None),
     ]
     assert [id(p) for p in learners[1].parameters] == [id(p) for p in whole[1].parameters()]
-    learners = training.learners_of(whole, cfg, Objective("token", 0.05, 1.0), CPU)
+    learners = training.learners_of(whole, cfg, True, CPU)
     for ln, m in zip(learners, whole):
         reference = ln.reference
         assert ln.module is m and reference is not None and reference is not m
@@ -454,15 +503,16 @@ def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
 def test_resumed_fresh_adapters(tiny_model, tmp_path):
     """A fresh run of adapters: AdamW over the adapters' parameters alone at the given lr and
     --weight-decay, the adapters' ParameterList as the checkpoint's holder, step 0, the metrics
-    log in the out dir, gradient checkpointing as asked, a Learner per adapter."""
+    log in the out dir, gradient checkpointing as asked, a Learner per adapter; all of it a
+    training.Resumed, by name."""
     model = adapted(tiny_model, adapters=2)
     cfg = train_magrpo.Config(
         lora_rank=2, lora_alpha=4.0, weight_decay=0.25, gradient_checkpointing=True
     )
-    objective = Objective("sum", 0.0, 1.0)
-    optimizer, holder, counters, log, learners = training.resumed(
-        [model], cfg, 3e-4, objective, tmp_path, 0, CPU, "steps"
-    )
+    result = training.resumed([model], cfg, tmp_path, ALONE, lr=3e-4)
+    assert isinstance(result, training.Resumed)
+    assert result._fields == ("optimizer", "holder", "counters", "log", "learners")
+    optimizer, holder, counters, log, learners = result
     assert type(optimizer) is torch.optim.AdamW and len(optimizer.param_groups) == 1
     group = optimizer.param_groups[0]
     assert group["lr"] == 3e-4 and group["weight_decay"] == 0.25
@@ -492,12 +542,12 @@ def record_wrap_ddp(monkeypatch):
 def test_resumed_fresh_whole_models(tiny_model, tmp_path, monkeypatch):
     """Whole weights: every parameter of every model in the optimizer, the models' ModuleList as
     the holder, no gradient checkpointing unless asked, a Learner per model (with the KL's
-    reference when the objective has one)."""
+    reference when the loss has a KL term, `kl`)."""
     models = [copy.deepcopy(tiny_model[0]) for _ in range(2)]
     cfg = train_magrpo.Config(lora_rank=0)
     wrapped = record_wrap_ddp(monkeypatch)
     optimizer, holder, counters, _, learners = training.resumed(
-        models, cfg, 1e-5, Objective("sum", 0.1, 1.0), tmp_path, 0, CPU, "steps"
+        models, cfg, tmp_path, ALONE, lr=1e-5, kl=True
     )
     params = [p for m in models for p in m.parameters()]
     assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in params]
@@ -508,6 +558,9 @@ def test_resumed_fresh_whole_models(tiny_model, tmp_path, monkeypatch):
     assert [ln.module for ln in learners] == models
     assert [(module, device) for module, device, _ in wrapped] == [(m, CPU) for m in models]
     assert all(ln.reference is not None and ln.adapter is None for ln in learners)
+    # without a KL term (the default): no reference
+    _, _, _, _, learners = training.resumed(models, cfg, tmp_path, ALONE, lr=1e-5)
+    assert all(ln.reference is None and ln.adapter is None for ln in learners)
 
 
 def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, tmp_path, capsys):
@@ -515,11 +568,8 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
     come back, the metrics log loses the lines past the checkpoint's step, --steps may grow (the
     `extendable` field) but not shrink, another setting is refused; rank 1 writes no log."""
     cfg = train_magrpo.Config(lora_rank=2, lora_alpha=4.0, steps=2)
-    objective = Objective("sum", 0.0, 1.0)
     model = adapted(tiny_model, adapters=2)
-    optimizer, holder, _, _, _ = training.resumed(
-        [model], cfg, 1e-2, objective, tmp_path, 0, CPU, "steps"
-    )
+    optimizer, holder, _, _, _ = training.resumed([model], cfg, tmp_path, ALONE, lr=1e-2)
     for p in holder:
         p.grad = torch.ones_like(p)
     optimizer.step()
@@ -535,7 +585,7 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
     longer = dataclasses.replace(cfg, steps=4, save_every=9)
     capsys.readouterr()
     optimizer, holder, counters, log, _ = training.resumed(
-        [fresh], longer, 1e-2, objective, tmp_path, 0, CPU, "steps"
+        [fresh], longer, tmp_path, ALONE, lr=1e-2, extendable="steps"
     )
     assert capsys.readouterr().err.startswith(f"resuming from {tmp_path / 'checkpoint.pt'}")
     assert torch.equal(torch.rand(4), after_save)
@@ -551,7 +601,7 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
     assert json.loads(log.path.read_text().splitlines()[-1]) == {"step": 4, "loss": 0.5}
     # rank 1: the same weights, no log written
     _, _, counters, log, _ = training.resumed(
-        [adapted(tiny_model, adapters=2)], longer, 1e-2, objective, tmp_path, 1, CPU, "steps"
+        [adapted(tiny_model, adapters=2)], longer, tmp_path, Ranks(1, 2, CPU), lr=1e-2
     )
     assert capsys.readouterr().err == ""
     log.write(step=5, loss=0.5)
@@ -565,12 +615,10 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
             training.resumed(
                 [adapted(tiny_model, adapters=2)],
                 dataclasses.replace(cfg, **changed),
-                1e-2,
-                objective,
                 tmp_path,
-                0,
-                CPU,
-                "steps",
+                ALONE,
+                lr=1e-2,
+                extendable="steps",
             )
 
 
@@ -585,16 +633,32 @@ FOUR_SEQUENCES = [
 ]
 
 
+def on_rank_0(optimizer, cfg, pad, world=1):
+    """The Updater a script makes from its flags (Updater.of), on rank 0 of `world`, on the CPU."""
+    return Updater.of(optimizer, cfg, pad, Ranks(0, world, CPU))
+
+
+def test_updater_of_reads_the_trainer_flags():
+    """Updater.of: --micro-batch, the pad id, the ranks, --max-new-tokens as the completions'
+    budget, and bf16 autocast exactly under --train-dtype bfloat16."""
+    optimizer, ranks = object(), Ranks(1, 2, CPU)
+    cfg = train_magrpo.Config(micro_batch=3, max_new_tokens=40)
+    assert Updater.of(optimizer, cfg, 7, ranks) == Updater(optimizer, 3, 7, ranks, 40, False)
+    bf16 = dataclasses.replace(cfg, train_dtype="bfloat16")
+    assert Updater.of(optimizer, bf16, 7, ranks) == Updater(optimizer, 3, 7, ranks, 40, True)
+    assert Updater(optimizer, 3, 7, ranks, 40).bf16 is False
+
+
 def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     tiny_model, monkeypatch
 ):
-    """policy_step's statistics, one shared model (every agent's sequences), one sequence per
-    micro-batch, on rank 0 of 2 (the other rank's counts summed in): the loss over the step's
-    sequences of every rank (each aggregation's normalizer from the global counts, divided by the
-    world), the flat group's sequences counted but not trained on, the tokens of every rank; with
-    every group flat one sequence still runs (at advantage 0: no gradient); a rank with no sequence
-    runs the filler at advantage 0; with a KL term nothing is skipped and the KL is that of every
-    sequence; the gradient is clipped to norm 1."""
+    """softrank.policy_step's statistics, one shared model (every agent's sequences), one sequence
+    per micro-batch (the Updater's), on rank 0 of 2 (the other rank's counts summed in): the loss
+    over the step's sequences of every rank (each aggregation's normalizer from the global counts,
+    divided by the world), the flat group's sequences counted but not trained on, the tokens of
+    every rank; with every group flat one sequence still runs (at advantage 0: no gradient); a rank
+    with no sequence runs the filler at advantage 0; with a KL term nothing is skipped and the KL
+    is that of every sequence; the gradient is clipped to norm 1."""
     model, tokenizer = tiny_model
     model = copy.deepcopy(model).train()
     pad = tokenizer.pad_token_id
@@ -619,19 +683,18 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     monkeypatch.setattr(training, "all_reduce_sum", two_ranks([4, 14], devices))
     # sum: / 8 sequences; const: / 8 x 16; token: / 28 tokens; each / world 2
     for agg, normalizer in (("sum", 4), ("const", 64), ("token", 14)):
-        step = training.policy_step(
-            learners, optimizer, sequences, advantages, Objective(agg, 0.0, 1.0), cfg, pad, CPU, 2
-        )
+        objective = Objective(agg, 0.0, 1.0)
+        updater = on_rank_0(optimizer, cfg, pad, world=2)
+        step = softrank.policy_step(learners, sequences, advantages, objective, updater)
         assert step["loss"] == pytest.approx((trained / normalizer).item(), rel=1e-5)
         assert step["kl"] == 0.0 and step["trained"] == 2 and step["tokens"] == 28
         assert step["grad_norm"] > 0 and all(p.grad is None for p in model.parameters())
     assert devices == [CPU] * 3
     objective = Objective("sum", 0.0, 1.0)
-    flat = training.policy_step(
-        learners, optimizer, sequences, torch.zeros(2, 2), objective, cfg, pad, CPU, 2
-    )
+    updater = on_rank_0(optimizer, cfg, pad, world=2)
+    flat = softrank.policy_step(learners, sequences, torch.zeros(2, 2), objective, updater)
     assert flat == {"loss": 0.0, "kl": 0.0, "trained": 1, "tokens": 28, "grad_norm": 0.0}
-    empty = training.policy_step(learners, optimizer, [], advantages, objective, cfg, pad, CPU, 2)
+    empty = softrank.policy_step(learners, [], advantages, objective, updater)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
     with_kl = [Learner(model, list(model.parameters()), None, reference)]
     held = []
@@ -643,17 +706,13 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     monkeypatch.setattr(training, "accumulating", accumulating)
     # the filler still runs its backward (the all-reduce's), but adds nothing, its KL term neither
     # (the reference differs: its KL is not 0)
-    empty = training.policy_step(
-        with_kl, optimizer, [], advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
-    )
+    empty = softrank.policy_step(with_kl, [], advantages, Objective("sum", 0.1, 1.0), updater)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
     assert held == [(model, True)]
     held.clear()
     # micro-batches of 3 and 1: DDP's all-reduce held back until the last one's backward
-    cfg = dataclasses.replace(cfg, micro_batch=3)
-    step = training.policy_step(
-        with_kl, optimizer, sequences, advantages, Objective("sum", 0.1, 1.0), cfg, pad, CPU, 2
-    )
+    updater = on_rank_0(optimizer, dataclasses.replace(cfg, micro_batch=3), pad, world=2)
+    step = softrank.policy_step(with_kl, sequences, advantages, Objective("sum", 0.1, 1.0), updater)
     assert held == [(model, False), (model, True)]
     assert step["trained"] == 4
     assert step["kl"] == pytest.approx((k3.sum() / 4).item(), rel=1e-4)
@@ -661,9 +720,8 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     # large advantages: the gradient is clipped to norm 1 (SGD at lr 1 moves the weights by it)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    step = training.policy_step(
-        learners, optimizer, sequences, 400 * advantages, objective, cfg, pad, CPU, 2
-    )
+    updater = updater._replace(optimizer=optimizer)
+    step = softrank.policy_step(learners, sequences, 400 * advantages, objective, updater)
     moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     assert step["grad_norm"] > 1.5 and moved.norm().item() == pytest.approx(1.0, rel=1e-3)
 
@@ -682,16 +740,16 @@ def test_policy_step_with_a_learner_per_agent_averages_their_losses(tiny_model):
     # agent 0: (q1, g0) at 0.5, its flat (q0, g0) skipped; agent 1: (q1, g1) at -0.25; each / 2
     expected = (-0.5 * summed[2] / 2 + 0.25 * summed[3] / 2) / 2
     learners = [Learner(model, list(model.parameters())) for _ in range(2)]
-    step = training.policy_step(
+    step = softrank.policy_step(
         learners,
-        torch.optim.SGD(model.parameters(), lr=0.0),
         sequences,
         torch.tensor([[0.0, 0.0], [0.5, -0.25]]),
         Objective("sum", 0.0, 1.0),
-        train_magrpo.Config(micro_batch=2, max_new_tokens=16),
-        pad,
-        CPU,
-        1,
+        on_rank_0(
+            torch.optim.SGD(model.parameters(), lr=0.0),
+            train_magrpo.Config(micro_batch=2, max_new_tokens=16),
+            pad,
+        ),
     )
     assert step["loss"] == pytest.approx(expected.item(), rel=1e-5)
     assert step["trained"] == 2 and step["tokens"] == 14 and step["kl"] == 0.0
@@ -711,7 +769,7 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
         logp, mask = completion_logprobs(model, batch)
         summed = torch.where(mask.bool(), logp, 0).sum(-1)
     objective = Objective("sum", 0.0, 1.0)
-    learners = training.learners_of([model], SimpleNamespace(lora_rank=2), objective, CPU)
+    learners = training.learners_of([model], SimpleNamespace(lora_rank=2), False, CPU)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     # DDP cannot wrap adapters: each adapter's gradients averaged over the ranks by hand
@@ -719,9 +777,8 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
     monkeypatch.setattr(
         training, "average_gradients", lambda params, world: averaged.append((params, world))
     )
-    step = training.policy_step(
-        learners, optimizer, sequences, advantages, objective, train_magrpo.Config(), pad, CPU, 1
-    )
+    updater = on_rank_0(optimizer, train_magrpo.Config(), pad)
+    step = softrank.policy_step(learners, sequences, advantages, objective, updater)
     assert averaged == [(learner.parameters, 1) for learner in learners]
     monkeypatch.undo()
     # adapter 0: -(0.5 x its summed log-prob) over agent 0's 2 sequences; adapter 1: 0; the mean
@@ -751,25 +808,21 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
         norms.append(torch.cat([g.flatten() for g in grads]).norm())
         kls.append(torch.where(own, k3, 0).sum().item() / 2)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
-    step = training.policy_step(
+    step = softrank.policy_step(
         learners,
-        optimizer,
         sequences,
         advantages,
         Objective("sum", beta, 1.0),
-        train_magrpo.Config(),
-        pad,
-        CPU,
-        1,
+        on_rank_0(optimizer, train_magrpo.Config(), pad),
     )
     assert step["trained"] == 4 and min(kls) > 0
     assert step["kl"] == pytest.approx(sum(kls) / 2, rel=1e-4)
     assert step["grad_norm"] == pytest.approx(torch.stack(norms).norm().item(), rel=1e-4)
 
 
-def test_policy_step_under_dtype_bfloat16_takes_the_loss_of_a_bf16_autocast_forward(tiny_model):
-    """--dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights, so the step's
-    loss is that forward's (not the fp32 one's, which differs)."""
+def test_policy_step_under_bfloat16_takes_the_loss_of_a_bf16_autocast_forward(tiny_model):
+    """--train-dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights (the
+    Updater's), so the step's loss is that forward's (not the fp32 one's, which differs)."""
     model, tokenizer = tiny_model
     model = copy.deepcopy(model).train()
     pad = tokenizer.pad_token_id
@@ -785,16 +838,16 @@ def test_policy_step_under_dtype_bfloat16_takes_the_loss_of_a_bf16_autocast_forw
         summed = torch.where(mask.bool(), logp.float(), 0).sum(-1)
         # sum: over the step's 4 sequences
         expected = (-(0.5 * summed[0] - 0.25 * summed[1]) / 4).item()
-        step = training.policy_step(
+        step = softrank.policy_step(
             learners,
-            torch.optim.SGD(model.parameters(), lr=0.0),
             FOUR_SEQUENCES,
             advantages,
             Objective("sum", 0.0, 1.0),
-            train_magrpo.Config(micro_batch=4, max_new_tokens=16, dtype=dtype),
-            pad,
-            CPU,
-            1,
+            on_rank_0(
+                torch.optim.SGD(model.parameters(), lr=0.0),
+                train_magrpo.Config(micro_batch=4, max_new_tokens=16, train_dtype=dtype),
+                pad,
+            ),
         )
         assert step["loss"] == pytest.approx(expected, rel=1e-6)
         losses.append(step["loss"])
@@ -812,9 +865,10 @@ def two_ranks(other, devices):
 
 
 def test_rollout_stats_sum_over_ranks_by_hand(monkeypatch):
-    """rollout_stats over two ranks: the loss and kl averaged over the ranks, the mean reward over
-    every rollout, the flat groups' count and share over every group, the trained sequences
-    summed; the gradient norm and tokens are this rank's (already global)."""
+    """rollout_stats over two ranks (the flat groups given, as softrank.flat_groups finds them):
+    the loss and kl averaged over the ranks, the mean reward over every rollout, the flat groups'
+    count and share over every group, the trained sequences summed; the gradient norm and tokens
+    are this rank's (already global)."""
     update = {"loss": 0.75, "kl": 0.5, "trained": 5, "tokens": 40, "grad_norm": 1.5}
     # question 0 flat (all 1), question 1 not: rewards sum 4.5 over 6
     rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.5]])
@@ -823,7 +877,9 @@ def test_rollout_stats_sum_over_ranks_by_hand(monkeypatch):
     monkeypatch.setattr(
         training, "all_reduce_sum", two_ranks([0.25, 0.25, 1.5, 6, 2, 2, 3], devices)
     )
-    stats = training.rollout_stats(update, rewards, 2, "dev")
+    flat = softrank.flat_groups(rewards)
+    assert flat.tolist() == [[True], [False]]
+    stats = training.rollout_stats(update, rewards, flat, Ranks(0, 2, "dev"))
     assert devices == ["dev"]
     assert stats == {
         "loss": 0.5,
@@ -836,7 +892,7 @@ def test_rollout_stats_sum_over_ranks_by_hand(monkeypatch):
         "trained_sequences": 8.0,
     }
     monkeypatch.undo()
-    one = training.rollout_stats(update, rewards, 1, CPU)
+    one = training.rollout_stats(update, rewards, flat, ALONE)
     assert (one["loss"], one["kl"], one["mean_reward"]) == (0.75, 0.5, 0.75)
     assert (one["frac_zero_std"], one["zero_std_groups"], one["trained_sequences"]) == (0.5, 1, 5)
 
@@ -856,13 +912,13 @@ def test_log_accuracy_logs_the_accuracy_over_every_rank(monkeypatch, capsys):
     """log_accuracy: right answers over questions, summed over the ranks, logged at the step; rank
     0 prints it (3 places), another rank does not."""
     log = Log()
-    training.log_accuracy(torch.tensor([1.0, 0.0, 1.0, 1.0]), 6, 0, CPU, log)
+    training.log_accuracy(torch.tensor([1.0, 0.0, 1.0, 1.0]), log, 6, ALONE)
     assert log.lines == [{"step": 6, "val_accuracy": 0.75, "val_questions": 4}]
     assert type(log.lines[0]["val_questions"]) is int
     assert capsys.readouterr().err == "step 6: val accuracy 0.750 (4 questions)\n"
     devices = []
     monkeypatch.setattr(training, "all_reduce_sum", two_ranks([0, 2], devices))
-    training.log_accuracy(torch.tensor([1.0]), 8, 1, "dev", log)
+    training.log_accuracy(torch.tensor([1.0]), log, 8, Ranks(1, 2, "dev"))
     assert log.lines[-1] == {"step": 8, "val_accuracy": 1 / 3, "val_questions": 3}
     assert devices == ["dev"] and capsys.readouterr().err == ""
 
@@ -893,7 +949,7 @@ def test_validate_plays_greedy_single_rollouts_of_the_fresh_weights(monkeypatch,
 
     log = Log()
     model.train()
-    training.validate([model], team, rollouts, ["a", "b", "c"], cfg, 5, 0, CPU, log)
+    training.validate([model], team, rollouts, ["a", "b", "c"], cfg, step=5, ranks=ALONE, log=log)
     [(team_, shard, greedy, step)] = asked
     assert team_ is team and shard == ["a", "b", "c"] and step == 5
     assert greedy == dataclasses.replace(cfg, group=1, rollout_temperature=0.0, format_reward=0.0)
@@ -903,7 +959,7 @@ def test_validate_plays_greedy_single_rollouts_of_the_fresh_weights(monkeypatch,
     # a rank with no validation question (fewer than the ranks): the others' 1 of 2
     devices = []
     monkeypatch.setattr(training, "all_reduce_sum", two_ranks([1, 2], devices))
-    training.validate([model], team, rollouts, [], cfg, 7, 1, CPU, log)
+    training.validate([model], team, rollouts, [], cfg, step=7, ranks=Ranks(1, 2, CPU), log=log)
     assert len(asked) == 1 and devices == [CPU]
     assert log.lines[-1] == {"step": 7, "val_accuracy": 0.5, "val_questions": 2}
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import load_file
+import softrank
+from common import Ranks, load_file
 from llm import lora
 from llm.engine import Engine
 
@@ -287,9 +288,9 @@ def play_debate(engine, cfg, n=3):
 def test_a_team_of_one_base_plays_the_homogeneous_game_bit_for_bit(tiny_model_dir):
     from llm.team import make_engine
 
-    alone = play_debate(make_engine(team_game({"model": tiny_model_dir}), 0), team_game({}))
+    alone = play_debate(make_engine(team_game({"model": tiny_model_dir}), 3, 0), team_game({}))
     cfg = team_game({"models": ",".join([tiny_model_dir] * 3)})
-    team = make_engine(cfg, 0)
+    team = make_engine(cfg, 3, 0)
     assert len(team.engines()) == 1  # agents on one base share its engine
     assert play_debate(team, cfg) == alone
 
@@ -311,7 +312,7 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     tiny_model[1].save_pretrained(tmp_path / "other")
     models = f"{tiny_model_dir}+{tmp_path / 'a0.pt'},{tiny_model_dir},{tmp_path / 'other'}"
     cfg = team_game({"models": models})
-    team = make_engine(cfg, 0)
+    team = make_engine(cfg, 3, 0)
     assert len(team.engines()) == 2 and [m.adapter for m in team.members] == [0, None, None]
     game = cfg
     examples = data.load_task("arith", split="test", n=2, seed=0)
@@ -403,9 +404,8 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
 
     optimizer = Capture()
     objective = training.Objective(cfg.loss_agg, cfg.beta, 1.0)
-    update = training.policy_step(
-        learners, optimizer, sequences, advantages, objective, cfg, pad, torch.device("cpu"), 1
-    )
+    updater = training.Updater.of(optimizer, cfg, pad, Ranks(0, 1, torch.device("cpu")))
+    update = softrank.policy_step(learners, sequences, advantages, objective, updater)
     assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
     for e in (0, 1):
         own = [s for s in sequences if s.agent == e]
@@ -529,7 +529,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
         lora_rank=4,
         lora_alpha=8.0,
         seed=0,
-        dtype="float32",
+        train_dtype="float32",
         init_adapter=str(path),
     )
     models, team = training.trained_team(cfg, 3, "cpu")

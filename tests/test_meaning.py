@@ -18,8 +18,7 @@ import deliberate as D
 import eval as E
 import sft
 import train_rl
-from common import GameConfig
-from deliberate import PERSIST, REFINE, concede
+from deliberate import PERSIST, REFINE, GameConfig, concede
 from llm.cache import call_seed
 from llm.engine import Completion
 
@@ -90,6 +89,15 @@ ACTIONS = [PERSIST, concede(1), REFINE]
 COSTS = [0.1, 0.2, 0.3]  # each agent's own REFINE cost (different token counts)
 
 
+# one process: rank 0 of 1, on the CPU
+ALONE = common.Ranks(0, 1, "cpu")
+
+
+def move_of(before, after, refined, costs=(0.0, 0.0, 0.0)):
+    """A decision round's Move holding what counterfactual_rewards reads."""
+    return D.Move(1, [], [], before, after, refined, list(costs))
+
+
 def hand_vectors(costs):
     c0, c1, c2 = costs
     return [
@@ -118,7 +126,7 @@ def test_counterfactual_vectors_hold_peers_at_what_they_did():
     before, refined = [sol(a) for a in BEFORE], dict(enumerate(sol(a) for a in REFINED))
     after = [D.outcome(before, i, a, refined) for i, a in enumerate(ACTIONS)]
     assert [s.answer for s in after] == AFTER
-    vectors = train_rl.counterfactual_rewards(before, after, refined, GOLD, "arith", COSTS)
+    vectors = D.counterfactual_rewards(move_of(before, after, refined, COSTS), GOLD, "arith")
     assert vectors == [pytest.approx(v) for v in hand_vectors(COSTS)]
     # (peers held at `before` instead would give agent 0's PERSIST 3,5,4: without 0, 5 vs 4 -> 5
     # right: -1, not 0)
@@ -130,21 +138,21 @@ def test_counterfactual_vectors_through_play_and_the_corpus(capsys):
     refine = {(1, i): (a, n) for i, (a, n) in enumerate(zip(REFINED, (200, 400, 600)))}
     engine = SeedEngine(replies("q/a", dict(enumerate(BEFORE)), refine))
     script = Script(lambda t, agent: ACTIONS[agent])
-    cfg = GameConfig(agents=3, rounds=1, refine_cost=0.5)
-    [game] = D.play(engine, [example("q/a")], script, cfg, refine_all=True)
+    cfg = train_rl.Config(agents=3, rounds=1, refine_cost=0.5)
+    [game] = D.play(engine, [example("q/a")], script, cfg, refine_all=True, refine_cost=0.5)
     record, [move] = game.rounds[1], game.moves
     assert record["answers"] == AFTER and record["actions"] == ACTIONS
     expected = hand_vectors(COSTS)
-    vectors = train_rl.counterfactual_rewards(
-        move.before, move.after, move.refined, GOLD, "arith", move.costs
-    )
+    vectors = D.counterfactual_rewards(move, GOLD, "arith")
     assert vectors == [pytest.approx(v) for v in expected]
     # the reward of the action taken: 0, -1 and agent 2's REFINE 1 - 0.3
     assert record["rewards"] == pytest.approx([0, -1, 1 - 0.3])
     assert engine.calls == 3 + 3  # round 0, then one REFINE sample per agent
     engine = SeedEngine(replies("q/a", dict(enumerate(BEFORE)), refine))
     capsys.readouterr()
-    rows = train_rl.scored_states(engine, [example("q/a")], script, cfg, 0, 1, "corpus 3")
+    rows = train_rl.scored_states(
+        engine, [example("q/a")], script, cfg, ranks=ALONE, desc="corpus 3"
+    )
     assert [r["rewards"] for r in rows] == [pytest.approx(v) for v in expected]
     # rank 0's progress bar, named by the caller
     assert "corpus 3:" in capsys.readouterr().err
@@ -164,7 +172,7 @@ def test_oracle_label_is_of_the_state_before_the_round():
     plan = {1: [REFINE, REFINE, PERSIST], 2: [PERSIST] * 3}
     script = Script(lambda t, agent: plan[t][agent])
     cfg = GameConfig(agents=3, rounds=2, seed=0)
-    rows = sft.labelled_states(engine, [example("q/b")], script, cfg, 0, 1)
+    rows = sft.labelled_states(engine, [example("q/b")], script, cfg, ALONE)
     assert [r["key"] for r in rows] == [("q/b", t, i) for t in (1, 2) for i in range(3)]
     # round 2 reads round 1 (5,5,4): agents 0 and 1 right: PERSIST; agent 2 concedes to peer 0
     labels = [concede(0), PERSIST, concede(1)] + [PERSIST, PERSIST, concede(0)]
@@ -198,11 +206,12 @@ def test_a_rank_labels_and_scores_the_states_of_its_own_shard_only():
     engine = SeedEngine(
         {k: v for q in qids for k, v in replies(q, dict(enumerate(BEFORE)), refine).items()}
     )
-    cfg = GameConfig(agents=3, rounds=1, seed=0)
+    cfg = train_rl.Config(agents=3, rounds=1, seed=0)
     persist = Script(lambda t, agent: PERSIST)
     examples = [example(q) for q in qids]
-    labelled = sft.labelled_states(engine, examples, persist, cfg, 1, 2)
-    scored = train_rl.scored_states(engine, examples, persist, cfg, 1, 2, "corpus")
+    second = common.Ranks(1, 2, "cpu")
+    labelled = sft.labelled_states(engine, examples, persist, cfg, second)
+    scored = train_rl.scored_states(engine, examples, persist, cfg, ranks=second, desc="corpus")
     for rows in (labelled, scored):
         assert [r["key"] for r in rows] == [("q/1", 1, i) for i in range(3)]
 
@@ -225,7 +234,7 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     def nothing(game, move):
         return [{}] * 3
 
-    rows = D.collect_states(engine, examples, D.Oracle(), cfg, 0, 1, nothing)
+    rows = D.collect_states(engine, examples, D.Oracle(), cfg, nothing, ranks=ALONE)
     keys = [("q/right", 1, i) for i in range(3)]
     keys += [("q/wrong", t, i) for t in (1, 2, 3) for i in range(3)]
     assert [r["key"] for r in rows] == keys
@@ -234,7 +243,9 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
         [0] * 3 + [0, 0, 0, 1 / 3, 1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3]
     )
     # a rank's shard: rank 1 of 2 plays examples[1::2] (q/right) alone
-    shard = D.collect_states(engine, examples, D.Oracle(), cfg, 1, 2, nothing)
+    shard = D.collect_states(
+        engine, examples, D.Oracle(), cfg, nothing, ranks=common.Ranks(1, 2, "cpu")
+    )
     assert [r["key"] for r in shard] == keys[:3]
 
 
@@ -272,7 +283,7 @@ def test_every_observed_feature_by_hand():
     # agent 1: a bare answer, 512 tokens (length clipped to 1); agent 2: nothing parses
     team = [a0, sol("12", tokens=512), sol(None, tokens=32)]
     changed, last = [True, False, True], [REFINE, concede(1), None]
-    own, peers = D.observe(team, 1, 2, 4, changed, last)
+    own, peers = D.observe(team, 1, 2, 4, changed=changed, last_actions=last)
     profile0 = [1, 1, 0.2, 0.8, 0.9, math.sqrt(0.1), 0.2, math.sqrt(0.1), 0.25, 0.1, 1]
     profile1 = [1, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 0, 0]
     profile2 = [0, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 32 / 256, 0, 0]
@@ -287,13 +298,13 @@ def test_every_observed_feature_by_hand():
         pytest.approx(dict(zip(D.PEER_FEATURES, profile2 + [0, 0, 1]))),
     ]
     # agent 2 (unparseable) agrees with nobody and is not the vote; no previous action; round 0
-    own, peers = D.observe(team, 2, 0, 3, changed, last)
+    own, peers = D.observe(team, 2, 0, 3, changed=changed, last_actions=last)
     assert dict(zip(D.OWN_FEATURES, own)) == pytest.approx(
         dict(zip(D.OWN_FEATURES, profile2 + [0, 0, 0, 1, 1, 0, 0, 0]))
     )
     assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[0, 1, 1], [0, 1, 0]]
     # agent 0 (12), last REFINE: peer 1 (agent 1) shares its answer, peer 2 (agent 2) does not
-    own, peers = D.observe(team, 0, 1, 3, changed, last)
+    own, peers = D.observe(team, 0, 1, 3, changed=changed, last_actions=last)
     f = dict(zip(D.OWN_FEATURES, own))
     assert (f["peer_agreement"], f["is_majority"], f["changed_last"]) == (0.5, 1, 1)
     assert f["round"] == pytest.approx(1 / 3) and (f["last_refine"], f["last_concede"]) == (1, 0)
@@ -419,7 +430,7 @@ def test_is_correct_edge_cases(pred, gold, task, expected):
 
 
 # --------------------------------------------------------------------------------------------------
-# the policies' mutants the tests above let survive (python experiments/mutation.py deliberate)
+# the policies' mutants the tests above let survive (python -m experiments.mutation deliberate)
 # --------------------------------------------------------------------------------------------------
 def test_inverse_cdf_edges():
     # action k owns u in [cdf_(k-1), cdf_k): a u equal to a CDF value goes to the next action, so an
@@ -466,9 +477,12 @@ def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
     def is_majority(team):
         n = len(team)
         return [
-            dict(zip(D.OWN_FEATURES, D.observe(team, i, 0, 2, [False] * n, [None] * n)[0]))[
-                "is_majority"
-            ]
+            dict(
+                zip(
+                    D.OWN_FEATURES,
+                    D.observe(team, i, 0, 2, changed=[False] * n, last_actions=[None] * n)[0],
+                )
+            )["is_majority"]
             for i in range(n)
         ]
 

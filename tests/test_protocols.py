@@ -16,13 +16,11 @@ from dataclasses import replace
 import pytest
 import torch
 from scripted import ScriptedEngine, played
-from test_meaning import ACTIONS, BEFORE, GOLD, REFINED, Script, example, hand_vectors, sol
+from test_meaning import ACTIONS, BEFORE, GOLD, REFINED, Script, example, hand_vectors, move_of, sol
 
 import deliberate as D
 import eval as E
-import train_rl
-from common import GameConfig
-from deliberate import PERSIST, REFINE, concede
+from deliberate import PERSIST, REFINE, GameConfig, concede
 from llm.cache import call_seed
 from llm.team import Member, Team
 
@@ -360,10 +358,10 @@ def test_the_critic_pass_costs_tokens_calls_and_refine_reward():
     prompt tokens) and counts as 2 calls. Gold 5, round 0: 3, 5; agent 0 REFINEs to 5, agent 1
     PERSISTs. Agent 0: own +1, vote 5 right, without it agent 1's 5 right: 1 + 1 - 1 = 1, less
     117 / 1000. Agent 1: own 0, vote right, without it agent 0's 5 right: 0."""
-    cfg = GameConfig(agents=2, rounds=1, seed=0, critic=True, refine_cost=1.0)
+    cfg = GameConfig(agents=2, rounds=1, seed=0, critic=True)
     engine = Recorder(game_replies(0, "q/1", [3, 5], {(1, 0): 5}))
     script = Script(lambda t, agent: [REFINE, PERSIST][agent])
-    [result] = played(engine, [example("q/1")], script, cfg)
+    [result] = played(engine, [example("q/1")], script, cfg, refine_cost=1.0)
     assert engine.verdicts == [["Correct", "Incorrect"]] * 2  # round 0's pass, then the REFINE's
     assert result["rounds"][0]["critic"] == [pytest.approx(0.7)] * 2
     assert result["rounds"][1]["rewards"] == pytest.approx([1 - (CALL + CRITIC) / 1000, 0])
@@ -442,5 +440,5 @@ def test_action_counts_by_kind_and_round():
 def test_counterfactual_vectors_without_costs_leave_refine_free():
     before, refined = [sol(a) for a in BEFORE], dict(enumerate(sol(a) for a in REFINED))
     after = [D.outcome(before, i, a, refined) for i, a in enumerate(ACTIONS)]
-    vectors = train_rl.counterfactual_rewards(before, after, refined, GOLD, "arith")
+    vectors = D.counterfactual_rewards(move_of(before, after, refined), GOLD, "arith")
     assert vectors == [pytest.approx(v) for v in hand_vectors([0.0, 0.0, 0.0])]

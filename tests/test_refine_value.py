@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import lab_command
+
+from experiments import refine_value
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-import refine_value  # noqa: E402
 
 # actions: 0 PERSIST, 1 REFINE, 2+ CONCEDE to a peer; reward_vectors[i][a]: agent i's reward for a
 GAMES = [
@@ -84,20 +85,14 @@ def test_refine_value_plays_the_game_eval_plays(tmp_path, tiny_model_dir):
         "float32",
     ]
     mine = tmp_path / "refine.json"
+    argv, env = lab_command("refine_value")
     run = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "experiments" / "refine_value.py"),
-            *game,
-            "--policy",
-            "random",
-            "--out",
-            str(mine),
-        ],
+        [*argv, *game, "--policy", "random", "--out", str(mine)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=env,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     theirs = tmp_path / "eval.json"

@@ -608,7 +608,12 @@ def test_full_action_set_losses_take_any_leading_batch_shape():
     for loss_fn in (softrank_loss, unweighted_softrank_loss):
         (loss3, stats3), (loss2, stats2) = (
             loss_fn(
-                x.reshape(shape), a.reshape(shape), r.reshape(shape), 0.3, 0.05, m.reshape(shape)
+                x.reshape(shape),
+                a.reshape(shape),
+                r.reshape(shape),
+                0.3,
+                0.05,
+                mask=m.reshape(shape),
             )
             for x, a, r, m, shape in [
                 (logits, A, ref, mask, (2, 3, 4)),

@@ -72,7 +72,7 @@ def test_magrpo_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
         "--beta",
         "0.1",
         "--separate-agents",
-        "--dtype",
+        "--train-dtype",
         "float32" if torchrun else "bfloat16",
     )
     assert [r["step"] for r in lines] == [1, 2]

@@ -13,6 +13,7 @@ import data
 import deliberate as D
 import train_magrpo
 import train_mlpo
+from common import Ranks
 from llm.engine import Engine
 
 
@@ -78,14 +79,14 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     ]
     right = {"t/0": 3, "t/1": 2, "t/2": 0}
     monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
-    monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, rank, device: None)
+    monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, agents, rank, device: None)
     monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers(right))
     cfg = train_mlpo.Config(agents=3, questions=3, val_n=0)
-    pool, stats = train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+    pool, stats = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
     keep_all = train_mlpo.Config(agents=3, questions=3, val_n=0, filter_easy=0)
-    pool, _ = train_mlpo.peer_pool(keep_all, 0, 1, "cpu")
+    pool, _ = train_mlpo.peer_pool(keep_all, Ranks(0, 1, "cpu"))
     assert len(pool) == 3
 
 
@@ -94,7 +95,7 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
     is refused beside --peers-model or with one entry too few; MAGRPO has no such flag."""
     built = {}
 
-    def make_engine(cfg, rank, device):
+    def make_engine(cfg, agents, rank, device):
         built.update(models=cfg.models, model=cfg.model)
 
     monkeypatch.setattr(train_mlpo, "make_engine", make_engine)
@@ -109,7 +110,7 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
     peers = f"default+{adapter},default"
     cfg = train_mlpo.Config(agents=2, peers=peers)
     train_mlpo.check(cfg, 1)
-    [(example, solutions)] = train_mlpo.peer_solutions(examples, cfg, 0, 1, "cpu")
+    [(example, solutions)] = train_mlpo.peer_solutions(examples, cfg, Ranks(0, 1, "cpu"))
     assert built == {"models": peers, "model": ""} and len(solutions) == 2
     for wrong in ({"peers_model": str(tmp_path)}, {"agents": 3}):
         with pytest.raises(common.UsageError, match="--peers:"):
@@ -159,19 +160,21 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
 
     monkeypatch.setattr(train_mlpo, "training_pool", lambda c: examples[: c.val_n + c.questions])
     monkeypatch.setattr(
-        train_mlpo, "make_engine", lambda c, rank, device: built.append((rank, device)) or "peers"
+        train_mlpo,
+        "make_engine",
+        lambda c, agents, rank, device: built.append((rank, device)) or "peers",
     )
     monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
-    pool, stats = train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+    pool, stats = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert [ex.id for ex, _ in pool] == ["t/3"]
     expected = {"candidates": 3, "kept": 1, "peer_accuracy": (2 / 3 + 2 / 3 + 0) / 3}
     assert stats == expected and built == [(0, "cpu")] and asked == [("peers", cfg)]
     assert capsys.readouterr().err == f"peer pool: {json.dumps(expected)}\n"
-    train_mlpo.peer_pool(dataclasses.replace(cfg, filter_easy=0), 1, 1, "cpu")
+    train_mlpo.peer_pool(dataclasses.replace(cfg, filter_easy=0), Ranks(1, 1, "cpu"))
     assert built[-1] == (1, "cpu") and capsys.readouterr().err == ""
     right["t/3"] = 3
     with pytest.raises(SystemExit) as ended:
-        train_mlpo.peer_pool(cfg, 0, 1, "cpu")
+        train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert str(ended.value) == (
         f"every one of the 3 questions has >= {2 / 3} of its peers right: lower --filter-easy or "
         "add --questions"
@@ -183,7 +186,7 @@ def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatc
     generates every world-th question from its own, and returns them in the questions' order."""
     built, asked = [], []
     monkeypatch.setattr(
-        train_mlpo, "make_engine", lambda c, rank, device: built.append(c.model) or "engine"
+        train_mlpo, "make_engine", lambda c, agents, rank, device: built.append(c.model) or "engine"
     )
 
     def run_llm(engine, calls, game):
@@ -195,8 +198,10 @@ def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatc
         data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(5)
     ]
     cfg = train_mlpo.Config(agents=2, model="base")
-    solved = train_mlpo.peer_solutions(examples, cfg, 0, 2, "cpu")
+    solved = train_mlpo.peer_solutions(examples, cfg, Ranks(0, 2, "cpu"))
     assert [ex.id for ex, _ in solved] == ["t/0", "t/2", "t/4"]
     assert asked == [["t/0", "t/0", "t/2", "t/2", "t/4", "t/4"]]
-    train_mlpo.peer_solutions(examples, dataclasses.replace(cfg, peers_model="peers"), 1, 2, "cpu")
+    train_mlpo.peer_solutions(
+        examples, dataclasses.replace(cfg, peers_model="peers"), Ranks(1, 2, "cpu")
+    )
     assert built == ["base", "peers"] and asked[-1] == ["t/1", "t/1", "t/3", "t/3"]

@@ -15,6 +15,7 @@ import common
 import data
 import deliberate
 import train_solver
+from common import Ranks
 from data.worked import WorkedSolutionMissing, worked_solution
 from llm import backbone, lora
 from llm.cache import call_seed
@@ -127,7 +128,7 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
         return generate(prompts, seeds, **kwargs)
 
     engine.generate = spy
-    pairs = train_solver.refine_examples(engine, cfg, 0, 1)
+    pairs = train_solver.refine_examples(engine, cfg, Ranks(0, 1, "cpu"))
     questions, _ = data.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, target) in zip(questions, pairs):
@@ -148,11 +149,11 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     torch.save({"x": torch.zeros(1)}, tmp_path / "bad.pt")
     bad = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "bad.pt"))
     with pytest.raises(common.FileRefused, match="bad.pt"):
-        train_solver.refine_examples(Engine(model_path=tiny_model_dir), bad, 0, 1)
+        train_solver.refine_examples(Engine(model_path=tiny_model_dir), bad, Ranks(0, 1, "cpu"))
     (tmp_path / "text.pt").write_text("not a torch file")
     text = dataclasses.replace(cfg, refine_contexts=str(tmp_path / "text.pt"))
     with pytest.raises(common.FileRefused, match="text.pt: not a plain-data adapter file"):
-        train_solver.refine_examples(Engine(model_path=tiny_model_dir), text, 0, 1)
+        train_solver.refine_examples(Engine(model_path=tiny_model_dir), text, Ranks(0, 1, "cpu"))
 
 
 def sft_args(tmp_path, model_dir, *extra):

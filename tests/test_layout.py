@@ -1,0 +1,162 @@
+"""The three rings and what a reader is promised, read from the sources with `ast`: imports point
+inward (lab -> spine -> library), no script is imported but by tests, each script's reading set
+and size within their limits, the learning step of every trainer in the spine, the lab run as a
+package (no sys.path edits), no spine function of more than five positional parameters, and the
+documents: the reading path on README's first screen, no issue numbers, every cited `module.name`
+alive."""
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from experiments import reading_sets
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {name.removesuffix(".py") for name in reading_sets.SCRIPTS}
+SPINE = reading_sets.spine_modules()
+LAB = {p.stem for p in (ROOT / "experiments").glob("*.py")}
+DOCUMENTS = [ROOT / "README.md", ROOT / "results" / "README.md", *(ROOT / "docs").glob("*.md")]
+
+
+def library_files():
+    return [ROOT / "common.py", *(ROOT / "llm").glob("*.py"), *(ROOT / "data").glob("*.py")]
+
+
+def imports_of(path):
+    """Every absolute module name `path` imports, whole (`llm.engine`, `experiments.tables`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            if node.module == "experiments":
+                found.update(f"experiments.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_library_imports_nothing_of_the_spine_or_the_lab():
+    for path in library_files():
+        tops = {name.split(".")[0] for name in imports_of(path)}
+        assert not tops & (SPINE | {"experiments"}), path.relative_to(ROOT)
+
+
+def test_the_spine_imports_no_lab_and_no_script_imports_another():
+    for name in SPINE:
+        tops = {m.split(".")[0] for m in imports_of(ROOT / f"{name}.py")}
+        assert "experiments" not in tops, name
+        assert not tops & (SCRIPTS - {name}), name
+
+
+def test_nothing_but_tests_imports_a_script():
+    sources = library_files() + [ROOT / f"{n}.py" for n in SPINE]
+    sources += list((ROOT / "experiments").glob("*.py"))
+    for path in sources:
+        tops = {m.split(".")[0] for m in imports_of(path)}
+        assert not tops & (SCRIPTS - {path.stem}), path.relative_to(ROOT)
+
+
+def test_every_reading_set_and_script_is_within_its_limits():
+    broken = [what for what, holds in reading_sets.rules() if not holds]
+    assert broken == []
+    # the trainers read their learning step: policy_step is the spine's (softrank.py)
+    for script in ("train_solver.py", "train_magrpo.py", "train_mlpo.py"):
+        assert "softrank" in reading_sets.reading_set(script), script
+    defined = {
+        node.name
+        for path in library_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert not {"policy_step", "policy_loss", "policy_gradient_loss"} & defined
+
+
+def test_the_reading_sets_count_what_they_say():
+    """A planted spine module imported by a script joins its reading set (the rule would notice a
+    fourth file), and a library module never does."""
+    assert reading_sets.reading_set("train_rl.py") == ["deliberate", "softrank", "train_rl"]
+    assert reading_sets.reading_set("sft.py") == ["deliberate", "sft"]
+    assert "common" not in SPINE and {"deliberate", "softrank", "stats"} <= SPINE
+
+
+def test_the_lab_runs_as_a_package():
+    for path in (ROOT / "experiments").glob("*.py"):
+        text = path.read_text()
+        assert "sys.path" not in text, path.name
+        assert "noqa: E402" not in text, path.name
+        for name in imports_of(path):
+            # a module of the lab is imported as experiments.NAME, never by its bare name
+            assert name.split(".")[0] not in LAB, (path.name, name)
+
+
+def test_no_spine_function_takes_more_than_five_positional_parameters():
+    for name in SPINE:
+        for node in ast.walk(ast.parse((ROOT / f"{name}.py").read_text())):
+            if isinstance(node, ast.FunctionDef):
+                args = [a.arg for a in node.args.posonlyargs + node.args.args]
+                args = [a for a in args if a not in ("self", "cls")]
+                assert len(args) <= 5, f"{name}.{node.name}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------------------------------
+# the documents
+# --------------------------------------------------------------------------------------------------
+def test_readme_leads_with_the_method_and_the_reading_path():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250
+    first_screen = "\n".join(lines[:60])
+    for script in ("sft.py", "train_rl.py", "train_magrpo.py", "deliberate.py", "softrank.py"):
+        assert script in first_screen, script
+    assert "make demo" in first_screen and "make test" in first_screen
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_issue_numbers_in_the_documents(path):
+    found = re.findall(r"\b[Ii]ssues? \d+|#\d{2,}\b", path.read_text())
+    assert found == []
+
+
+def cited_names(text):
+    """Every backticked dotted name that starts with a module of the project."""
+    project = SPINE | {"common", "llm", "data", "experiments"}
+    files = {"py", "json", "jsonl", "md", "pt", "sh", "png", "html", "csv", "db", "txt"}
+    names = re.findall(r"`([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`", text)
+    return sorted(
+        {n for n in names if n.split(".")[0] in project and n.split(".")[-1] not in files}
+    )
+
+
+def resolve(name):
+    """The object a dotted name names: its longest importable prefix, then attributes."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[k:]:
+            obj = getattr(obj, attribute)
+        return obj
+    raise ModuleNotFoundError(name)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_name_exists(path):
+    missing = []
+    for name in cited_names(path.read_text()):
+        try:
+            resolve(name)
+        except (AttributeError, ModuleNotFoundError):
+            missing.append(name)
+    assert missing == []
+
+
+def test_the_cited_names_check_sees_a_stale_name():
+    text = "run `train_rl.make_loss`, `deliberate.play()`, `torch.compile`, `softrank.py`"
+    assert cited_names(text) == ["deliberate.play", "train_rl.make_loss"]
+    with pytest.raises(AttributeError):
+        resolve("train_rl.make_loss")
+    assert resolve("llm.engine.Engine.generate") is not None
