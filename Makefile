@@ -58,7 +58,7 @@ demo: model
 test: model
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 clean-venv:
 	rm -rf $(VENV)

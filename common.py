@@ -27,6 +27,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -58,6 +59,7 @@ from llm.engine import ContextTooLong
 # the string literal right under it (what tyro and Sphinx read), so the config is the one source of
 # truth.
 # --------------------------------------------------------------------------------------------------
+@functools.cache
 def field_docs(config_class):
     """{field name: the docstring under it} for a dataclass, its base classes' fields included (a
     subclass's docstring wins)."""

@@ -18,6 +18,7 @@ shared and noisy.
 """
 
 import copy
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -69,8 +70,8 @@ class Config:
     """debate: the agents' sampling temperature"""
     top_p: float = 1.0
     """debate: nucleus sampling's probability mass"""
-    max_new_tokens: int = 192
-    """round, debate, slots: token budget of each call (generate: 128)"""
+    max_new_tokens: int = 0
+    """token budget of each call (0: 128 for generate, 192 for the others)"""
     seed: int = 0
     """the LLM calls' seeds"""
     out: str = ""
@@ -96,7 +97,7 @@ def bench_generate(cfg, repeats=2):
     machine is shared: the sides take turns `repeats` times and each reports its fastest (least
     disturbed) turn. The fp32 engine's tokens must be HF fp32's; across bf16 kernels exact identity
     is not expected, so the share of identical rows is reported."""
-    n, dtypes = cfg.n or 64, bench_dtypes(cfg)
+    n, dtypes, budget = cfg.n or 64, bench_dtypes(cfg), cfg.max_new_tokens
     examples = data.load_task("arith", split="test", n=n, seed=0)
     engines = {
         dtype: Engine(model_path=cfg.model or None, dtype=dtype, batch_size=n)
@@ -121,7 +122,7 @@ def bench_generate(cfg, repeats=2):
         for side, model in hf_sides.items():
             with torch.inference_mode():
                 start = time.time()
-                rows[side] = hf_generate(model, tokenizer, prompts, 128, reference.eos_ids, n)
+                rows[side] = hf_generate(model, tokenizer, prompts, budget, reference.eos_ids, n)
                 turns[side].append(sum(map(len, rows[side])) / (time.time() - start))
         for dtype, engine in engines.items():
             start, prefilled, prefill_s = (
@@ -129,7 +130,7 @@ def bench_generate(cfg, repeats=2):
                 engine.stats["prefill_tokens"],
                 engine.stats["prefill_s"],
             )
-            out = engine.sample(ids, [0] * n, max_new_tokens=128, temperature=0, keep_eos=True)
+            out = engine.sample(ids, [0] * n, max_new_tokens=budget, temperature=0, keep_eos=True)
             seconds = time.time() - start
             generated = sum(s.n_generated for s in out)
             rows[dtype] = [s.tokens for s in out]
@@ -474,4 +475,5 @@ if __name__ == "__main__":
     config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors():
         check_choice("--bench", config.bench, BENCHMARKS)
-        BENCHMARKS[config.bench](config)
+        budget = config.max_new_tokens or (128 if config.bench == "generate" else 192)
+        BENCHMARKS[config.bench](dataclasses.replace(config, max_new_tokens=budget))

@@ -35,7 +35,23 @@ VERSION = "3.3.1"
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
 MODULES = {
-    "softrank": ("softrank.py", ["tests/test_softrank.py", "tests/test_llm_losses.py"], []),
+    # the optimizer math and the LLM's learning step (policy_step over the library's micro-batches)
+    "softrank": (
+        "softrank.py",
+        [
+            "tests/test_softrank.py",
+            "tests/test_llm_losses.py",
+            "tests/test_llm_training.py",
+            "tests/test_llm_training_plumbing.py",
+        ],
+        [],
+    ),
+    # the statistics of every reported number (eval.py's and the reports')
+    "stats": (
+        "stats.py",
+        ["tests/test_eval_stats.py", "tests/test_experiments.py"],
+        ["runner_pieces", "every_piece"],
+    ),
     # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
     # load and a training run for each mutant its tests reach
     "deliberate": (
@@ -129,6 +145,9 @@ MODULES = {
         ["a_script_refuses", "every_flag_has"],
     ),
     "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
+    # the static decode step, on CPU without capture (the CUDA graphs themselves: experiments/
+    # cuda_scale.py on a GPU)
+    "llm.graphs": ("llm/graphs.py", ["tests/test_graphs.py"], []),
     # the adapters' cache keys are pinned in tests/test_lora.py
     "llm.engine": (
         "llm/engine.py",
@@ -147,7 +166,6 @@ MODULES = {
 # unless --only names others (a script's loop and checks run as a subprocess, on the original code)
 STAGE_FUNCTIONS = {
     "train_rl": (
-        "counterfactual_rewards",
         "scored_states",
         "best_action_kinds",
         "corpus_statistics",

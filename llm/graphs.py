@@ -27,7 +27,6 @@ here what a graph replays there: the step's tokens against the eager step's.
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
 
 from llm import lora
@@ -59,9 +58,6 @@ def fold_attention(module, query, key, value, attention_mask, scaling=None, **kw
         folded, key, value, attn_mask=attention_mask, scale=scaling
     )
     return out.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
-
-
-AttentionInterface.register("fold_decode", fold_attention)
 
 
 class StaticLayer(DynamicLayer):
@@ -98,6 +94,11 @@ class StaticDecoder:
         self.forward = torch.compile(self._forward, dynamic=True) if compiled else self._forward
         self.slots, self.capacity, self.graphs, self.weights = 0, 0, {}, None
         self.pool = torch.cuda.graph_pool_handle() if capture else None
+        # transformers' attention registry, imported here: it loads its modeling code, which a
+        # script that only checks its flags does not need
+        from transformers import AttentionInterface
+
+        AttentionInterface.register("fold_decode", fold_attention)
 
     def begin(self, slots, capacity):
         """(cache, mask, positions, slot adapters) for an engine call of up to `slots` rows and

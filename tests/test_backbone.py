@@ -26,6 +26,8 @@ from llm.backbone import default_gguf_path, default_model_path, load_model
 from llm.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
+# one worker runs the module under pytest-xdist: its background subprocesses start once
+pytestmark = pytest.mark.xdist_group("backbone")
 
 
 # --------------------------------------------------------------------------------------------------

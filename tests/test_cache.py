@@ -254,6 +254,7 @@ def test_torchrun_ranks_share_one_database(tmp_path):
             sys.executable,
             "-m",
             "torch.distributed.run",
+            "--standalone",
             "--nproc_per_node=2",
             str(tmp_path / "rank.py"),
             str(tmp_path / "cache"),

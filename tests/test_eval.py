@@ -199,6 +199,8 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
         tiny_model_dir,
         "--dtypes",
         "float32,bfloat16",
+        "--max-new-tokens",
+        "32",
     )
     assert result["prompts"] == 6 and result["dtypes"] == ["float32", "bfloat16"]
     # the engine in fp32 is HF generate token for token, greedy, on every row
