@@ -30,15 +30,15 @@ model: $(STAMP)
 # project's best policy over it, against its best member alone and its vote. Generations are cached under
 # cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
-COMMITTED := results/policies/arith-seed0-softrank.pt
-VARIED := default+results/agents/worked-refine-L1-r8-seed0.pt,default+results/agents/worked-L1-r8-seed0.pt,default+results/agents/worked-L1-r4-seed0.pt
-BEST := results/policies/arith-team-varied-seed0-ranks.pt
+COMMITTED := results/policies/arith-seed0-softrank.safetensors
+VARIED := default+results/agents/worked-refine-L1-r8-seed0,default+results/agents/worked-L1-r8-seed0,default+results/agents/worked-L1-r4-seed0
+BEST := results/policies/arith-team-varied-seed0-ranks.safetensors
 demo: model
 	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 16 --val-n 8 --out-dir runs/demo/sft
 	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 16 --val-n 8 --epochs 50 --batch-size 64 \
-		--init runs/demo/sft/policy.pt --out-dir runs/demo/rl
+		--init runs/demo/sft/policy.safetensors --out-dir runs/demo/rl
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(DEMO_GAME) --split test --n 32 --seed 0 \
-		--protocols vanilla,mpdf-persist,sc,mpdf=$(COMMITTED),mpdf=runs/demo/sft/policy.pt,mpdf=runs/demo/rl/policy.pt \
+		--protocols vanilla,mpdf-persist,sc,mpdf=$(COMMITTED),mpdf=runs/demo/sft/policy.safetensors,mpdf=runs/demo/rl/policy.safetensors \
 		--reference mpdf=$(COMMITTED) --out runs/demo/results.json
 	$(PY) view.py runs/demo/results.json --out runs/demo/games.html
 	@echo

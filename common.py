@@ -13,6 +13,8 @@ shard_rows        - this rank's rows of a global batch, and the weight that make
                     its mean
 load_file         - the one way a file is read back (policy, checkpoint, corpus): tensors and plain
                     data only, so a shared file cannot run code; FileRefused names what is wrong
+save_tensors      - weights as safetensors beside their settings' JSON; load_tensors, load_module
+                    read them back (or an older .pt)
 checkpoints       - atomic save, RNG states, save / load for an exact resume, the crash switch of
                     the tests
 MetricsLog        - metrics.jsonl that a resumed run does not write twice
@@ -46,6 +48,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors import SafetensorError
+from safetensors.torch import load_file as load_safetensors
+from safetensors.torch import save_file as save_safetensors
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
@@ -381,6 +386,53 @@ def load_file(path, what):
     except Exception as error:  # a truncated or corrupt archive fails anywhere in torch.load
         kind = type(error).__name__
         raise FileRefused(f"{path}: not a {what} file torch can read ({kind}); refused") from error
+
+
+def save_tensors(tensors, settings, path):
+    """Weights (a state dict) as safetensors at `path` (NAME.safetensors) and their settings as JSON
+    beside it (NAME.json): what other tools read, and nothing in either can run code."""
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"{path}: a tensors file is named NAME.safetensors")
+    save_safetensors({k: v.contiguous() for k, v in tensors.items()}, path)
+    path.with_suffix(".json").write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def load_tensors(path, what):
+    """(tensors, settings) of save_tensors' files, or of an older .pt file holding a "state_dict"
+    beside its settings (load_file); FileRefused in one line where either is missing or not what
+    it should be."""
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        stored = load_file(path, what)
+        if not isinstance(stored, dict) or not isinstance(stored.get("state_dict"), dict):
+            raise FileRefused(f"{path}: not a {what} file (no state_dict)")
+        return stored["state_dict"], {k: v for k, v in stored.items() if k != "state_dict"}
+    try:
+        tensors = load_safetensors(path)
+        settings = json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError, SafetensorError) as error:
+        raise FileRefused(
+            f"{path}: cannot read the {what} file and its settings ({error})"
+        ) from None
+    return tensors, settings
+
+
+def load_module(path, what, build):
+    """(module, settings): a module saved with save_tensors (or an older .pt), built from its
+    settings by `build` and given its tensors; FileRefused in one line where they do not fit it (a
+    tensor missing, extra or of another shape) or the settings build nothing."""
+    tensors, settings = load_tensors(path, what)
+    try:
+        module = build(settings)
+        keys = module.load_state_dict(tensors, strict=False)
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        why = str(error).strip().splitlines()[-1].strip()
+        raise FileRefused(f"{path}: not a {what} this code can build ({why})") from None
+    for kind, names in (("missing", keys.missing_keys), ("unexpected", keys.unexpected_keys)):
+        if names:
+            raise FileRefused(f"{path}: tensor {names[0]!r} {kind} (not this {what}'s tensors)")
+    return module, settings
 
 
 # --------------------------------------------------------------------------------------------------

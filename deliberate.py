@@ -19,8 +19,9 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
+import common
 import data
-from common import UsageError, all_gather_list, check_at_least, check_choice, load_file
+from common import UsageError, all_gather_list, check_at_least, check_choice
 from llm.cache import call_seed
 from llm.team import as_team
 
@@ -502,15 +503,13 @@ def oracle_action(agent, agent_correct, confidence):
 
 
 def save_policy(policy, path, **extra):
-    torch.save({"config": policy.config, "state_dict": policy.state_dict(), **extra}, path)
+    common.save_tensors(policy.state_dict(), {"config": policy.config, **extra}, path)
 
 
 def load_policy(path):
-    """A policy file, shared or not, read as tensors and plain data (common.load_file): loading it
-    runs no code of its own."""
-    checkpoint = load_file(path, "policy")
-    policy = MetaPolicy(**dict(checkpoint["config"]))
-    policy.load_state_dict(checkpoint["state_dict"])
+    """A policy file (NAME.safetensors and NAME.json, or an older .pt), shared or not, read as
+    tensors and plain data (common.load_module): loading it runs no code of its own."""
+    policy, _ = common.load_module(path, "policy", lambda s: MetaPolicy(**dict(s["config"])))
     return policy.eval()
 
 

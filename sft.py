@@ -1,6 +1,6 @@
 """Stage 1 (docs/design.md §5): supervised bootstrapping of the meta-policy.
 
-    python sft.py --out-dir runs/sft                        # -> runs/sft/policy.pt (pi_sft)
+    python sft.py --out-dir runs/sft                        # -> runs/sft/policy.* (pi_sft)
     torchrun --nproc_per_node=2 sft.py --out-dir runs/sft   # the same on 2 processes (gloo on
                                                             # CPU, NCCL on CUDA)
 
@@ -86,7 +86,8 @@ class Config(only(RunConfig, *RUN_FLAGS), EngineConfig, GameConfig, TaskConfig):
     lr: float = 3e-3
     """AdamW learning rate"""
     out_dir: str = "runs/sft"
-    """where policy.pt, summary.json, metrics.jsonl, the corpus and the checkpoint go"""
+    """where policy.safetensors (with its settings in policy.json), summary.json, metrics.jsonl,
+    the corpus and the checkpoint go"""
 
 
 def labelled_states(engine, questions, behaviour, cfg, ranks):
@@ -188,7 +189,7 @@ def train(cfg, ranks):
     }
     if rank == 0:
         config = dataclasses.asdict(cfg)
-        save_policy(policy, out / "policy.pt", train_config=config, summary=summary)
+        save_policy(policy, out / "policy.safetensors", train_config=config, summary=summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))
     return policy

@@ -2,7 +2,7 @@
 deliberation under one joint reward.
 
     python train_magrpo.py --protocol debate --agents 3 --rounds 1 --out-dir runs/magrpo
-    python eval.py --models default+runs/magrpo/adapter.pt,... --protocols debate
+    python eval.py --models default+runs/magrpo/adapter,... --protocols debate
 
 Read top to bottom: G joint rollouts of the protocol per question (every agent answers; with
 --protocol debate, --rounds REFINE rounds), one joint reward per rollout (the team vote's
@@ -11,8 +11,9 @@ own sampled tokens only. On-policy: one optimizer step per batch of rollouts, no
 A step reads: joint_rollouts -> softrank.group_advantages -> softrank.policy_step.
 
 LoRA adapters by default (llm/lora.py; the base frozen): one for every agent, or one per agent
-(--separate-agents), saved as small files (adapter.pt or agent<i>.pt) that eval.py --models
-default+<file>,... plays; --lora-rank 0 fine-tunes every weight instead (an HF directory per model).
+(--separate-agents), saved as small PEFT folders (adapter/ or agent<i>/) that eval.py --models
+default+<folder>,... plays (and PEFT and vLLM load); --lora-rank 0 fine-tunes every weight
+instead (an HF directory per model).
 """
 
 import json

@@ -2,7 +2,7 @@
 reading its frozen peers' solutions.
 
     python train_mlpo.py --agents 3 --out-dir runs/mlpo
-    python eval.py --protocols leader=default+runs/mlpo/adapter.pt   # peers answer, the trained
+    python eval.py --protocols leader=default+runs/mlpo/adapter      # peers answer, the trained
                                                                      # leader decides
 
 Read top to bottom: the frozen peers' solutions to the training questions are generated once
@@ -11,8 +11,8 @@ leader reads a question and its peers' solutions and answers, G samples per prom
 correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
 leader_rollouts -> softrank.group_advantages -> softrank.policy_step.
 
-The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt;
---lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
+The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as the PEFT
+folder adapter/; --lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
 """
 
 import json

@@ -1,8 +1,8 @@
 """Stage 2 (docs/design.md §6): SoftRankPO on an offline corpus of counterfactual rewards.
 
-    python train_rl.py --init runs/sft/policy.pt --out-dir runs/rl  # -> runs/rl/policy.pt
-    torchrun --nproc_per_node=2 train_rl.py --init runs/sft/policy.pt --out-dir runs/rl
-    python eval.py --protocols mpdf=runs/rl/policy.pt
+    python train_rl.py --init runs/sft/policy.safetensors --out-dir runs/rl  # -> runs/rl/policy.*
+    torchrun --nproc_per_node=2 train_rl.py --init runs/sft/policy.safetensors --out-dir runs/rl
+    python eval.py --protocols mpdf=runs/rl/policy.safetensors
 
 Read top to bottom:
 1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
@@ -96,8 +96,8 @@ OBJECTIVES = ("expected", "unweighted", "eq4")
 
 @dataclass
 class Config(RunConfig, EngineConfig, GameConfig, TaskConfig):
-    init: str = "runs/sft/policy.pt"
-    """pi_sft (sft.py's policy.pt): the starting policy and pi_ref"""
+    init: str = "runs/sft/policy.safetensors"
+    """pi_sft (sft.py's policy.safetensors): the starting policy and pi_ref"""
     algo: str = "softrank"
     """softrank | grpo (the z-scored rewards) | ranks (GOPO's evenly spaced ranks) | loo (C3's
     leave-one-out baseline) | ppo | reinforce (the last two on the behaviour action only): the
@@ -130,7 +130,8 @@ class Config(RunConfig, EngineConfig, GameConfig, TaskConfig):
     lr: float = 1e-3
     """AdamW learning rate"""
     out_dir: str = "runs/rl"
-    """where policy.pt, summary.json, metrics.jsonl, the corpora and the checkpoint go"""
+    """where policy.safetensors (with its settings in policy.json), summary.json, metrics.jsonl,
+    the corpora and the checkpoint go"""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def train(cfg, ranks):
         # a finished run, started again (by hand or by a study script): nothing to train or
         # overwrite
         if rank == 0:
-            print(f"{out} is finished: {out / 'policy.pt'}", file=sys.stderr)
+            print(f"{out} is finished: {out / 'policy.safetensors'}", file=sys.stderr)
         return json.loads((out / "summary.json").read_text())
     log = MetricsLog(out, rank, counters["global_step"])
     engine = make_engine(cfg, cfg.agents, rank, device)
@@ -413,8 +414,8 @@ def train(cfg, ranks):
         validated[global_step], team=team_name(cfg), dtype=cfg.dtype, dtype_reason=dtype_reason
     )
     if rank == 0:
-        config = dataclasses.asdict(cfg)
-        save_policy(frozen_copy(policy), out / "policy.pt", train_config=config, summary=summary)
+        extra = dict(train_config=dataclasses.asdict(cfg), summary=summary)
+        save_policy(frozen_copy(policy), out / "policy.safetensors", **extra)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))
     return summary

@@ -2,7 +2,7 @@
 worked solutions, or the backbone's own right answers (rejection sampling).
 
     python train_solver.py --out-dir runs/solver           # arith's worked solutions
-    python eval.py --models default+runs/solver/adapter.pt,default,default --protocols debate
+    python eval.py --models default+runs/solver/adapter,default,default --protocols debate
     python train_solver.py --solutions sampled --out-dir runs/solver-sampled
 
 Read top to bottom: the training solutions (worked_solutions, data/worked.py; or right_solutions,
@@ -10,8 +10,8 @@ sampled; with --refine-contexts also refine_examples, REFINE prompts over sample
 worked solution as target), then epochs of cross-entropy on the solution tokens only, the prompt
 masked out: softrank.policy_step with advantage 1 on every sequence and the token mean.
 
-A LoRA adapter by default (llm/lora.py; the base frozen), saved as adapter.pt that eval.py
---models default+adapter.pt,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
+A LoRA adapter by default (llm/lora.py; the base frozen), saved as the PEFT folder adapter/ that
+eval.py --models default+adapter,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
 directory, model/).
 """
 
@@ -38,7 +38,6 @@ from common import (
     crash_if_asked,
     distributed,
     launch_world_size,
-    load_file,
     only,
     parse_config,
     save_checkpoint,
@@ -50,7 +49,7 @@ from deliberate import GameConfig, check_game, parse_solution, refine_prompt, so
 from llm import lora
 from llm.cache import call_seed
 from llm.logprobs import without_dropout
-from llm.team import EngineConfig, check_engine, make_engine
+from llm.team import EngineConfig, check_engine, make_engine, read_adapter
 from llm.training import (
     Objective,
     Sequence,
@@ -125,7 +124,7 @@ def refine_examples(engine, cfg, ranks):
     answer right after reading its peers. Each rank samples its shard; every rank gets them all,
     in the questions' order."""
     try:
-        adapter = lora.load_adapter(engine.model, load_file(cfg.refine_contexts, "adapter"))
+        adapter = lora.load_adapter(engine.model, read_adapter(cfg.refine_contexts))
     except lora.AdapterMismatch as e:
         raise FileRefused(f"{cfg.refine_contexts}: {e}") from None
     questions, _ = training_questions(cfg)
@@ -275,7 +274,7 @@ def check(cfg, world):
     if cfg.refine_contexts and cfg.solutions != "worked":
         raise UsageError("--refine-contexts: REFINE examples need --solutions worked")
     if cfg.refine_contexts:
-        load_file(cfg.refine_contexts, "adapter")
+        read_adapter(cfg.refine_contexts)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def scripts(model_dir, work):
             "--epochs",
             "2",
             "--init",
-            "sft/policy.pt",
+            "sft/policy.safetensors",
             "--out-dir",
             "rl",
         ],  # fmt: skip

@@ -57,7 +57,7 @@ def llm_run(name, args, adapter=False):
     time, tokens) go to results/llm/; whole weights stay out of git, a shared LoRA `adapter` (a
     few MB) goes to results/agents/."""
     out = RUNS / name
-    kept = {out / "adapter.pt": f"results/agents/{name}.pt"} if adapter else {}
+    kept = {out / "adapter": f"results/agents/{name}.pt"} if adapter else {}
     return {
         "command": [PY, *args, "--out-dir", str(out)],
         "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl", **kept},

@@ -152,7 +152,7 @@ def trained(name, script, args):
     return {
         "command": [PY, script, *args, "--out-dir", str(out)],
         "copies": {
-            out / "policy.pt": f"results/policies/{name}.pt",
+            out / "policy.safetensors": f"results/policies/{name}.pt",
             out / "summary.json": f"results/training/{name}.json",
             out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl",
         },

@@ -26,8 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine
+import torch
+
+from common import load_tensors, machine
 from experiments.pieces import PIECES
+from llm.team import read_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,13 +41,26 @@ def outputs(piece):
     ]
 
 
+def keep(source, target):
+    """A run's file committed as its piece's target: a PEFT adapter folder or a safetensors policy
+    in the .pt form that piece's target has always had (the runner skips a piece whose target
+    exists), anything else copied."""
+    if target.suffix == ".pt" and source.is_dir():
+        torch.save(read_adapter(source), target)
+    elif target.suffix == ".pt" and source.suffix == ".safetensors":
+        tensors, settings = load_tensors(source, "policy")
+        torch.save({**settings, "state_dict": tensors}, target)
+    else:
+        shutil.copyfile(source, target)
+
+
 def run_piece(name, piece, commit):
     began = time.time()
     print(f"== {name}: {' '.join(map(str, piece['command']))}", flush=True)
     subprocess.run(piece["command"], check=True)
     for source, target in piece.get("copies", {}).items():
         Path(target).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        keep(Path(source), Path(target))
     log = Path("results/pieces.jsonl")
     with open(log, "a") as f:
         record = {

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from common import load_file
+from common import load_file, load_tensors
+from llm.team import read_adapter
 
 
 def table(folder):
@@ -23,13 +24,24 @@ def table(folder):
     return [re.sub(r"[ -]+", " ", line).strip() for line in text.splitlines()]
 
 
+def policy_tensors(folder):
+    """The tensors of the policy a run saved (policy.safetensors, or an older run's policy.pt)."""
+    new = folder / "policy.safetensors"
+    return load_tensors(new if new.exists() else folder / "policy.pt", "policy")[0]
+
+
 def saved_adapter(folder):
-    """The sha256 of the adapter an LLM-weight run saved, and its tensors' sum."""
-    adapter = folder / "adapter.pt"
-    total = sum(float(t.double().sum()) for t in load_file(adapter, "adapter")["tensors"].values())
+    """The sha256 of the adapter's tensors an LLM-weight run saved (a PEFT folder, or an older run's
+    adapter.pt), and their sum."""
+    tensors = read_adapter(
+        folder / "adapter" if (folder / "adapter").is_dir() else folder / "adapter.pt"
+    )["tensors"]
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode() + tensors[name].contiguous().numpy().tobytes())
     return {
-        "adapter_sha256": hashlib.sha256(adapter.read_bytes()).hexdigest()[:16],
-        "adapter_sum": total,
+        "adapter_sha256": digest.hexdigest()[:16],
+        "adapter_sum": sum(float(t.double().sum()) for t in tensors.values()),
     }
 
 
@@ -59,14 +71,10 @@ if __name__ == "__main__":
     before, after = sys.argv[1:3]
     same = True
     for run in ("sft-py", "sft-tr", "rl-py", "rl-tr"):
-        a, b = (
-            load_file(Path(d) / run / "policy.pt", "policy")["state_dict"] for d in (before, after)
-        )
+        a, b = (policy_tensors(Path(d) / run) for d in (before, after))
         identical = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         same &= identical
-        print(
-            f"{run}/policy.pt: {'bit-identical' if identical else 'DIFFERENT'} ({len(a)} tensors)"
-        )
+        print(f"{run}/policy: {'bit-identical' if identical else 'DIFFERENT'} ({len(a)} tensors)")
         metrics = [(Path(d) / run / "metrics.jsonl").read_text() for d in (before, after)]
         same &= metrics[0] == metrics[1]
         print(f"{run}/metrics.jsonl: {'identical' if metrics[0] == metrics[1] else 'DIFFERENT'}")

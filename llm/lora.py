@@ -5,6 +5,9 @@
   selecting         - which adapter each row runs with while the model runs (None: the base)
   adapter_runs      - the runs of rows with one adapter (the engine prefills each on its own)
   adapter_state     - one adapter as a dict of tensors and settings (what an adapter file holds)
+  write_peft, read_peft - such a dict as a PEFT LoRA folder (adapter_config.json,
+                      adapter_model.safetensors, PEFT's tensor names; what PEFT and vLLM read) and
+                      back; `python -m llm.lora OLD.pt FOLDER` converts this project's older .pt
   load_adapter      - such a dict as one more adapter of a model (refused for another base)
   merged_copy       - a copy of the model with one adapter folded into its weights
 
@@ -17,12 +20,22 @@ product into the base output, so a team of adapters decodes in one forward (docs
 
 import copy
 import hashlib
+import json
+import re
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file as load_safetensors
+from safetensors.torch import save_file as save_safetensors
 
 FORMAT = "mpdf-lora-1"
+# a PEFT LoRA folder: PEFT's two files, and this project's extras (the base's fingerprint, which
+# agent, the training settings) in a third that PEFT ignores
+PEFT_CONFIG, PEFT_WEIGHTS, EXTRAS = "adapter_config.json", "adapter_model.safetensors", "mpdf.json"
+PEFT_KEY = re.compile(r"base_model\.model\.(.+)\.lora_([AB])\.weight")
 
 
 class Selection:
@@ -218,6 +231,119 @@ def adapter_state(model, k, base_name):
     return {"format": FORMAT, "base": base_name, **settings, "tensors": tensors}
 
 
+def peft_targets(targets):
+    """PEFT's target_modules for these module names: their last names (q_proj, ...) where each is
+    adapted in every layer that has one (PEFT matches a module by its name's end), else the full
+    names."""
+    layers = {re.sub(r"\.\d+\.", ".#.", name) for name in targets}
+    kinds = {name.rsplit(".", 1)[-1] for name in targets}
+    numbered = {m for name in targets for m in re.findall(r"\.(\d+)\.", name)}
+    whole = len(targets) == len(layers) * max(len(numbered), 1) and len(kinds) == len(layers)
+    return sorted(kinds) if whole else sorted(targets)
+
+
+def write_peft(state, folder, extras=None):
+    """An adapter_state dict as a PEFT LoRA folder: adapter_config.json, adapter_model.safetensors
+    (PEFT's tensor names, base_model.model.<module>.lora_A.weight: (rank, in), lora_B: (out, rank))
+    and EXTRAS, this project's own (the base's fingerprint, `extras`). Returns the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for key, tensor in state["tensors"].items():
+        name, part = key.rsplit(".", 1)
+        tensors[f"base_model.model.{name}.lora_{part}.weight"] = tensor.contiguous()
+    save_safetensors(tensors, folder / PEFT_WEIGHTS, metadata={"format": "pt"})
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": state["base"],
+        "r": state["rank"],
+        "lora_alpha": state["alpha"],
+        "target_modules": peft_targets(state["targets"]),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+    }
+    (folder / PEFT_CONFIG).write_text(json.dumps(config, indent=1) + "\n")
+    own = {"format": FORMAT, "base_fingerprint": state["base_fingerprint"], **(extras or {})}
+    (folder / EXTRAS).write_text(json.dumps(own, indent=1) + "\n")
+    return folder
+
+
+def read_peft(folder):
+    """A PEFT LoRA folder (write_peft's, or PEFT's own save_pretrained) as an adapter_state dict,
+    read as data (JSON and safetensors: nothing in it can run). Refused with AdapterMismatch, in one
+    line: another kind of adapter (DoRA, rsLoRA, trained biases or modules), a tensor of another
+    name or rank than its config says, a layer with A or B missing. A folder without EXTRAS has no
+    base fingerprint: load_adapter then checks the base's name instead."""
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / PEFT_CONFIG).read_text())
+        tensors = load_safetensors(folder / PEFT_WEIGHTS)
+        extras = json.loads((folder / EXTRAS).read_text()) if (folder / EXTRAS).exists() else {}
+    except (OSError, ValueError, SafetensorError) as error:
+        raise AdapterMismatch(f"{folder}: not a PEFT LoRA folder ({error})") from None
+    plain = dict(peft_type="LORA", bias="none", use_dora=False, use_rslora=False)
+    for key, value in plain.items():
+        if config.get(key, value) != value or config.get("modules_to_save"):
+            raise AdapterMismatch(f"{folder}: not a plain LoRA adapter ({key}: {config.get(key)})")
+    rank, pairs = config["r"], {}
+    for key, tensor in tensors.items():
+        match = PEFT_KEY.fullmatch(key)
+        if match is None:
+            raise AdapterMismatch(f"{folder}: a tensor LoRA has not: {key}")
+        name, part = match.groups()
+        if tensor.shape[0 if part == "A" else 1] != rank:
+            size = tuple(tensor.shape)
+            raise AdapterMismatch(f"{folder}: {key} is {size}, not of rank {rank} (its config's)")
+        pairs[f"{name}.{part}"] = tensor
+    targets = sorted({key.rsplit(".", 1)[0] for key in pairs})
+    unpaired = [f"{t}.{p}" for t in targets for p in "AB" if f"{t}.{p}" not in pairs]
+    if unpaired:
+        raise AdapterMismatch(f"{folder}: {unpaired[0]} is missing (LoRA needs both A and B)")
+    return {
+        "format": FORMAT,
+        "base": config.get("base_model_name_or_path") or "",
+        "rank": rank,
+        "alpha": config["lora_alpha"],
+        "targets": targets,
+        "base_fingerprint": extras.get("base_fingerprint"),
+        "target_modules": config.get("target_modules") or [],
+        "tensors": pairs,
+    }
+
+
+def peft_matches(name, target_modules):
+    """PEFT's rule: a string is a regex the whole name matches; a list names modules whose name is
+    an entry or ends with "." + one."""
+    if isinstance(target_modules, str):
+        return re.fullmatch(target_modules, name) is not None
+    return any(name == t or name.endswith("." + t) for t in target_modules)
+
+
+def check_peft_targets(model, state):
+    """A PEFT folder's target_modules name exactly the layers its tensors adapt, in this model: a
+    layer whose tensors are missing, or a target the model lacks, is refused."""
+    spec = state["target_modules"]
+    named = {
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, (torch.nn.Linear, LoRALinear))
+        and not name.endswith(".base")
+        and peft_matches(name, spec)
+    }
+    if named != set(state["targets"]):
+        odd = sorted(named ^ set(state["targets"]))[0]
+        raise AdapterMismatch(
+            f"its target_modules {spec} are {len(named)} layers of this model, its tensors adapt "
+            f"{len(state['targets'])} ({odd} in one, not the other)"
+        )
+
+
 def adapter_fingerprint(state):
     digest = hashlib.sha256()
     for name in sorted(state["tensors"]):
@@ -239,6 +365,8 @@ def load_adapter(model, state):
     line."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise AdapterMismatch("not an adapter file (the LLM-weight trainers write them)")
+    if state.get("target_modules") is not None:
+        check_peft_targets(model, state)
     if getattr(model, "lora", None) is None:
         # the file's own layers (exact names: a mismatch is caught below)
         try:
@@ -246,14 +374,25 @@ def load_adapter(model, state):
         except (ValueError, TypeError) as e:
             raise AdapterMismatch(f"the file's layers do not fit this model: {e}") from None
     lora = model.lora
-    for key in ("base_fingerprint", "rank", "targets"):
-        if state[key] != lora[key] and not (key == "rank" and state[key] < lora[key]):
-            what = "base model" if key == "base_fingerprint" else key
-            mine, theirs = lora[key], state[key]
-            if key == "targets":
-                mine, theirs = f"{len(mine)} layers", f"{len(theirs)} layers"
+    mine = dict(lora, targets=sorted(lora["targets"]))
+    theirs = dict(state, targets=sorted(state["targets"]))
+    # a PEFT folder made elsewhere names its base but has no fingerprint: the names must agree
+    if theirs["base_fingerprint"] is None:
+        theirs["base_fingerprint"] = mine["base_fingerprint"]
+        named = [Path(str(n).rstrip("/")).name.lower() for n in (state["base"], model.name_or_path)]
+        if all(named) and named[0] != named[1]:
             raise AdapterMismatch(
-                f"an adapter for another {what} ({theirs} there, {mine} here; the file "
+                f"an adapter for another base model ({state['base']!r} there, "
+                f"{model.name_or_path!r} here)"
+            )
+    for key in ("base_fingerprint", "rank", "targets"):
+        if theirs[key] != mine[key] and not (key == "rank" and theirs[key] < mine[key]):
+            what = "base model" if key == "base_fingerprint" else key
+            here, there = mine[key], theirs[key]
+            if key == "targets":
+                here, there = f"{len(here)} layers", f"{len(there)} layers"
+            raise AdapterMismatch(
+                f"an adapter for another {what} ({there} there, {here} here; the file "
                 f"was trained on {state['base']!r})"
             )
     rank = state["rank"]
@@ -286,3 +425,27 @@ def merged_copy(model, k):
         setattr(merged.get_submodule(parent_name), child, layer.base)
     del merged.lora
     return merged
+
+
+def main(argv=None):
+    """python -m llm.lora OLD.pt FOLDER: an adapter file of this project's older layout (a torch
+    file read as data) as a PEFT LoRA folder."""
+    import argparse
+
+    from common import load_file
+    from llm import backbone
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split(":")[0])
+    parser.add_argument("old", help="an adapter .pt file (the LLM-weight trainers' older output)")
+    parser.add_argument("folder", help="the PEFT folder to write")
+    args = parser.parse_args(argv)
+    state = load_file(args.old, "adapter")
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        parser.exit(2, f"error: {args.old}: not an adapter file\n")
+    if state["base"] == "default":
+        state = {**state, "base": backbone.DEFAULT_NAME}
+    print(write_peft(state, args.folder, {"converted_from": Path(args.old).name}))
+
+
+if __name__ == "__main__":
+    main()

@@ -81,14 +81,26 @@ def check_models(flag_name, models, agents, max_new_tokens):
     adapter an existing file (whether it fits its base is checked when it loads)."""
     for base, adapter in team_entries(models, agents, flag_name):
         check_model(flag_name, base, max_new_tokens)
-        if adapter and not Path(adapter).is_file():
-            raise UsageError(f"{flag_name}: no adapter file {adapter!r}")
+        if adapter and not Path(adapter).exists():
+            raise UsageError(f"{flag_name}: no adapter file or folder {adapter!r}")
+
+
+def read_adapter(path):
+    """An adapter as lora.adapter_state's dict, read as data: a PEFT LoRA folder (what the
+    LLM-weight trainers write), or a .pt file of this project's older layout (common.load_file);
+    FileRefused names the path and what is wrong in one line."""
+    if Path(path).is_dir():
+        try:
+            return lora.read_peft(path)
+        except lora.AdapterMismatch as e:
+            raise FileRefused(str(e)) from None
+    return load_file(path, "adapter")
 
 
 def team_entries(models, agents, flag_name="--models"):
     """--models "A,B,C" -> one (base model directory, adapter file) per agent: an entry is a model
-    directory or `default` (the embedded backbone), + an adapter file (an LLM-weight trainer's) or
-    not."""
+    directory or `default` (the embedded backbone), + an adapter (an LLM-weight trainer's folder,
+    or an older .pt file) or not."""
     entries = [entry.strip() for entry in models.split(",")]
     if len(entries) != agents:
         raise UsageError(f"{flag_name}: {len(entries)} entries for {agents} agents (one per agent)")
@@ -190,7 +202,7 @@ def make_engine(cfg, agents, rank, device="cpu"):
                 alone = replace(cfg, model=base, models="")
                 engines[base] = make_engine(alone, agents, rank, device)
             if adapter and (base, adapter) not in files:
-                files[base, adapter] = load_file(adapter, "adapter")
+                files[base, adapter] = read_adapter(adapter)
         # the highest rank first: the first adapter wraps its engine, lower ranks pad into it
         by_rank = sorted(files.items(), key=lambda item: -adapter_rank(item[1]))
         for (base, adapter), state in by_rank:

@@ -39,13 +39,12 @@ from common import (
     check_choice,
     check_positive,
     load_checkpoint,
-    load_file,
     wrap_ddp,
 )
-from llm import lora
+from llm import backbone, lora
 from llm.engine import Engine
 from llm.logprobs import completion_batch
-from llm.team import Member, Team
+from llm.team import Member, Team, read_adapter
 
 # non-reentrant (torch's recommended variant): needs no input that requires a gradient
 # (the base is frozen under LoRA)
@@ -133,7 +132,7 @@ def check_trainer(cfg):
     if cfg.init_adapter:
         if not cfg.lora_rank:
             raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
-        state = load_file(cfg.init_adapter, "adapter")
+        state = read_adapter(cfg.init_adapter)
         if not isinstance(state, dict):
             raise UsageError(f"--init-adapter {cfg.init_adapter}: not an adapter file")
         if (state.get("rank"), state.get("alpha")) != (cfg.lora_rank, cfg.lora_alpha):
@@ -179,7 +178,7 @@ def trained_team(cfg, n_trained, device):
     ]
     models = [e.model for e in engines]
     if cfg.lora_rank and cfg.init_adapter:
-        state = load_file(cfg.init_adapter, "adapter")
+        state = read_adapter(cfg.init_adapter)
         for k in range(n_trained):
             try:
                 lora.load_adapter(models[0], state)
@@ -429,14 +428,18 @@ def log_accuracy(right, log, step, ranks):
 
 
 def save_trained(models, tokenizer, out, cfg):
-    """The trained weights: LoRA adapter files that --models reads (adapter.pt, or agent0.pt,
-    agent1.pt, ...), or whole models as HF directories --model reads (model/, or agent0/, ...).
+    """The trained weights: LoRA adapters as PEFT folders that --models reads, and PEFT and vLLM too
+    (adapter/, or agent0/, agent1/, ...; lora.write_peft, with the run's settings among this
+    project's extras), or whole models as HF directories --model reads (model/, or agent0/, ...).
     Returns what was written."""
     if cfg.lora_rank:
         n = lora.n_adapters(models[0])
-        paths = [out / ("adapter.pt" if n == 1 else f"agent{k}.pt") for k in range(n)]
+        base = cfg.model or backbone.DEFAULT_NAME
+        settings = {"training": dataclasses.asdict(cfg)}
+        paths = [out / ("adapter" if n == 1 else f"agent{k}") for k in range(n)]
         for k, path in enumerate(paths):
-            torch.save(lora.adapter_state(models[0], k, cfg.model or "default"), path)
+            agent = {"agent": None if n == 1 else k}
+            lora.write_peft(lora.adapter_state(models[0], k, base), path, settings | agent)
         return [str(p) for p in paths]
     paths = [out / ("model" if len(models) == 1 else f"agent{e}") for e in range(len(models))]
     for model, path in zip(models, paths):

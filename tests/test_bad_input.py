@@ -78,7 +78,7 @@ def init_for(name, tmp_path):
     """train_rl.py needs a policy to start from before it gets to the game's flags."""
     if name != "train_rl.py":
         return []
-    path = tmp_path / "pi.pt"
+    path = tmp_path / "pi.safetensors"
     D.save_policy(D.MetaPolicy(agents=3), path)
     return ["--init", str(path)]
 
@@ -123,7 +123,11 @@ def init_for(name, tmp_path):
         ("train_rl.py", ["--refine-cost", "-1"], "--refine-cost -1.0: must be at least 0"),
         ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
         ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
-        ("eval.py", ["--models", "default+no.pt,default,default"], "no adapter file 'no.pt'"),
+        (
+            "eval.py",
+            ["--models", "default+no.pt,default,default"],
+            "no adapter file or folder 'no.pt'",
+        ),
         ("sft.py", ["--models", "default,default,default", "--model", "/x"], "pass one"),
         ("train_rl.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
     ],
@@ -165,14 +169,14 @@ def test_batches_smaller_than_the_ranks_are_refused_before_any_work(tmp_path):
 
 
 def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):
-    path = tmp_path / "separate.pt"
+    path = tmp_path / "separate.safetensors"
     D.save_policy(D.MetaPolicy(agents=3, separate=True), path)
     for agents in ("4", "5"):
         said = refusal("eval.py", ["--agents", agents, "--protocols", f"mpdf={path}"])
         assert f"for 3 agents cannot play {agents} agents" in said
         said = refusal("train_rl.py", ["--agents", agents, "--init", str(path)])
         assert f"for 3 agents cannot play {agents} agents" in said
-    shared = tmp_path / "shared.pt"
+    shared = tmp_path / "shared.safetensors"
     D.save_policy(D.MetaPolicy(agents=3), shared)
     module = script("eval.py")  # a shared policy plays any team size: no refusal
     module.check(parse_config(module.Config, ["--agents", "5", "--protocols", f"mpdf={shared}"]))
@@ -270,12 +274,11 @@ def test_train_rl_without_validation_questions(tmp_path):
         "--batch-size",
         "8",
         "--init",
-        str(tmp_path / "sft" / "policy.pt"),
+        str(tmp_path / "sft" / "policy.safetensors"),
         "--out-dir",
         str(tmp_path / "rl"),
     ]
     run(rl, tmp_path, scripted=True)
     summary = (tmp_path / "rl" / "summary.json").read_text()
-    assert (
-        '"validation": "none (--val-n 0)"' in summary and (tmp_path / "rl" / "policy.pt").exists()
-    )
+    assert '"validation": "none (--val-n 0)"' in summary
+    assert (tmp_path / "rl" / "policy.safetensors").exists()

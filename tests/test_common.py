@@ -140,7 +140,7 @@ def test_check_game_refuses_in_one_line(tmp_path):
         ({"model": tmp}, f"--model {tmp!r}: not an HF checkpoint directory (no config.json)"),
         (
             {"model": "", "models": f"{tmp}/model,{tmp}/model+{tmp}/none.pt"},
-            f"--models: no adapter file {tmp + '/none.pt'!r}",
+            f"--models: no adapter file or folder {tmp + '/none.pt'!r}",
         ),
         (
             {"model": "", "models": f"{tmp}/model"},

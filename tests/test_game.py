@@ -268,8 +268,8 @@ def test_policy_size_and_separate_copies(tmp_path):
     index = torch.tensor([0, 1, 2, 0, 1, 2])
     logits = separate(own, peers, index)
     torch.testing.assert_close(logits[1], separate.nets[1](own[1:2], peers[1:2])[0])
-    D.save_policy(separate, tmp_path / "p.pt")
-    torch.testing.assert_close(D.load_policy(tmp_path / "p.pt")(own, peers, index), logits)
+    D.save_policy(separate, tmp_path / "p.safetensors")
+    torch.testing.assert_close(D.load_policy(tmp_path / "p.safetensors")(own, peers, index), logits)
 
 
 def test_policy_feature_sets_read_only_their_features(tmp_path):
@@ -289,8 +289,8 @@ def test_policy_feature_sets_read_only_their_features(tmp_path):
             peers2[:, :, D.PEER_FEATURES.index(name)] += 0.5
             moved = not torch.allclose(policy(own2, peers2, index), policy(own, peers, index))
             assert moved == changes, (features, name)
-        D.save_policy(policy, tmp_path / "p.pt")
-        assert D.load_policy(tmp_path / "p.pt").config["features"] == features
+        D.save_policy(policy, tmp_path / "p.safetensors")
+        assert D.load_policy(tmp_path / "p.safetensors").config["features"] == features
     with pytest.raises(ValueError, match="unknown feature set"):
         D.MetaPolicy(features="nope")
 

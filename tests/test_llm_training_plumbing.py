@@ -33,7 +33,7 @@ from common import (
 from llm import backbone, lora, training
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs
-from llm.team import Member, Team
+from llm.team import Member, Team, read_adapter
 from llm.training import Learner, Objective, Sequence, Updater
 
 CPU = torch.device("cpu")
@@ -964,18 +964,35 @@ def test_validate_plays_greedy_single_rollouts_of_the_fresh_weights(monkeypatch,
     assert log.lines[-1] == {"step": 7, "val_accuracy": 0.5, "val_questions": 2}
 
 
-def test_save_trained_writes_adapter_files_that_load_back(tiny_model, tmp_path):
-    """Adapters: adapter.pt for one, agent0.pt, agent1.pt, ... for several, each adapter k's
-    tensors and settings with --model's name (`default` when empty) as its base; loaded into the
-    plain base it gives the trained model's logits."""
+@dataclasses.dataclass
+class Saved:
+    """The flags save_trained reads and records."""
+
+    lora_rank: int = 2
+    model: str = ""
+
+
+def test_save_trained_writes_adapter_folders_that_load_back(tiny_model, tmp_path):
+    """Adapters: PEFT folders adapter/ for one, agent0/, agent1/, ... for several, each adapter k's
+    tensors and settings with --model's name (the default backbone's GGUF when empty) as its base,
+    the run's flags and the agent among the extras; loaded into the plain base it gives the trained
+    model's logits."""
     model = adapted(tiny_model, adapters=1)
-    cfg = SimpleNamespace(lora_rank=2, model="")
+    cfg = Saved()
     out = tmp_path / "one"
     out.mkdir()
-    assert training.save_trained([model], tiny_model[1], out, cfg) == [str(out / "adapter.pt")]
-    assert sorted(p.name for p in out.iterdir()) == ["adapter.pt"]
-    state = load_file(out / "adapter.pt", "adapter")
-    assert state["base"] == "default" and (state["rank"], state["alpha"]) == (2, 4.0)
+    assert training.save_trained([model], tiny_model[1], out, cfg) == [str(out / "adapter")]
+    assert sorted(p.name for p in out.iterdir()) == ["adapter"]
+    assert sorted(p.name for p in (out / "adapter").iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "mpdf.json",
+    ]
+    extras = json.loads((out / "adapter" / "mpdf.json").read_text())
+    assert extras["agent"] is None and extras["training"] == {"lora_rank": 2, "model": ""}
+    state = read_adapter(out / "adapter")
+    assert state["base"] == backbone.DEFAULT_NAME
+    assert (state["rank"], state["alpha"]) == (2, 4.0)
     plain = copy.deepcopy(tiny_model[0])
     k = lora.load_adapter(plain, state)
     ids = torch.tensor([[5, 6, 7, 8]])
@@ -984,13 +1001,14 @@ def test_save_trained_writes_adapter_files_that_load_back(tiny_model, tmp_path):
     several = adapted(tiny_model, adapters=3)
     out = tmp_path / "three"
     out.mkdir()
-    paths = training.save_trained(
-        [several], tiny_model[1], out, SimpleNamespace(lora_rank=2, model="m")
-    )
-    assert paths == [str(out / f"agent{k}.pt") for k in range(3)]
+    paths = training.save_trained([several], tiny_model[1], out, Saved(model="m"))
+    assert paths == [str(out / f"agent{k}") for k in range(3)]
     for k, path in enumerate(paths):
-        state = load_file(path, "adapter")
-        assert state["base"] == "m"
+        state = read_adapter(path)
+        assert (
+            state["base"] == "m"
+            and json.loads((Path(path) / "mpdf.json").read_text())["agent"] == k
+        )
         expected = lora.adapter_state(several, k, "m")["tensors"]
         assert all(torch.equal(state["tensors"][n], t) for n, t in expected.items())
 

@@ -13,6 +13,7 @@ import softrank
 from common import Ranks, load_file
 from llm import lora
 from llm.engine import Engine
+from llm.team import read_adapter
 
 
 def adapted(tiny_model, adapters, rank=4, seed=1):
@@ -497,7 +498,7 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
         "--cache-dir",
         "",
     ]
-    for script, extra in (("sft.py", []), ("train_rl.py", ["--init", "sft/policy.pt"])):
+    for script, extra in (("sft.py", []), ("train_rl.py", ["--init", "sft/policy.safetensors"])):
         out = script.removesuffix(".py").replace("train_", "")
         done = subprocess.run(
             [sys.executable, str(root / script), *game, *extra, "--out-dir", out],
@@ -576,11 +577,20 @@ def default_base(default_model_dir):
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "agents"
 
 
-@pytest.mark.parametrize("path", sorted(COMMITTED.glob("*.pt")), ids=lambda path: path.name)
+@pytest.mark.parametrize("path", sorted(COMMITTED.iterdir()), ids=lambda path: path.name)
 def test_every_committed_adapter_loads(path, default_base):
-    """Each adapter file in results/agents/ is read as plain data and fits the default backbone it
-    was trained on; loaded, it changes the model's output (its B is not all zero)."""
-    state = load_file(path, "adapter")
+    """Each adapter in results/agents/ (a PEFT folder, or an older .pt file) is read as plain data
+    and fits the default backbone it was trained on; loaded, it changes the model's output (its B
+    is not all zero). A folder converted from a .pt holds the same tensors and settings."""
+    state = read_adapter(path)
+    if path.is_dir():
+        extras = json.loads((path / lora.EXTRAS).read_text())
+        old = read_adapter(COMMITTED / extras["converted_from"])
+        assert all(torch.equal(old["tensors"][k], t) for k, t in state["tensors"].items())
+        same = ("rank", "alpha", "base_fingerprint")
+        assert old["tensors"].keys() == state["tensors"].keys()
+        assert [old[k] for k in same] == [state[k] for k in same]
+        assert sorted(old["targets"]) == state["targets"]
     model = copy.deepcopy(default_base)
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():

@@ -456,8 +456,9 @@ def test_policy_defaults_copies_files_and_messages(tmp_path):
     shared, index = D.MetaPolicy(agents=3), torch.tensor([0, 1, 2])
     logits = shared(own, peers, index)
     torch.testing.assert_close(logits, shared.nets[0](own, peers).expand(3, -1))
-    D.save_policy(shared, tmp_path / "p.pt")
-    torch.testing.assert_close(D.make_policy(str(tmp_path / "p.pt"))(own, peers, index), logits)
+    D.save_policy(shared, tmp_path / "p.safetensors")
+    loaded = D.make_policy(str(tmp_path / "p.safetensors"))
+    torch.testing.assert_close(loaded(own, peers, index), logits)
     assert D.make_policy("oracle").name == "oracle"
     with pytest.raises(common.FileRefused, match="cannot read the policy file"):
         D.load_policy(tmp_path / "missing.pt")

@@ -4,9 +4,11 @@ marker file is refused, from the loaders and from the scripts; the round trips s
 committed policy loads."""
 
 import dataclasses
+import json
 import os
 import pickle
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 
 import common
@@ -153,13 +156,48 @@ def test_a_file_is_read_onto_the_cpu_as_weights_only_and_other_warnings_pass(tmp
 
 # ---------------------------------------------------------------- the round trips stay exact
 def test_policy_round_trip(tmp_path):
+    """A policy is a safetensors file of its tensors beside a JSON of its settings; a .pt of the
+    older layout (a config and a state dict) loads into the same policy."""
     policy = D.MetaPolicy(agents=3, hidden=16, heads=2, separate=True, features="paper")
-    D.save_policy(policy, tmp_path / "p.pt", summary={"accuracy": 0.5, "curve": [0.1, None]})
-    loaded = D.load_policy(tmp_path / "p.pt")
-    assert loaded.config == policy.config
-    a, b = policy.state_dict(), loaded.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert common.load_file(tmp_path / "p.pt", "policy")["summary"]["curve"] == [0.1, None]
+    path = tmp_path / "p.safetensors"
+    D.save_policy(policy, path, summary={"accuracy": 0.5, "curve": [0.1, None]})
+    old = tmp_path / "old.pt"
+    torch.save({"config": policy.config, "state_dict": policy.state_dict()}, old)
+    for loaded in (D.load_policy(path), D.load_policy(old)):
+        assert loaded.config == policy.config
+        a, b = policy.state_dict(), loaded.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads(path.with_suffix(".json").read_text())["summary"]["curve"] == [0.1, None]
+    assert safetensors.torch.load_file(path).keys() == policy.state_dict().keys()
+    with pytest.raises(ValueError, match="named NAME.safetensors"):
+        D.save_policy(policy, tmp_path / "p.pt")
+
+
+def test_a_policy_file_with_other_tensors_or_settings_is_refused_in_one_line(tmp_path):
+    """Tensors missing, extra or of another shape than the settings' policy, settings that build
+    no policy, a file that is not safetensors: each refused, in one line naming the file."""
+    policy = D.MetaPolicy(agents=3, hidden=16)
+    tensors = policy.state_dict()
+    first = next(iter(tensors))
+    cases = {
+        "missing": ({k: v for k, v in tensors.items() if k != first}, f"{first!r} missing"),
+        "extra": ({**tensors, "planted": torch.ones(1)}, "'planted' unexpected"),
+        "shape": ({**tensors, first: torch.ones(2, 2)}, f"size mismatch for {first}"),
+    }
+    for name, (state, says) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        common.save_tensors(state, {"config": policy.config}, path)
+        with pytest.raises(common.FileRefused, match=re.escape(says)) as refused:
+            D.load_policy(path)
+        assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
+    settings = {"config": {**policy.config, "hops": 2}}
+    common.save_tensors(tensors, settings, tmp_path / "c.safetensors")
+    with pytest.raises(common.FileRefused, match="not a policy this code can build .*hops"):
+        D.load_policy(tmp_path / "c.safetensors")
+    (tmp_path / "text.safetensors").write_text("not safetensors")
+    (tmp_path / "text.json").write_text("{}")
+    with pytest.raises(common.FileRefused, match="cannot read the policy file and its settings"):
+        D.load_policy(tmp_path / "text.safetensors")
 
 
 def seed_everything(seed):
@@ -250,9 +288,19 @@ def test_a_script_refuses_a_crafted_file_with_status_2_and_one_line(tmp_path, sc
 
 # ---------------------------------------------------------------- the committed policies
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "results" / "policies").glob("*.pt")), ids=lambda path: path.name
+    "path",
+    sorted(p for p in (ROOT / "results" / "policies").iterdir() if p.suffix != ".json"),
+    ids=lambda path: path.name,
 )
 def test_every_committed_policy_loads(path):
+    """A policy file of results/policies/ (a .pt, or the safetensors and JSON converted from one:
+    the same tensors and settings) plays."""
     policy = D.load_policy(path)
+    if path.suffix == ".safetensors":
+        settings = json.loads(path.with_suffix(".json").read_text())
+        old = common.load_file(path.parent / settings.pop("converted_from"), "policy")
+        assert {k: v for k, v in old.items() if k != "state_dict"} == settings
+        a, b = old["state_dict"], policy.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     own, peers = torch.zeros(2, len(D.OWN_FEATURES)), torch.zeros(2, 2, len(D.PEER_FEATURES))
     assert policy(own, peers, torch.zeros(2, dtype=torch.long)).shape == (2, 4)

@@ -272,8 +272,9 @@ def run(args, tmp_path, torchrun=False, check=True, scripted=False):
     return proc
 
 
-def weights(path):
-    return common.load_file(path, "policy")["state_dict"]
+def weights(out_dir):
+    """The tensors of the policy a run saved in out_dir."""
+    return common.load_tensors(Path(out_dir) / "policy.safetensors", "policy")[0]
 
 
 def metrics(out_dir):
@@ -338,7 +339,7 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     assert len({r["label"] for r in corpus[0]}) >= 3
     # same global batches, gradients summed in another
     # order: equal up to float rounding (through Adam)
-    rest, key_bias = ddp_difference(weights(single / "policy.pt"), weights(multi / "policy.pt"))
+    rest, key_bias = ddp_difference(weights(single), weights(multi))
     assert rest < 1e-4 and key_bias < 1e-3
     lines = metrics(single)
     assert [r["step"] for r in lines] == list(range(1, len(lines) + 1)) and "loss" in lines[0]
@@ -360,7 +361,7 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
             [
                 str(ROOT / "train_rl.py"),
                 "--init",
-                str(sft_runs["single"] / "policy.pt"),
+                str(sft_runs["single"] / "policy.safetensors"),
                 *GAME,
                 "--algo",
                 algo,
@@ -377,11 +378,11 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
             torchrun,
             scripted=True,
         )
-    a, b = weights(outs["single"] / "policy.pt"), weights(outs["torchrun"] / "policy.pt")
+    a, b = weights(outs["single"]), weights(outs["torchrun"])
     rest, key_bias = ddp_difference(a, b)
     assert rest < 1e-4 and key_bias < 1e-3
     # training moved the policy
-    assert max_difference(a, weights(sft_runs["single"] / "policy.pt")) > 1e-4
+    assert max_difference(a, weights(sft_runs["single"])) > 1e-4
     summary = json.loads((outs["single"] / "summary.json").read_text())
     assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
     assert summary["corpus"]["frac_zero_std"] < 0.9 and summary["corpus"]["frac_multi_valued"] > 0
@@ -397,7 +398,7 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
     args = [
         str(ROOT / "train_rl.py"),
         "--init",
-        str(sft_runs["single"] / "policy.pt"),
+        str(sft_runs["single"] / "policy.safetensors"),
         *GAME,
         "--epochs",
         "3",
@@ -412,7 +413,7 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
             tmp_path,
             scripted=True,
         )
-    a, b = (weights(tmp_path / d / "policy.pt") for d in ("0", "3"))
+    a, b = (weights(tmp_path / d) for d in ("0", "3"))
     assert max_difference(a, b) == 0
     validated = [r["step"] for r in metrics(tmp_path / "3") if "val_accuracy" in r]
     steps = max(r["step"] for r in metrics(tmp_path / "3") if "loss" in r)
@@ -426,7 +427,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     args = [
         str(ROOT / "train_rl.py"),
         "--init",
-        str(sft_runs["single"] / "policy.pt"),
+        str(sft_runs["single"] / "policy.safetensors"),
         *GAME,
         "--iterations",
         "2",
@@ -461,10 +462,10 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
         scripted=True,
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert not (tmp_path / "resumed" / "policy.pt").exists()
+    assert not (tmp_path / "resumed" / "policy.safetensors").exists()
     resumed = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path, scripted=True)
     assert "resuming from" in resumed.stderr
-    a, b = (weights(tmp_path / d / "policy.pt") for d in ("whole", "resumed"))
+    a, b = (weights(tmp_path / d) for d in ("whole", "resumed"))
     assert max_difference(a, b) == 0
     # the log is the uninterrupted run's: no step twice
     steps_logged = [r["step"] for r in metrics(tmp_path / "resumed") if "loss" in r]
@@ -473,7 +474,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
     # nothing is trained, validated or rewritten again
     before = {
         name: (tmp_path / "resumed" / name).read_bytes()
-        for name in ("metrics.jsonl", "summary.json", "policy.pt")
+        for name in ("metrics.jsonl", "summary.json", "policy.safetensors")
     }
     again = run(args + ["--out-dir", str(tmp_path / "resumed")], tmp_path, scripted=True)
     assert "resuming from" in again.stderr and "is finished" in again.stderr

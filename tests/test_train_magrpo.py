@@ -9,6 +9,7 @@ from test_train import metrics, run
 import common
 from llm import lora
 from llm.engine import Engine
+from llm.team import read_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,11 +82,11 @@ def test_magrpo_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
         r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0
         for r in lines
     )
-    # small adapter files that a team of the base model plays
-    assert sorted(p.name for p in out.glob("*.pt")) == ["agent0.pt", "agent1.pt", "checkpoint.pt"]
+    # small adapter folders (PEFT's layout) that a team of the base model plays
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["agent0", "agent1"]
     engine = Engine(model_path=tiny_model_dir)
-    for name in ("agent0.pt", "agent1.pt"):
-        k = lora.load_adapter(engine.model, common.load_file(out / name, "adapter"))
+    for name in ("agent0", "agent1"):
+        k = lora.load_adapter(engine.model, read_adapter(out / name))
         completion = engine.generate([engine.chat("Hi")], [0], max_new_tokens=4, adapters=[k])[0]
         assert completion.completion_tokens > 0
 

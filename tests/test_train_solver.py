@@ -20,6 +20,7 @@ from data.worked import WorkedSolutionMissing, worked_solution
 from llm import backbone, lora
 from llm.cache import call_seed
 from llm.engine import Engine
+from llm.team import read_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -199,7 +200,7 @@ def test_worked_sft_lowers_the_loss_on_its_solutions(tmp_path, tiny_model_dir, t
     losses = [r["loss"] for r in metrics(out) if "loss" in r]
     assert len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:]))
     assert losses[-1] < losses[0] - 0.1
-    state = common.load_file(out / "adapter.pt", "adapter")
+    state = read_adapter(out / "adapter")
     assert state["rank"] == 2 and state["targets"]
     assert all(name.endswith(("q_proj", "v_proj")) for name in state["targets"])
     engine = Engine(model_path=tiny_model_dir)
@@ -221,5 +222,5 @@ def test_worked_sft_resumes_exactly_after_sigkill(tmp_path, tiny_model_dir):
     run(sft_args(tmp_path, tiny_model_dir, "--out-dir", str(resumed)), tmp_path)
     assert [r["step"] for r in metrics(resumed)] == [1, 2, 3, 4]
     assert [r["loss"] for r in metrics(resumed)] == [r["loss"] for r in metrics(whole)]
-    a, b = (common.load_file(d / "adapter.pt", "adapter")["tensors"] for d in (whole, resumed))
+    a, b = (read_adapter(d / "adapter")["tensors"] for d in (whole, resumed))
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -27,9 +27,10 @@ def results(tmp_path_factory, tiny_model_dir):
     in debate's first game."""
     folder = tmp_path_factory.mktemp("view")
     torch.manual_seed(0)
-    save_policy(MetaPolicy(agents=2), folder / "policy.pt")
+    policy = folder / "policy.safetensors"
+    save_policy(MetaPolicy(agents=2), policy)
     out = folder / "results.json"
-    protocols = f"vanilla,sc,debate,mpdf-persist,mpdf={folder / 'policy.pt'},leader=default"
+    protocols = f"vanilla,sc,debate,mpdf-persist,mpdf={policy},leader=default"
     cmd = [
         sys.executable,
         str(ROOT / "eval.py"),
