@@ -199,28 +199,37 @@ def solve_prompt(example, trailer=False):
     return f"{example.render()}\n{answer_request(example, False)}"
 
 
-def refine_prompt(example, solutions, agent, trailer=False):
+def shown(solution, whole):
+    """A solution as REFINE and the leader see it: whole, or its last 300 characters (the 135M
+    backbone rambles on long prompts: docs/design.md, Deviations)."""
+    return solution.text.strip() if whole else solution.text.strip()[-300:]
+
+
+def refine_prompt(example, solutions, agent, trailer=False, whole=False):
     """REFINE: the LLM-Debate update from the agent's own solution and its peers' current solutions.
-    The peers appear through their final answers only, and the own solution through its last 300
-    characters: the 135M backbone rambles on long prompts (docs/design.md, Deviations)."""
-    others = ", ".join(
-        f"Agent {j + 1}: {s.answer if s.answer is not None else 'no answer'}"
-        for j, s in enumerate(solutions)
-        if j != agent
-    )
+    By default the peers appear through their final answers only; with `whole`
+    (GameConfig.whole_solutions) every solution appears whole, the own one included."""
+    peers = [(j, s) for j, s in enumerate(solutions) if j != agent]
+    if whole:
+        whole_peers = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()}" for j, s in peers)
+        others = f"Other agents' solutions:\n\n{whole_peers}\n\n"
+    else:
+        answers = [
+            f"Agent {j + 1}: {'no answer' if s.answer is None else s.answer}" for j, s in peers
+        ]
+        others = f"Other agents' answers: {', '.join(answers)}.\n"
     return (
-        f"{example.render()}\n\nYour previous solution:\n{solutions[agent].text.strip()[-300:]}\n\n"
-        f"Other agents' answers: {others}.\nCheck the solutions and solve the problem again. "
+        f"{example.render()}\n\nYour previous solution:\n{shown(solutions[agent], whole)}\n\n"
+        f"{others}Check the solutions and solve the problem again. "
         f"{answer_request(example, trailer)}"
     )
 
 
-def leader_prompt(example, solutions, trailer=False):
-    """MLPO's leader (docs/design.md §8) reads every peer's solution (its last 300 characters, as in
-    refine_prompt) and answers."""
-    shown = "\n\n".join(f"Agent {j + 1}:\n{s.text.strip()[-300:]}" for j, s in enumerate(solutions))
+def leader_prompt(example, solutions, trailer=False, whole=False):
+    """MLPO's leader (docs/design.md §8) reads every peer's solution (as `shown`) and answers."""
+    team = "\n\n".join(f"Agent {j + 1}:\n{shown(s, whole)}" for j, s in enumerate(solutions))
     return (
-        f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{shown}\n\n"
+        f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{team}\n\n"
         f"Check these solutions and solve the problem. {answer_request(example, trailer)}"
     )
 
@@ -250,14 +259,11 @@ def majority_vote(solutions, exclude=None):
             groups.setdefault(s.answer, []).append(i)
     if not groups:
         return None, None
-    answer = max(
-        groups,
-        key=lambda a: (
-            len(groups[a]),
-            max(solutions[i].confidence for i in groups[a]),
-            -min(groups[a]),
-        ),
-    )
+
+    def strength(a):
+        return len(groups[a]), max(solutions[i].confidence for i in groups[a]), -min(groups[a])
+
+    answer = max(groups, key=strength)
     return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
 
 
@@ -564,6 +570,9 @@ class GameConfig:
     """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
     vote: str = "mean_prob"
     """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
 
 
 def check_game(cfg, min_agents=2, min_rounds=1):
@@ -641,6 +650,16 @@ def solve_calls(examples, cfg):
         for ex in examples
         for i in range(cfg.agents)
     ]
+
+
+def refine_calls(games, refine, t, cfg):
+    """Round t's REFINE calls: agent i of games[k] for each (k, i) in `refine`."""
+    calls = []
+    for k, i in refine:
+        ex = games[k].example
+        prompt = refine_prompt(ex, games[k].solutions, i, cfg.trailer, cfg.whole_solutions)
+        calls.append(Call(ex, prompt, call_seed(cfg.seed, ex.id, i, t, "refine"), i))
+    return calls
 
 
 def per_question(flat, n):
@@ -753,11 +772,8 @@ def ask(engine, games, calls, cfg, critic):
     tokens and those of its critic pass go to its game."""
     outputs = run_llm(engine, calls, cfg)
     solutions = [s for s, _ in outputs]
-    critic_tokens = (
-        run_critic(engine, [(c.example, s) for c, s in zip(calls, solutions)])
-        if critic
-        else [0] * len(calls)
-    )
+    items = [(c.example, s) for c, s in zip(calls, solutions)]
+    critic_tokens = run_critic(engine, items) if critic else [0] * len(calls)
     answered = []
     for game, (solution, n_tokens), n_critic in zip(games, outputs, critic_tokens):
         game.tokens += n_tokens + n_critic
@@ -835,21 +851,9 @@ def play(
             break
         observations, actions, explained = decide(policy, active, t, cfg, greedy)
         # execute: the REFINE calls first, then the moves
-        refine = [
-            (k, i)
-            for k, acts in enumerate(actions)
-            for i, a in enumerate(acts)
-            if a == REFINE or refine_all
-        ]
-        calls = [
-            Call(
-                active[k].example,
-                refine_prompt(active[k].example, active[k].solutions, i, cfg.trailer),
-                call_seed(cfg.seed, active[k].example.id, i, t, "refine"),
-                i,
-            )
-            for k, i in refine
-        ]
+        pairs = [(k, i) for k, acts in enumerate(actions) for i in range(len(acts))]
+        refine = [(k, i) for k, i in pairs if actions[k][i] == REFINE or refine_all]
+        calls = refine_calls(active, refine, t, cfg)
         samples = ask(engine, [active[k] for k, _ in refine], calls, cfg, critic)
         refined = [{} for _ in active]
         costs = [[0.0] * cfg.agents for _ in active]

@@ -120,10 +120,11 @@ def lead(engine, leader, examples, cfg):
     for t in range(cfg.rounds + 1):
         if t:
             rows = [(q, i) for q in range(len(examples)) for i in range(n)]
+            teams = [peers[q] + [led[q][0]] for q in range(len(examples))]
             calls = [
                 Call(
                     examples[q],
-                    refine_prompt(examples[q], peers[q] + [led[q][0]], i, cfg.trailer),
+                    refine_prompt(examples[q], teams[q], i, cfg.trailer, cfg.whole_solutions),
                     call_seed(cfg.seed, examples[q].id, i, t, "revise"),
                     i,
                 )
@@ -134,9 +135,13 @@ def lead(engine, leader, examples, cfg):
                 peers[q][i] = s
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
-        calls = [
-            Call(ex, leader_prompt(ex, team, cfg.trailer), call_seed(cfg.seed, ex.id, t, "lead"), 0)
+        prompts = [
+            leader_prompt(ex, team, cfg.trailer, cfg.whole_solutions)
             for ex, team in zip(examples, peers)
+        ]
+        calls = [
+            Call(ex, prompt, call_seed(cfg.seed, ex.id, t, "lead"), 0)
+            for ex, prompt in zip(examples, prompts)
         ]
         led = run_llm(leader, calls, cfg, temperature=0.0)
         for q, (s, k) in enumerate(led):

@@ -7,8 +7,10 @@ deliberation under one joint reward.
 Read top to bottom: G joint rollouts of the protocol per question (every agent answers; with
 --protocol debate, --rounds REFINE rounds), one joint reward per rollout (the team vote's
 correctness), its group advantage shared by every agent of the rollout; each agent learns from its
-own sampled tokens only. On-policy: one optimizer step per batch of rollouts, no ratio, no clip.
-A step reads: joint_rollouts -> softrank.group_advantages -> softrank.policy_step.
+own sampled tokens only. With --reward revision, each agent's own reward instead: the vote's, +
+SCoRe's shaped reward of its revision (revision_reward), its advantage among its own G rollouts.
+On-policy: one optimizer step per batch of rollouts, no ratio, no clip. A step reads:
+joint_rollouts -> softrank.group_advantages -> softrank.policy_step.
 
 LoRA adapters by default (llm/lora.py; the base frozen): one for every agent, or one per agent
 (--separate-agents), saved as small PEFT folders (adapter/ or agent<i>/) that eval.py --models
@@ -16,6 +18,7 @@ default+<folder>,... plays (and PEFT and vLLM load); --lora-rank 0 fine-tunes ev
 instead (an HF directory per model).
 """
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -28,6 +31,8 @@ import data
 import softrank
 from common import (
     RunConfig,
+    UsageError,
+    check_at_least,
     check_choice,
     check_run,
     crash_if_asked,
@@ -70,6 +75,8 @@ from llm.training import (
     validate,
 )
 
+GAME_FLAGS = ("seed", "agents", "rounds", "max_new_tokens", "trailer", "vote", "whole_solutions")
+
 
 @dataclass
 class Config(
@@ -77,11 +84,17 @@ class Config(
     TrainerConfig,
     only(RunConfig, "val_n", "eval_every", "weight_decay", "save_every", "crash_at_step"),
     only(EngineConfig, "model", "engine_batch_size"),
-    only(GameConfig, "seed", "agents", "rounds", "max_new_tokens", "trailer", "vote"),
+    only(GameConfig, *GAME_FLAGS),
     TaskConfig,
 ):
     protocol: str = "debate"
     """parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
+    reward: str = "vote"
+    """vote (the team vote's correctness, every agent's) | revision (each agent's own: the vote's,
+    + revision_reward of its round-0 and final answers; debate only)"""
+    revision_bonus: float = 0.5
+    """--reward revision's bonus for wrong -> right and penalty for right -> wrong (below 1: a right
+    first answer stays worth more than a wrong one)"""
     separate_agents: bool = False
     """one set of trained weights per agent, an adapter or a whole copy (default: one shared)"""
     lr: float = 0.0
@@ -93,10 +106,21 @@ class Config(
 # --------------------------------------------------------------------------------------------------
 # The rollouts: the game played by the agents being trained
 # --------------------------------------------------------------------------------------------------
+def revision_reward(first, final, example, bonus):
+    """SCoRe's shaped reward of one agent's revision (arXiv 2409.12917, stage II; docs/design.md
+    §8): both answers' correctness, + bonus x (final - first): wrong -> right 1 + bonus, right ->
+    wrong 1 - bonus, right -> right 2, wrong -> wrong 0."""
+    right = [float(data.is_correct(s.answer, example.answer, example.task)) for s in (first, final)]
+    return right[0] + right[1] + bonus * (right[1] - right[0])
+
+
 def joint_rollouts(team, examples, cfg, step):
     """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's
-    Sequences and a (len(examples), G) tensor of rewards, the team vote's correctness (+
-    format_reward x the fraction of final answers that parse)."""
+    Sequences and a tensor of rewards, G columns and a row per example: the team vote's correctness
+    (+ format_reward x the fraction of final answers that parse). With --reward revision, a row
+    per example and agent (q * agents + i): that reward + the agent's revision_reward. A
+    sequence's `question` is its row, so each agent's group is its own G rollouts."""
+    per_agent = cfg.reward == "revision"
     teams = {(q, g): [None] * cfg.agents for q in range(len(examples)) for g in range(cfg.group)}
     sequences = []
 
@@ -109,23 +133,38 @@ def joint_rollouts(team, examples, cfg, step):
         seeds = [call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls]
         completions = sample(team, prompts, seeds, [i for _, _, i in calls], cfg)
         for (q, g, i), prompt, c in zip(calls, prompts, completions):
-            sequences.append(Sequence(q, g, i, prompt_ids(team, prompt, i), c.token_ids))
+            row = q * cfg.agents + i if per_agent else q
+            sequences.append(Sequence(row, g, i, prompt_ids(team, prompt, i), c.token_ids))
             solutions[(q, g, i)] = parse_solution(
                 c.text, examples[q].task, c.completion_tokens, c.token_logprobs, cfg.vote
             )
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution
 
+    def refine(q, g, i):
+        return refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer, cfg.whole_solutions)
+
     run_round(0, lambda q, g, i: solve_prompt(examples[q], cfg.trailer))
+    first = {key: list(team) for key, team in teams.items()}
     for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
-        run_round(t, lambda q, g, i: refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer))
-    rewards = torch.zeros(len(examples), cfg.group)
+        run_round(t, refine)
+    rewards = torch.zeros(len(examples) * (cfg.agents if per_agent else 1), cfg.group)
     for (q, g), team in teams.items():
-        vote, _ = majority_vote(team)
-        rewards[q, g] = float(
-            data.is_correct(vote, examples[q].answer, examples[q].task)
-        ) + cfg.format_reward * sum(s.answer is not None for s in team) / len(team)
+        ex, (vote, _) = examples[q], majority_vote(team)
+        joint = float(data.is_correct(vote, ex.answer, ex.task))
+        joint += cfg.format_reward * sum(s.answer is not None for s in team) / len(team)
+        if not per_agent:
+            rewards[q, g] = joint
+            continue
+        for i in range(cfg.agents):
+            own = revision_reward(first[(q, g)][i], team[i], ex, cfg.revision_bonus)
+            rewards[q * cfg.agents + i, g] = joint + own
     return sequences, rewards
+
+
+def vote_rollouts(team, examples, cfg, step):
+    """joint_rollouts rewarded by the team vote whatever --reward says: the held-out accuracy."""
+    return joint_rollouts(team, examples, dataclasses.replace(cfg, reward="vote"), step)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,7 +184,7 @@ def train(cfg, ranks):
     validation = training_pool(cfg)[: cfg.val_n][ranks.rank :: ranks.world]
 
     def validated(step):
-        validate(models, team, joint_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
+        validate(models, team, vote_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
 
     if cfg.eval_every and counters["step"] == 0:
         validated(0)
@@ -189,6 +228,12 @@ def check(cfg, world):
     check_trainer(cfg)
     check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
+    check_choice("--reward", cfg.reward, ("vote", "revision"))
+    check_at_least(cfg, 0, "revision_bonus")
+    if cfg.reward == "revision" and (cfg.protocol != "debate" or cfg.rounds < 1):
+        raise UsageError(
+            "--reward revision rewards a revision: pass --protocol debate, --rounds >= 1"
+        )
 
 
 if __name__ == "__main__":

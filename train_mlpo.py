@@ -72,7 +72,16 @@ from llm.training import (
     validate,
 )
 
-GAME_FLAGS = ("seed", "agents", "temperature", "top_p", "max_new_tokens", "trailer", "vote")
+GAME_FLAGS = (
+    "seed",
+    "agents",
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "trailer",
+    "vote",
+    "whole_solutions",
+)
 
 
 @dataclass
@@ -156,7 +165,7 @@ def leader_rollouts(team, items, cfg, step):
     (sequences, rewards): the leader's Sequences and a (len(items), G) tensor of rewards, its
     correctness (+ format_reward if it parses)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
-    prompts = [leader_prompt(items[q][0], items[q][1], cfg.trailer) for q, _ in calls]
+    prompts = [leader_prompt(*items[q][:2], cfg.trailer, cfg.whole_solutions) for q, _ in calls]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
     completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)

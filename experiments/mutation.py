@@ -95,6 +95,14 @@ MODULES = {
         ["default_backbone", "sigkill", "lowers_the_loss"],
     ),
     "train_mlpo": ("train_mlpo.py", ["tests/test_train_mlpo.py"], ["runs_"]),
+    # MAGRPO's rollouts and rewards against a scripted sampler (its loop: the subprocess runs)
+    "train_magrpo": ("train_magrpo.py", ["tests/test_magrpo_rollouts.py"], []),
+    # the lab's measurement of the revision skill (its main(): the pieces)
+    "experiments.revision_skill": (
+        "experiments/revision_skill.py",
+        ["tests/test_revision_skill.py"],
+        [],
+    ),
     # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the
     # original module, not the mutant: left out, as above
     "llm.cache": (
@@ -113,7 +121,7 @@ MODULES = {
     # default backbone's checks of every committed adapter (minutes per mutant)
     "llm.lora": (
         "llm/lora.py",
-        ["tests/test_lora.py"],
+        ["tests/test_lora.py", "tests/test_peft.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
     # the stages' own pieces of the game (the corpus and its rewards, the oracle labels): run with
@@ -181,6 +189,8 @@ STAGE_FUNCTIONS = {
     "sft": ("labelled_states",),
     "train_solver": ("worked_solutions", "refine_examples"),
     "train_mlpo": ("peer_solutions", "peer_pool", "check"),
+    "train_magrpo": ("revision_reward", "joint_rollouts", "vote_rollouts", "check"),
+    "experiments.revision_skill": ("state_class", "concede_pick", "first_decisions", "skill_table"),
 }
 # `mutmut run` under pytest 9: mutmut 3.3.1 records each test by `item._nodeid`, which pytest 9 no
 # longer has (its public name is `nodeid`)

@@ -55,7 +55,9 @@ GRADIENT_CHECKPOINTING = {"use_reentrant": False}
 class Sequence:
     """One sampled completion of a step's rollouts: the learner trains on its completion tokens."""
 
-    question: int  # index into the step's questions (on this rank)
+    # its row of the step's (rows, G) rewards: the question's index on this rank, or a row the
+    # script defines (one per question and agent, for rewards of each agent's own)
+    question: int
     sample: int  # which of the question's G rollouts
     agent: int  # which agent wrote it (0 for the leader)
     prompt_ids: list

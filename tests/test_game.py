@@ -146,6 +146,18 @@ def test_the_prompts_word_for_word():
         f"Solutions from 2 agents:\n\nAgent 1:\nno idea\n\nAgent 2:\n7 + 5 = 12\nAnswer: 13"
         f"\n\nCheck these solutions and solve the problem. {trailer}"
     )
+    # whole solutions: the own one and every peer's, untruncated
+    assert D.refine_prompt(ex, sols, 2, whole=True) == (
+        f"{question}\n\nYour previous solution:\n7 + 5 = 12\nAnswer: 13\n\nOther agents' "
+        f"solutions:\n\nAgent 1:\n{long}\n\nAgent 2:\nno idea\n\nCheck the solutions and "
+        f"solve the problem again. {plain}"
+    )
+    assert D.refine_prompt(ex, sols, 0, whole=True).startswith(
+        f"{question}\n\nYour previous solution:\n{long}\n\nOther agents' solutions:\n\nAgent 2:"
+    )
+    assert D.leader_prompt(ex, sols, whole=True).startswith(
+        f"{question}\n\nSolutions from 3 agents:\n\nAgent 1:\n{long}\n\nAgent 2:\nno idea\n\n"
+    )
     assert D.critic_prompt(ex, sols[2]) == (
         f"Problem: {question}\n\nProposed solution:\n7 + 5 = 12\nAnswer: 13\n\n"
         "Is the proposed solution correct? Reply with one word: Correct or Incorrect."

@@ -1,0 +1,152 @@
+"""The revision skill measured directly, whatever a meta-policy does with it: at the first decision
+of each test game, every agent's REFINE sample is drawn (the game's prompt and seed), and for each
+state class of the agent, from round 0's answers against the gold one,
+
+    own right, a peer wrong | own wrong, a peer right | all wrong | all right
+
+the share of states where REFINE ends right, against PERSIST (its own answer) and against CONCEDE
+to the peer its policy would pick (the likeliest of the policy's CONCEDE actions; with no learned
+policy, the most confident peer by the vote's signal), with paired 95% intervals over states.
+
+    python -m experiments.revision_skill --models default+A,default+B,default+C --n 300 --seed 0 \
+        --policy results/policies/arith-team-varied-seed0-ranks.safetensors \
+        [--whole-solutions] --out results/revision/NAME.json
+
+The game is eval.py's (same prompts and seeds: its round 0 comes from the generation cache when a
+table piece of the same team and seed ran first); the decisions are the policy's, but only the
+first decision's states are scored, so the numbers do not depend on what the policy did next.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+import data
+import deliberate
+from common import machine, parse_config, write_result
+from data import TaskConfig
+from deliberate import GameConfig, MetaPolicy, adopted_agent, concede, make_policy, peers_of
+from llm.team import EngineConfig, check_models, make_engine, resolve_engine_dtype
+from stats import paired_difference
+
+STATE_CLASSES = ("own right, a peer wrong", "own wrong, a peer right", "all wrong", "all right")
+# what each state's outcome is compared under: REFINE against the two cheaper moves
+OUTCOMES = ("refine", "persist", "concede")
+
+
+@dataclass
+class Config(EngineConfig, GameConfig, TaskConfig):
+    policy: str = "persist"
+    """the policy that decides (a policy file, or a fixed one) and picks the peer to CONCEDE to"""
+    split: str = "test"
+    """which split's questions"""
+    n: int = 300
+    """how many questions"""
+    dtype: str = "float32"
+    """the engine's dtype (the tables' pieces: float32)"""
+    out: str = ""
+    """the JSON written"""
+
+
+def state_class(right, agent):
+    """The STATE_CLASSES entry of `agent` in a team whose answers are `right` (one bool each)."""
+    peers = [right[j] for j in peers_of(agent, len(right))]
+    if right[agent]:
+        return STATE_CLASSES[3] if all(peers) else STATE_CLASSES[0]
+    return STATE_CLASSES[1] if any(peers) else STATE_CLASSES[2]
+
+
+def concede_pick(policy, observation, agent, before):
+    """The agent `agent` would CONCEDE to: the likeliest CONCEDE of a learned policy on its
+    `observation` (own, peers), else the peer whose solution `before` is most confident (the lower
+    agent on ties)."""
+    peers = peers_of(agent, len(before))
+    if isinstance(policy, MetaPolicy):
+        own, theirs = (torch.tensor([x], dtype=torch.float32) for x in observation)
+        with torch.no_grad():
+            logits = policy(own, theirs, torch.tensor([agent]))[0]
+        k = int(logits[concede(0) :].argmax())
+        return adopted_agent(agent, concede(k), len(before))
+    return max(peers, key=lambda j: (before[j].confidence, -j))
+
+
+def first_decisions(games, policy):
+    """One row per (game, agent) at the game's first decision: its state class, whether REFINE,
+    PERSIST and CONCEDE (to concede_pick) end right, the policy's action and the REFINE call's
+    tokens."""
+    rows = []
+    for game in games:
+        ex, move = game.example, game.moves[0]
+
+        def right(solution):
+            return bool(data.is_correct(solution.answer, ex.answer, ex.task))
+
+        team = [right(s) for s in move.before]
+        for i in range(len(move.before)):
+            peer = concede_pick(policy, move.observations[i], i, move.before)
+            rows.append(
+                {
+                    "id": f"{ex.id}:{i}",
+                    "class": state_class(team, i),
+                    "refine": right(move.refined[i]),
+                    "persist": team[i],
+                    "concede": team[peer],
+                    "action": deliberate.action_kind(move.actions[i]),
+                    # play(refine_cost=1000): the cost is the REFINE call's tokens
+                    "refine_tokens": int(move.costs[i]),
+                }
+            )
+    return rows
+
+
+def skill_table(rows):
+    """Per state class (and over all states): how many, each outcome's rate of ending right, and
+    REFINE minus PERSIST and minus CONCEDE, paired over the same states."""
+
+    def summary(rows, outcome):
+        return {"question_ids": [r["id"] for r in rows], "correct": [r[outcome] for r in rows]}
+
+    table = {}
+    for name in (*STATE_CLASSES, "all states"):
+        mine = [r for r in rows if name in (r["class"], "all states")]
+        if not mine:
+            table[name] = {"states": 0}
+            continue
+        refine = summary(mine, "refine")
+        table[name] = {
+            "states": len(mine),
+            **{f"{o}_right": sum(r[o] for r in mine) / len(mine) for o in OUTCOMES},
+            "refine_vs_persist": paired_difference(refine, summary(mine, "persist")),
+            "refine_vs_concede": paired_difference(refine, summary(mine, "concede")),
+            "refine_tokens": sum(r["refine_tokens"] for r in mine) / len(mine),
+        }
+    return table
+
+
+def main(cfg):
+    if cfg.models:
+        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
+    cfg, dtype_reason = resolve_engine_dtype(cfg)
+    examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
+    engine = make_engine(cfg, cfg.agents, 0)
+    policy = make_policy(cfg.policy)
+    # one decision round: the first decision reads the same state whatever --rounds says
+    first = dataclasses.replace(cfg, rounds=1)
+    games = deliberate.play(engine, examples, policy, first, refine_all=True, refine_cost=1000.0)
+    rows = first_decisions(games, policy)
+    return write_result(
+        {
+            "config": dataclasses.asdict(cfg),
+            "machine": machine(),
+            "dtype_reason": dtype_reason,
+            "questions": len(games),
+            "table": skill_table(rows),
+            "rows": rows,
+        },
+        cfg.out,
+    )
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, description=__doc__.split("\n\n")[0]))

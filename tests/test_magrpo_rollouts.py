@@ -1,0 +1,165 @@
+"""MAGRPO's rollouts and rewards in process (train_magrpo.py joint_rollouts, revision_reward): a
+scripted sampler answers by (question, rollout, agent, round), read back from the call seeds, so
+every sequence, every prompt and every reward can be checked against what the script wrote."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+import data
+import train_magrpo
+from common import UsageError
+from llm.cache import call_seed
+
+EXAMPLES = [
+    data.Example(question="q0", answer="5", task="arith", id="t/0"),
+    data.Example(question="q1", answer="8", task="arith", id="t/1"),
+]
+
+
+def scripted(monkeypatch, cfg, plan, step=0):
+    """Replaces the sampler: the call (question q, rollout g, agent i, round t) answers
+    plan(q, g, i, t) (None: no answer line). Returns the list of (key, prompt) calls made."""
+    keys = {
+        call_seed(cfg.seed, "agents", step, ex.id, g, i, t): (q, g, i, t)
+        for q, ex in enumerate(EXAMPLES)
+        for g in range(cfg.group)
+        for i in range(cfg.agents)
+        for t in range(cfg.rounds + 1)
+    }
+    calls = []
+
+    def sample(team, prompts, seeds, agents, cfg):
+        out = []
+        for prompt, seed, agent in zip(prompts, seeds, agents):
+            q, g, i, t = key = keys[seed]
+            assert agent == i
+            calls.append((key, prompt))
+            answer = plan(q, g, i, t)
+            text = f"{answer} - 0 = {answer}\nAnswer: {answer}" if answer else "I am not sure."
+            ids = [q, g, i, t]
+            out.append(
+                SimpleNamespace(text=text, token_ids=ids, completion_tokens=4, token_logprobs=None)
+            )
+        return out
+
+    monkeypatch.setattr(train_magrpo, "sample", sample)
+    monkeypatch.setattr(train_magrpo, "prompt_ids", lambda team, prompt, i: [len(prompt), i])
+    return calls
+
+
+def config(**changes):
+    fields = dict(agents=3, rounds=1, group=2, format_reward=0.0, vote="index")
+    return train_magrpo.Config(**(fields | changes))
+
+
+def gold(q):
+    return int(EXAMPLES[q].answer)
+
+
+def fixed_by_one(q, g, i, t):
+    """Round 0: agent 0 right, agents 1 and 2 wrong alike. Round 1, rollout 0: agent 1 mends (the
+    vote turns right), rollout 1: agent 0 breaks (every agent wrong)."""
+    if t == 0:
+        return gold(q) if i == 0 else gold(q) + 1
+    if g == 0:
+        return gold(q) if i in (0, 1) else gold(q) + 1
+    return gold(q) + 1
+
+
+def test_every_agent_of_every_rollout_answers_each_round_from_its_own_team(monkeypatch):
+    cfg = config()
+    calls = scripted(monkeypatch, cfg, fixed_by_one)
+    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    keys = [key for key, _ in calls]
+    assert sorted(keys) == sorted(
+        (q, g, i, t) for q in range(2) for g in range(2) for i in range(3) for t in range(2)
+    )
+    # a sequence: its own prompt's ids and its own completion's, its question row, sample, agent
+    assert [s.completion_ids for s in sequences] == [list(k) for k in keys]
+    assert [(s.question, s.sample, s.agent) for s in sequences] == [k[:3] for k in keys]
+    assert [s.prompt_ids for s in sequences] == [[len(p), k[2]] for k, p in calls]
+    for (q, g, i, t), prompt in calls:
+        if t == 0:
+            assert "Other agents" not in prompt and EXAMPLES[q].question in prompt
+            continue
+        # round 1 reads its own rollout's round-0 answers, simultaneous moves
+        others = [f"Agent {j + 1}: {fixed_by_one(q, g, j, 0)}" for j in range(3) if j != i]
+        assert f"Other agents' answers: {', '.join(others)}." in prompt
+        assert f"Answer: {fixed_by_one(q, g, i, 0)}" in prompt
+    # the joint reward: the vote after the last round, per (question, rollout)
+    assert rewards.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+
+
+def test_whole_solutions_show_each_peers_text(monkeypatch):
+    cfg = config(whole_solutions=True)
+    calls = scripted(monkeypatch, cfg, fixed_by_one)
+    train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    for (q, g, i, t), prompt in calls:
+        if t:
+            peer = 2 if i != 2 else 1
+            wrong = fixed_by_one(q, g, peer, 0)
+            assert f"Agent {peer + 1}:\n{wrong} - 0 = {wrong}\nAnswer: {wrong}" in prompt
+            assert "Other agents' solutions:" in prompt
+
+
+def test_parallel_plays_round_0_alone_and_format_reward_counts_parsed_answers(monkeypatch):
+    cfg = config(protocol="parallel", format_reward=0.3, rounds=2)
+
+    def plan(q, g, i, t):
+        return None if (g, i) == (1, 2) else gold(q) + (i == 1 and g == 0)
+
+    calls = scripted(monkeypatch, cfg, plan)
+    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    assert {key[3] for key, _ in calls} == {0} and len(sequences) == 12
+    # rollout 0: 2 of 3 right, all parse; rollout 1: 2 right, 1 unparseable
+    assert rewards.flatten().tolist() == pytest.approx([1.3, 1.2, 1.3, 1.2])
+
+
+@pytest.mark.parametrize("bonus", [0.0, 0.5, 0.9])
+def test_revision_reward_shapes_each_change_of_the_agents_own_answer(bonus):
+    ex = EXAMPLES[0]
+    right, wrong = (train_magrpo.parse_solution(f"Answer: {a}", "arith") for a in ("5", "6"))
+    garbled = train_magrpo.parse_solution("no idea", "arith")
+
+    def reward(first, final):
+        return train_magrpo.revision_reward(first, final, ex, bonus)
+
+    assert reward(right, right) == 2.0 and reward(wrong, wrong) == 0.0
+    assert reward(wrong, right) == pytest.approx(1 + bonus)
+    assert reward(right, wrong) == pytest.approx(1 - bonus)
+    assert reward(right, garbled) == reward(right, wrong) and reward(garbled, garbled) == 0.0
+
+
+def test_revision_rewards_are_each_agents_own_in_its_own_row(monkeypatch):
+    cfg = config(reward="revision", revision_bonus=0.5, format_reward=0.1)
+    calls = scripted(monkeypatch, cfg, fixed_by_one)
+    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    # each sequence learns from its agent's row, round 0's tokens as the revision's
+    assert [s.question for s in sequences] == [q * 3 + i for (q, _, i, _), _ in calls]
+    assert rewards.shape == (6, 2)
+    vote = [1.1, 0.1]
+    # rollout 0: agent 0 right -> right (2), agent 1 wrong -> right (1.5), agent 2 wrong (0);
+    # rollout 1: agent 0 right -> wrong (0.5), the others wrong -> wrong
+    own = [[2.0, 0.5], [1.5, 0.0], [0.0, 0.0]]
+    for q in range(2):
+        for i in range(3):
+            expected = [vote[g] + own[i][g] for g in range(2)]
+            assert rewards[q * 3 + i].tolist() == pytest.approx(expected)
+    # the held-out accuracy is the vote's, one row per question
+    _, right = train_magrpo.vote_rollouts(None, EXAMPLES, cfg, step=0)
+    assert right.flatten().tolist() == pytest.approx(vote + vote)
+
+
+def test_the_revision_reward_is_refused_where_nothing_is_revised():
+    ok = config(reward="revision", protocol="debate")
+    train_magrpo.check(ok, 1)
+    for bad, flag in [
+        (dict(protocol="parallel"), "--reward revision"),
+        (dict(rounds=0), "--reward revision"),
+        (dict(reward="mine"), "--reward"),
+        (dict(revision_bonus=-0.1), "--revision-bonus"),
+    ]:
+        with pytest.raises(UsageError, match=flag):
+            train_magrpo.check(dataclasses.replace(ok, **bad), 1)
