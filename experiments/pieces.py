@@ -303,6 +303,28 @@ def leader_pieces(team, seed):
     }
 
 
+# what REFINE reads: peers' final answers (the game's default) or every solution whole
+REFINE_VIEWS = {"answers": [], "whole": ["--whole-solutions"]}
+
+
+def revision_pieces(team, seed):
+    """The revision skill of a team's agents at the first decision of the seed's 300 test games,
+    REFINE under each view against PERSIST and the seed's plain-ranks policy's CONCEDE
+    (experiments/revision_skill.py)."""
+    name = f"arith300-team-{team}-seed{seed}"
+    policy = table_policy("arith", "ranks", seed, team)
+    return {
+        f"revision-{name}-{view}": {
+            "command": [PY, "-m", "experiments.revision_skill", *TABLE_TASKS["arith"], *TABLE_GAME]
+            + [*team_flags(team), "--n", "300", "--seed", str(seed), "--policy", policy, *flags]
+            + ["--out", f"results/revision/{name}-{view}.json"],
+            "outputs": [f"results/revision/{name}-{view}.json"],
+            "needs": [policy, *team_adapters(team)],
+        }
+        for view, flags in REFINE_VIEWS.items()
+    }
+
+
 def dtype_piece(seed, dtype):
     """Table a's game on the seed's 300 test questions with the engine in `dtype`: vanilla, the
     team's vote and the seed's SoftRankPO policy in one eval.py JSON (results/dtype/)."""
@@ -503,6 +525,8 @@ PIECES = {
         for team in TEAMS
         if team_rl_algos(team) == COMPETENT_RL_ALGOS
     ),
+    # the revision turn measured directly, before any training of it
+    **merged(revision_pieces("varied", seed) for seed in TABLE_SEEDS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{
