@@ -51,13 +51,15 @@ def parallel_adapter(seed):
     return f"results/agents/magrpo-lora-lr{LORA_LR}-L1-seed{seed}.pt"
 
 
-def llm_run(name, args, adapter=False):
+def llm_run(name, args, adapter=False, agents=0):
     """An LLM-weights run (`args`: train_magrpo.py, train_mlpo.py or train_solver.py, then its
     flags): its metrics (training reward or loss, held-out accuracy every --eval-every steps, wall
     time, tokens) go to results/llm/; whole weights stay out of git, a shared LoRA `adapter` (a
-    few MB) goes to results/agents/."""
+    few MB) goes to results/agents/, or each of `agents` adapters (--separate-agents) as its PEFT
+    folder, results/agents/<name>/agent<i>."""
     out = RUNS / name
     kept = {out / "adapter": f"results/agents/{name}.pt"} if adapter else {}
+    kept |= {out / f"agent{i}": f"results/agents/{name}/agent{i}" for i in range(agents)}
     return {
         "command": [PY, *args, "--out-dir", str(out)],
         "copies": {out / "metrics.jsonl": f"results/llm/{name}.metrics.jsonl", **kept},

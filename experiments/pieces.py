@@ -8,7 +8,7 @@ of git).
 """
 
 from experiments.bench_pieces import BENCH_PIECES
-from experiments.llm_pieces import LLM_PIECES, LORA_LR, PY, RUNS, llm_run
+from experiments.llm_pieces import LLM_PIECES, LORA_LR, MAGRPO_LORA, PY, RUNS, llm_run
 from experiments.mutation import MODULES as MUTATION_MODULES
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
@@ -307,21 +307,49 @@ def leader_pieces(team, seed):
 REFINE_VIEWS = {"answers": [], "whole": ["--whole-solutions"]}
 
 
-def revision_pieces(team, seed):
-    """The revision skill of a team's agents at the first decision of the seed's 300 test games,
-    REFINE under each view against PERSIST and the seed's plain-ranks policy's CONCEDE
-    (experiments/revision_skill.py)."""
-    name = f"arith300-team-{team}-seed{seed}"
-    policy = table_policy("arith", "ranks", seed, team)
+def revision_pieces(seed, trained=""):
+    """The revision skill of team varied's agents at the first decision of the seed's 300 test
+    games, REFINE under each view against PERSIST and the CONCEDE of the seed's plain-ranks policy
+    (experiments/revision_skill.py); with `trained`, of the agents that run trained instead (its
+    agent<i> adapter folders)."""
+    name = f"arith300-{'trained-varied' if trained else 'team-varied'}-seed{seed}"
+    policy = table_policy("arith", "ranks", seed, "varied")
+    if trained:
+        adapters = [f"results/agents/{trained}/agent{i}" for i in range(3)]
+        models = ["--models", ",".join(f"default+{a}" for a in adapters)]
+    else:
+        adapters, models = team_adapters("varied"), team_flags("varied")
     return {
         f"revision-{name}-{view}": {
             "command": [PY, "-m", "experiments.revision_skill", *TABLE_TASKS["arith"], *TABLE_GAME]
-            + [*team_flags(team), "--n", "300", "--seed", str(seed), "--policy", policy, *flags]
+            + [*models, "--n", "300", "--seed", str(seed), "--policy", policy, *flags]
             + ["--out", f"results/revision/{name}-{view}.json"],
             "outputs": [f"results/revision/{name}-{view}.json"],
-            "needs": [policy, *team_adapters(team)],
+            "needs": [policy, *adapters],
         }
         for view, flags in REFINE_VIEWS.items()
+    }
+
+
+# the revision turn trained on-policy (docs/design.md §8): MAGRPO on debate from team varied's three
+# adapters, one adapter per agent, each rewarded for its own revision (--reward revision), REFINE
+# reading whole solutions; MAGRPO's LoRA preset and learning rate
+REVISION_FLAGS = [
+    *MAGRPO_LORA,
+    *("--protocol", "debate", "--rounds", "1", "--separate-agents", "--reward", "revision"),
+    *("--whole-solutions", "--lora-rank", "8", "--lr", LORA_LR),
+    *("--init-adapter", ",".join(team_adapters("varied"))),
+]
+
+
+def revision_training_pieces(seed):
+    """MAGRPO with the revision reward from team varied (its three adapter folders committed),
+    then the trained team's revision skill under both views."""
+    run = f"magrpo-revision-varied-seed{seed}"
+    training = llm_run(run, [*REVISION_FLAGS, "--seed", str(seed)], agents=3)
+    return {
+        f"llm-{run}": {**training, "needs": team_adapters("varied")},
+        **revision_pieces(seed, trained=run),
     }
 
 
@@ -526,7 +554,9 @@ PIECES = {
         if team_rl_algos(team) == COMPETENT_RL_ALGOS
     ),
     # the revision turn measured directly, before any training of it
-    **merged(revision_pieces("varied", seed) for seed in TABLE_SEEDS),
+    **merged(revision_pieces(seed) for seed in TABLE_SEEDS),
+    # the revision turn trained, seed by seed
+    **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

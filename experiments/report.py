@@ -52,6 +52,7 @@ from experiments.team_tables import (
     debate_training_sentence,
     refine_table,
     refine_value_table,
+    revision_skill_table,
     target_table,
     team_fixed_protocols,
     team_sentence,
@@ -289,6 +290,8 @@ TABLES = {
     "refine": refine_table,
     "action-values": lambda: action_value_table(TEAMS),
     "refine-value": lambda: refine_value_table(TEAMS),
+    "revision-varied": lambda: revision_skill_table("arith300-team-varied"),
+    "revision-varied-trained": lambda: revision_skill_table("arith300-trained-varied"),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS

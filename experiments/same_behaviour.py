@@ -19,8 +19,10 @@ from llm.team import read_adapter
 
 
 def table(folder):
-    """eval.out's table with the folder name and the column padding taken out."""
+    """eval.out's table with the folder name, the policy files' suffix (an older run's .pt, a newer
+    one's .safetensors) and the column padding taken out."""
     text = (Path(folder) / "eval.out").read_text().replace(str(Path(folder).resolve()), "OUT")
+    text = re.sub(r"policy\.(pt|safetensors)", "policy", text)
     return [re.sub(r"[ -]+", " ", line).strip() for line in text.splitlines()]
 
 

@@ -81,8 +81,10 @@ class TrainerConfig:
     lora_alpha: float = 32.0
     """LoRA scale alpha (the update is alpha / rank x B A)"""
     init_adapter: str = ""
-    """start every trained adapter from this adapter file (of the same rank and alpha) instead of
-    from the base model, e.g. one trained on worked solutions"""
+    """start every trained adapter from this adapter (of --lora-rank's rank and --lora-alpha's
+    alpha) instead of from the base model, e.g. one trained on worked solutions; or a comma list,
+    one per trained adapter (a team's agents, --separate-agents), each at its own rank and alpha,
+    the highest rank first"""
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     gradient_checkpointing: bool = False
@@ -131,18 +133,24 @@ def check_trainer(cfg):
     check_positive(cfg, "lora_alpha")
     if cfg.eval_every and not cfg.val_n:
         raise UsageError("--eval-every: validation needs held-out questions (--val-n >= 1)")
-    if cfg.init_adapter:
-        if not cfg.lora_rank:
-            raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
-        state = read_adapter(cfg.init_adapter)
+    if cfg.init_adapter and not cfg.lora_rank:
+        raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
+    paths = init_adapters(cfg)
+    for path in paths:
+        state = read_adapter(path)
         if not isinstance(state, dict):
-            raise UsageError(f"--init-adapter {cfg.init_adapter}: not an adapter file")
-        if (state.get("rank"), state.get("alpha")) != (cfg.lora_rank, cfg.lora_alpha):
+            raise UsageError(f"--init-adapter {path}: not an adapter file")
+        rank, alpha = state.get("rank"), state.get("alpha")
+        if len(paths) == 1 and (rank, alpha) != (cfg.lora_rank, cfg.lora_alpha):
             raise UsageError(
-                f"--init-adapter {cfg.init_adapter}: rank {state.get('rank')}, alpha "
-                f"{state.get('alpha')} there, --lora-rank {cfg.lora_rank} --lora-alpha "
-                f"{cfg.lora_alpha} here"
+                f"--init-adapter {path}: rank {rank}, alpha {alpha} there, --lora-rank "
+                f"{cfg.lora_rank} --lora-alpha {cfg.lora_alpha} here"
             )
+
+
+def init_adapters(cfg):
+    """--init-adapter's adapters: none, one for every trained adapter, or one for each."""
+    return [path for path in cfg.init_adapter.split(",") if path]
 
 
 def check_rollouts(cfg, world, advantages, aggregations):
@@ -179,13 +187,19 @@ def trained_team(cfg, n_trained, device):
         for _ in range(1 if cfg.lora_rank else n_trained)
     ]
     models = [e.model for e in engines]
-    if cfg.lora_rank and cfg.init_adapter:
-        state = read_adapter(cfg.init_adapter)
+    paths = init_adapters(cfg)
+    if cfg.lora_rank and paths:
+        if len(paths) not in (1, n_trained):
+            raise UsageError(
+                f"--init-adapter: {len(paths)} adapters for {n_trained} trained ones (one for "
+                "all, or one each)"
+            )
         for k in range(n_trained):
+            path = paths[k % len(paths)]
             try:
-                lora.load_adapter(models[0], state)
+                lora.load_adapter(models[0], read_adapter(path))
             except lora.AdapterMismatch as e:
-                raise FileRefused(f"{cfg.init_adapter}: {e}") from None
+                raise FileRefused(f"{path}: {e}") from None
             # from here on these weights are not the file's: no cache key or shared prefix as if
             models[0].lora["names"][k] = f"unsaved{k}"
     elif cfg.lora_rank:

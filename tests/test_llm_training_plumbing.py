@@ -375,6 +375,41 @@ def test_trained_team_starts_every_adapter_from_the_init_file(tiny_model, tiny_m
         training.trained_team(dataclasses.replace(cfg, init_adapter=str(missing)), 2, CPU)
 
 
+def test_trained_team_starts_each_adapter_from_its_own_file(tiny_model, tiny_model_dir, tmp_path):
+    """--init-adapter A,B: adapter k starts from the k-th file, each at its own rank (the lower
+    one padded: the same logits as that file alone); a count that is neither 1 nor one each, or a
+    listed file that is no adapter, refused in one line."""
+    files = []
+    for rank, seed in ((2, 0), (1, 5)):
+        files.append(tmp_path / f"r{rank}.pt")
+        state = lora.adapter_state(adapted(tiny_model, rank=rank, seed=seed), 0, "tiny")
+        torch.save(state, files[-1])
+    both = ",".join(map(str, files))
+    cfg = team_config(tiny_model_dir, lora_rank=3, lora_alpha=4.0, init_adapter=both)
+    train_magrpo.check(cfg, 1)
+    [model], _ = training.trained_team(cfg, 2, CPU)
+    assert model.lora["names"] == ["unsaved0", "unsaved1"]
+    ids = torch.tensor([[3, 8, 1, 40, 7]])
+    for k, path in enumerate(files):
+        alone = copy.deepcopy(tiny_model[0])
+        lora.load_adapter(alone, read_adapter(str(path)))
+        with torch.no_grad(), lora.selecting(model, k), lora.selecting(alone, 0):
+            assert torch.allclose(
+                model(input_ids=ids).logits, alone(input_ids=ids).logits, atol=1e-6
+            )
+    three = dataclasses.replace(cfg, init_adapter=f"{both},{files[0]}")
+    with pytest.raises(
+        UsageError, match=re.escape("--init-adapter: 3 adapters for 2 trained ones")
+    ):
+        training.trained_team(three, 2, CPU)
+    listed = tmp_path / "list.pt"
+    torch.save([1, 2], listed)
+    with pytest.raises(
+        UsageError, match=re.escape(f"--init-adapter {listed}: not an adapter file")
+    ):
+        train_magrpo.check(dataclasses.replace(cfg, init_adapter=f"{files[0]},{listed}"), 1)
+
+
 # --------------------------------------------------------------------------------------------------
 # Sampling and prompts
 # --------------------------------------------------------------------------------------------------
