@@ -135,8 +135,9 @@ def joint_rollouts(team, examples, cfg, step):
         for (q, g, i), prompt, c in zip(calls, prompts, completions):
             row = q * cfg.agents + i if per_agent else q
             sequences.append(Sequence(row, g, i, prompt_ids(team, prompt, i), c.token_ids))
+            task = examples[q].task
             solutions[(q, g, i)] = parse_solution(
-                c.text, examples[q].task, c.completion_tokens, c.token_logprobs, cfg.vote
+                c.text, task, token_logprobs=c.token_logprobs, vote=cfg.vote
             )
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution

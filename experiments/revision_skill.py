@@ -63,7 +63,7 @@ def concede_pick(policy, observation, agent, before):
     agent on ties)."""
     peers = peers_of(agent, len(before))
     if isinstance(policy, MetaPolicy):
-        own, theirs = (torch.tensor([x], dtype=torch.float32) for x in observation)
+        own, theirs = (torch.tensor([x]) for x in observation)
         with torch.no_grad():
             logits = policy(own, theirs, torch.tensor([agent]))[0]
         k = int(logits[concede(0) :].argmax())

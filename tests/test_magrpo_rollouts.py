@@ -3,11 +3,13 @@ scripted sampler answers by (question, rollout, agent, round), read back from th
 every sequence, every prompt and every reward can be checked against what the script wrote."""
 
 import dataclasses
+import re
 from types import SimpleNamespace
 
 import pytest
 
 import data
+import deliberate as D
 import train_magrpo
 from common import UsageError
 from llm.cache import call_seed
@@ -18,9 +20,14 @@ EXAMPLES = [
 ]
 
 
-def scripted(monkeypatch, cfg, plan, step=0):
+# the team the rollouts sample from: the scripted sampler checks that it is the one passed
+TEAM = object()
+
+
+def scripted(monkeypatch, cfg, plan, step=0, logprob=None):
     """Replaces the sampler: the call (question q, rollout g, agent i, round t) answers
-    plan(q, g, i, t) (None: no answer line). Returns the list of (key, prompt) calls made."""
+    plan(q, g, i, t) (None: no answer line), its tokens of log-probability logprob(q, g, i, t)
+    (None: unknown). Returns the list of (key, prompt) calls made."""
     keys = {
         call_seed(cfg.seed, "agents", step, ex.id, g, i, t): (q, g, i, t)
         for q, ex in enumerate(EXAMPLES)
@@ -30,7 +37,8 @@ def scripted(monkeypatch, cfg, plan, step=0):
     }
     calls = []
 
-    def sample(team, prompts, seeds, agents, cfg):
+    def sample(team, prompts, seeds, agents, asked):
+        assert team is TEAM and asked.group == cfg.group
         out = []
         for prompt, seed, agent in zip(prompts, seeds, agents):
             q, g, i, t = key = keys[seed]
@@ -39,13 +47,20 @@ def scripted(monkeypatch, cfg, plan, step=0):
             answer = plan(q, g, i, t)
             text = f"{answer} - 0 = {answer}\nAnswer: {answer}" if answer else "I am not sure."
             ids = [q, g, i, t]
+            logprobs = [logprob(*key)] * 4 if logprob else None
             out.append(
-                SimpleNamespace(text=text, token_ids=ids, completion_tokens=4, token_logprobs=None)
+                SimpleNamespace(
+                    text=text, token_ids=ids, completion_tokens=4, token_logprobs=logprobs
+                )
             )
         return out
 
+    def prompt_ids(team, prompt, i):
+        assert team is TEAM
+        return [len(prompt), i]
+
     monkeypatch.setattr(train_magrpo, "sample", sample)
-    monkeypatch.setattr(train_magrpo, "prompt_ids", lambda team, prompt, i: [len(prompt), i])
+    monkeypatch.setattr(train_magrpo, "prompt_ids", prompt_ids)
     return calls
 
 
@@ -71,7 +86,7 @@ def fixed_by_one(q, g, i, t):
 def test_every_agent_of_every_rollout_answers_each_round_from_its_own_team(monkeypatch):
     cfg = config()
     calls = scripted(monkeypatch, cfg, fixed_by_one)
-    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    sequences, rewards = train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
     keys = [key for key, _ in calls]
     assert sorted(keys) == sorted(
         (q, g, i, t) for q in range(2) for g in range(2) for i in range(3) for t in range(2)
@@ -92,10 +107,36 @@ def test_every_agent_of_every_rollout_answers_each_round_from_its_own_team(monke
     assert rewards.tolist() == [[1.0, 0.0], [1.0, 0.0]]
 
 
+def test_the_trailer_flag_reaches_every_prompt(monkeypatch):
+    cfg = config(trailer=True)
+    calls = scripted(monkeypatch, cfg, fixed_by_one)
+    train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
+    for (q, g, i, t), prompt in calls:
+        assert "Confidence: <0-10>/10" in prompt
+        if t == 0:
+            assert prompt == D.solve_prompt(EXAMPLES[q], True)
+
+
+def test_the_vote_breaks_ties_by_the_rule_on_the_samples_log_probs(monkeypatch):
+    """Three different answers: --vote mean_prob picks the most confident agent (agent 2, right);
+    by agent index it would be agent 0 (wrong)."""
+    cfg = config(protocol="parallel", vote="mean_prob")
+
+    def plan(q, g, i, t):
+        return gold(q) + (2 - i)
+
+    scripted(monkeypatch, cfg, plan, logprob=lambda q, g, i, t: -1.0 + 0.4 * i)
+    _, rewards = train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
+    assert rewards.flatten().tolist() == [1.0] * 4
+    scripted(monkeypatch, cfg, plan, logprob=lambda q, g, i, t: -1.0 - 0.4 * i)
+    _, rewards = train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
+    assert rewards.flatten().tolist() == [0.0] * 4
+
+
 def test_whole_solutions_show_each_peers_text(monkeypatch):
     cfg = config(whole_solutions=True)
     calls = scripted(monkeypatch, cfg, fixed_by_one)
-    train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
     for (q, g, i, t), prompt in calls:
         if t:
             peer = 2 if i != 2 else 1
@@ -111,7 +152,7 @@ def test_parallel_plays_round_0_alone_and_format_reward_counts_parsed_answers(mo
         return None if (g, i) == (1, 2) else gold(q) + (i == 1 and g == 0)
 
     calls = scripted(monkeypatch, cfg, plan)
-    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    sequences, rewards = train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
     assert {key[3] for key, _ in calls} == {0} and len(sequences) == 12
     # rollout 0: 2 of 3 right, all parse; rollout 1: 2 right, 1 unparseable
     assert rewards.flatten().tolist() == pytest.approx([1.3, 1.2, 1.3, 1.2])
@@ -135,7 +176,7 @@ def test_revision_reward_shapes_each_change_of_the_agents_own_answer(bonus):
 def test_revision_rewards_are_each_agents_own_in_its_own_row(monkeypatch):
     cfg = config(reward="revision", revision_bonus=0.5, format_reward=0.1)
     calls = scripted(monkeypatch, cfg, fixed_by_one)
-    sequences, rewards = train_magrpo.joint_rollouts(None, EXAMPLES, cfg, step=0)
+    sequences, rewards = train_magrpo.joint_rollouts(TEAM, EXAMPLES, cfg, step=0)
     # each sequence learns from its agent's row, round 0's tokens as the revision's
     assert [s.question for s in sequences] == [q * 3 + i for (q, _, i, _), _ in calls]
     assert rewards.shape == (6, 2)
@@ -148,18 +189,22 @@ def test_revision_rewards_are_each_agents_own_in_its_own_row(monkeypatch):
             expected = [vote[g] + own[i][g] for g in range(2)]
             assert rewards[q * 3 + i].tolist() == pytest.approx(expected)
     # the held-out accuracy is the vote's, one row per question
-    _, right = train_magrpo.vote_rollouts(None, EXAMPLES, cfg, step=0)
+    _, right = train_magrpo.vote_rollouts(TEAM, EXAMPLES, cfg, step=0)
     assert right.flatten().tolist() == pytest.approx(vote + vote)
 
 
 def test_the_revision_reward_is_refused_where_nothing_is_revised():
     ok = config(reward="revision", protocol="debate")
     train_magrpo.check(ok, 1)
-    for bad, flag in [
-        (dict(protocol="parallel"), "--reward revision"),
-        (dict(rounds=0), "--reward revision"),
-        (dict(reward="mine"), "--reward"),
-        (dict(revision_bonus=-0.1), "--revision-bonus"),
+    # the joint reward on one agent and no REFINE round (MAGRPO with one agent is GRPO)
+    train_magrpo.check(config(agents=1, rounds=0, revision_bonus=0.0), 1)
+    unrevised = "--reward revision rewards a revision: pass --protocol debate, --rounds >= 1"
+    for bad, message in [
+        (dict(protocol="parallel"), unrevised),
+        (dict(rounds=0), unrevised),
+        (dict(reward="mine"), "unknown --reward 'mine': choose one of vote, revision"),
+        (dict(protocol="panel"), "unknown --protocol 'panel': choose one of parallel, debate"),
+        (dict(revision_bonus=-0.1), "--revision-bonus -0.1: must be at least 0"),
     ]:
-        with pytest.raises(UsageError, match=flag):
+        with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
             train_magrpo.check(dataclasses.replace(ok, **bad), 1)

@@ -112,3 +112,28 @@ def test_first_decisions_score_each_agents_refine_sample_and_moves():
         # agent 2 concedes to the most confident peer, agent 1: wrong
         row("t/0:2", OWN_WRONG, False, False, False, 99) | {"action": "concede"},
     ]
+
+
+def test_first_decisions_concede_to_the_peer_the_learned_policy_picks():
+    """With a learned policy, CONCEDE goes where its likeliest CONCEDE points, read from each
+    agent's own observation: here each agent's first peer, the least confident one."""
+    ex = data.Example(question="q", answer="5", task="arith", id="t/1")
+    before = [solution(5, 0.1), solution(7, 0.2), solution(5, 0.9)]
+    observations = [
+        D.observe(before, i, 0, 3, changed=[False] * 3, last_actions=[None] * 3) for i in range(3)
+    ]
+    move = D.Move(
+        1, observations, [D.PERSIST] * 3, before, before, dict(enumerate(before)), [1.0] * 3
+    )
+    policy = D.MetaPolicy(agents=3)
+    read = []
+
+    def forward(own, peers, agent_index):
+        read.append((own[0].tolist(), agent_index.tolist()))
+        return torch.tensor([[0.0, 0.0, 2.0, 1.0]])
+
+    policy.forward = forward
+    rows = R.first_decisions([SimpleNamespace(example=ex, moves=[move])], policy)
+    # agent 0 -> agent 1 (wrong), agent 1 -> agent 0 (right), agent 2 -> agent 0 (right)
+    assert [r["concede"] for r in rows] == [False, True, True]
+    assert read == [(pytest.approx(observations[i][0]), [i]) for i in range(3)]
