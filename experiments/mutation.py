@@ -253,7 +253,6 @@ EQUIVALENT = {
         **{
             f"softrank.x_{name}": MASKED
             for name in (
-                "_full_action_set_loss__mutmut_24",
                 "_log_softmax__mutmut_19",
                 "optimal_policy__mutmut_14",
                 "rank_matching_loss__mutmut_24",
@@ -290,6 +289,17 @@ EQUIVALENT = {
             )
         },
         "softrank.x_unweighted_softrank_loss__mutmut_7": "weighted=None is falsy, as False is",
+        "softrank.x_policy_step__mutmut_37": ON_CPU,
+        "softrank.x_policy_step__mutmut_35": (
+            "an empty chunk's loss is multiplied by 0 (it runs for the all-reduce alone): a (2,) "
+            "advantage broadcasts against the filler's (1, T) log-probs to the same zero loss and "
+            "zero gradient"
+        ),
+        "softrank.x_policy_loss__mutmut_28": (
+            "a model without LoRA ignores the selection, and outside a selecting block a LoRA "
+            "model already runs its base (each block restores the selection on exit): the KL "
+            "reference is the base either way where policy_step calls it"
+        ),
     },
     "answers": {
         **{
@@ -460,14 +470,6 @@ EQUIVALENT = {
         )
     },
     "llm.training": {
-        **{f"llm.training.x_policy_step__mutmut_{n}": ON_CPU for n in (64, 71, 73, 74)},
-        **{
-            f"llm.training.x_policy_step__mutmut_{n}": (
-                "autocast's default dtype on the CPU is bfloat16, the one named (on CUDA it is "
-                "float16: the explicit dtype is for CUDA)"
-            )
-            for n in (87, 90)
-        },
         "llm.training.x_resumed__mutmut_39": (
             "transformers' activation_checkpointing_enable defaults to these very kwargs "
             "(use_reentrant False); they are named so that a frozen base's adapters keep their "
