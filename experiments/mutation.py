@@ -63,8 +63,18 @@ MODULES = {
             "tests/test_protocols.py",
             "tests/test_corpus.py",
             "tests/test_safe_loading.py",
+            # the game's flags as the scripts check them, and the corpus's settings
+            "tests/test_bad_input.py",
+            "tests/test_common.py",
         ],
-        ["tiny_model", "a_script_refuses"],
+        # and the scripts run as subprocesses (the original module, minutes per mutant)
+        [
+            "tiny_model",
+            "a_script_refuses",
+            "corpus_is_reused",
+            "without_validation",
+            "refusal_is_one_line",
+        ],
     ),
     "answers": (
         "data/answers.py",
@@ -530,7 +540,7 @@ EQUIVALENT = {
         ),
         "deliberate.xǁMetaPolicyǁ__init____mutmut_35": NON_PERSISTENT,
         "deliberate.xǁMetaPolicyǁ__init____mutmut_48": NON_PERSISTENT,
-        "deliberate.x_play__mutmut_123": (
+        "deliberate.x_play__mutmut_111": (
             "an agent's REFINE cost is read only where it REFINEs (the shaped reward multiplies "
             "it by a == REFINE) or beside its REFINE sample (counterfactual_rewards, under "
             "refine_all, which draws every agent's sample and sets every cost): the initial "

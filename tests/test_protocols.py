@@ -442,3 +442,24 @@ def test_counterfactual_vectors_without_costs_leave_refine_free():
     after = [D.outcome(before, i, a, refined) for i, a in enumerate(ACTIONS)]
     vectors = D.counterfactual_rewards(move_of(before, after, refined), GOLD, "arith")
     assert vectors == [pytest.approx(v) for v in hand_vectors([0.0, 0.0, 0.0])]
+
+
+def test_a_team_answers_each_call_with_its_own_agent_and_whole_solutions_reach_refine():
+    """A team of three engines, one per agent: round 0 and every REFINE go to the agent they are
+    for; with --whole-solutions each REFINE prompt shows the round's solutions whole."""
+    replies = game_replies(1, "q/1", [3, 5, 4], REFINES)
+    engines = [Recorder(replies) for _ in range(3)]
+    team = Team([Member(engine) for engine in engines])
+    cfg = replace(GAME_CFG, rounds=1, whole_solutions=True)
+    [game] = D.play(team, [example("q/1")], D.FixedPolicy("refine"), cfg)
+    for i, engine in enumerate(engines):
+        assert engine.column("seeds") == seeds(1, "q/1", "solve", [(i, 0)]) + seeds(
+            1, "q/1", "refine", [(i, 1)]
+        )
+        before = [sol("3"), sol("5"), sol("4")]
+        assert engine.log[1]["prompts"] == [D.refine_prompt(example("q/1"), before, i, whole=True)]
+    assert (
+        "Other agents' solutions:\n\nAgent 1:\nAnswer: 3\n\nAgent 2:\nAnswer: 5"
+        in (engines[2].log[1]["prompts"][0])
+    )
+    assert game.rounds[1]["answers"] == ["5", "5", "4"]
