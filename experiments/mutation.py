@@ -85,10 +85,36 @@ MODULES = {
     # after SIGKILL and torchrun, left out as above)
     "common": (
         "common.py",
-        ["tests/test_common.py", "tests/test_safe_loading.py", "tests/test_cli.py"],
-        ["a_script_refuses", "every_flag_has"],
+        [
+            "tests/test_common.py",
+            "tests/test_safe_loading.py",
+            "tests/test_cli.py",
+            "tests/test_bad_input.py",
+        ],
+        [
+            "a_script_refuses",
+            "every_flag_has",
+            "corpus_is_reused",
+            "without_validation",
+            "refusal_is_one_line",
+        ],
     ),
-    "llm.team": ("llm/team.py", ["tests/test_common.py", "tests/test_protocols.py"], []),
+    # the teams of adapters: make_engine over the tiny model (the scripts' runs left out)
+    "llm.team": (
+        "llm/team.py",
+        [
+            "tests/test_common.py",
+            "tests/test_protocols.py",
+            "tests/test_lora.py",
+            "tests/test_peft.py",
+        ],
+        [
+            "eval_models_refuses",
+            "sft_and_train_rl_train",
+            "every_committed_adapter",
+            "peft_loads_a_trained",
+        ],
+    ),
     "llm.training": (
         "llm/training.py",
         [
@@ -133,7 +159,13 @@ MODULES = {
     "llm.lora": (
         "llm/lora.py",
         ["tests/test_lora.py", "tests/test_peft.py"],
-        ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
+        [
+            "eval_models_refuses",
+            "sft_and_train_rl_train",
+            "every_committed_adapter",
+            # its adapter comes from a train_solver.py run in a subprocess
+            "peft_loads_a_trained",
+        ],
     ),
     # the stages' own pieces of the game (the corpus and its rewards, the oracle labels): run with
     # --only on the functions the in-process tests call (each script's loop runs as a subprocess)
@@ -353,6 +385,13 @@ EQUIVALENT = {
         "data.answers.x_normalize_number__mutmut_5": "units=True is _parse's default",
     },
     "common": {
+        "common.x_load_module__mutmut_10": "strict=None is falsy, as False is",
+        **{
+            f"common.x_save_tensors__mutmut_{n}": (
+                "the settings JSON's indentation only: json.loads reads the same settings"
+            )
+            for n in (17, 19, 20)
+        },
         **{
             f"common.x_batch_schedule__mutmut_{n}": (
                 "call_seed is 15 hex digits, below 2**60: any modulus above that leaves it as it is"
@@ -414,10 +453,19 @@ EQUIVALENT = {
         },
     },
     "llm.team": {
-        "llm.team.x_make_engine__mutmut_18": (
-            '`models` is only tested for truth (`if cfg.models`): "" and None both end the '
-            "recursion into one base's engine"
-        )
+        **{
+            f"llm.team.x_make_engine__mutmut_{n}": (
+                '`models` is only tested for truth (`if cfg.models`): "" and None both end the '
+                "recursion into one base's engine"
+            )
+            for n in (13,)
+        },
+        "llm.team.x_check_engine__mutmut_29": (
+            '`models` is only tested for truth: "" and None (a config without --models) alike'
+        ),
+        "llm.team.x_make_engine__mutmut_20": (
+            "the recursion builds one base's Engine, which reads no agent count (only a Team does)"
+        ),
     },
     "llm.cache": {
         **{
@@ -468,10 +516,17 @@ EQUIVALENT = {
         ),
     },
     "train_magrpo": {
+        **{
+            f"train_magrpo.x_vote_rollouts__mutmut_{n}": (
+                'joint_rollouts reads --reward only as == "revision" (check refuses any other '
+                "value): every other value, None included, is the vote's reward"
+            )
+            for n in (10, 13, 14)
+        },
         "train_magrpo.x_check__mutmut_11": (
             "train_magrpo.py has no --models: check_engine reads the agent count only to check "
             "--models against it"
-        )
+        ),
     },
     "experiments.revision_skill": {
         "experiments.revision_skill.x_state_class__mutmut_2": (

@@ -332,7 +332,8 @@ def resumed(models, cfg, out, ranks, *, lr, kl=False, extendable="steps"):
     return Resumed(optimizer, holder, counters, log, learners)
 
 
-class Updater(NamedTuple):
+@dataclass(frozen=True)
+class Updater:
     """What an optimizer step over sampled sequences runs its loss in (softrank.policy_step): the
     step's counts over every rank, micro-batches of `micro_batch` sequences under gradient
     accumulation (bf16 autocast with `bf16`), the gradients averaged over ranks and clipped per

@@ -468,6 +468,8 @@ def test_only_takes_the_flags_a_script_uses_with_their_texts():
     assert "questions" not in docs and "crash_at_step" not in docs
     subset = common.only(common.RunConfig, "crash_at_step", "val_n")
     assert [f.name for f in dataclasses.fields(subset)] == ["crash_at_step", "val_n"]
+    run = common.RunConfig()
+    assert (subset().crash_at_step, subset().val_n) == (run.crash_at_step, run.val_n)
     assert {f.name: f.type for f in dataclasses.fields(subset)} == {
         "crash_at_step": int,
         "val_n": int,

@@ -55,6 +55,38 @@ def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly()
     assert v["diff"] - 1.96 * unpaired_se < 0
 
 
+def test_the_interval_is_the_seeded_percentile_bootstrap():
+    """The 2.5th and 97.5th percentiles of 10,000 resampled means, resampled by a generator seeded
+    0: the same interval every time, and the one written out here by hand."""
+    import numpy as np
+
+    a, b = outcomes([1, 0, 1, 1, 0, 1, 1, 0]), outcomes([0, 0, 1, 0, 0, 1, 0, 1])
+    d = np.array([1, 0, 0, 1, 0, 0, 1, -1], dtype=float)
+    means = d[np.random.default_rng(0).integers(0, 8, (10_000, 8))].mean(1)
+    v = stats.paired_difference(a, b)
+    assert v["ci95"] == [float(x) for x in np.percentile(means, [2.5, 97.5])]
+    assert stats.paired_difference(a, b) == v
+    said = "a paired difference needs both protocols on the same questions"
+    with pytest.raises(ValueError, match=f"^{said}$"):
+        stats.paired_difference(a, outcomes([1]))
+
+
+def test_pooled_keys_each_question_by_its_seed():
+    by_seed = {0: outcomes([1, 0], ids=["a", "b"]), 2: outcomes([0], ids=["a"])}
+    assert stats.pooled(by_seed) == {
+        "question_ids": ["0:a", "0:b", "2:a"],
+        "correct": [True, False, False],
+    }
+
+
+def test_auroc_counts_ties_half_and_needs_both_classes():
+    assert stats.auroc([0.9, 0.8, 0.3], [1, 1, 0]) == 1.0
+    assert stats.auroc([0.2, 0.8, 0.3], [1, 0, 0]) == 0.0
+    # pairs (positive, negative): (0.5, 0.5) ties, (0.5, 0.2) wins, (0.1, 0.5) and (0.1, 0.2) lose
+    assert stats.auroc([0.5, 0.1, 0.5, 0.2], [1, 1, 0, 0]) == pytest.approx((0.5 + 1) / 4)
+    assert stats.auroc([0.5, 0.7], [1, 1]) is None and stats.auroc([0.5], [0]) is None
+
+
 def test_sample_std():
     assert stats.sample_std([0.1, 0.2, 0.3]) == pytest.approx(0.1)  # n - 1, not n
     assert stats.sample_std([0.2]) == 0.0

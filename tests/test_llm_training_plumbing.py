@@ -755,7 +755,7 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     # large advantages: the gradient is clipped to norm 1 (SGD at lr 1 moves the weights by it)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    updater = updater._replace(optimizer=optimizer)
+    updater = dataclasses.replace(updater, optimizer=optimizer)
     step = softrank.policy_step(learners, sequences, 400 * advantages, objective, updater)
     moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     assert step["grad_norm"] > 1.5 and moved.norm().item() == pytest.approx(1.0, rel=1e-3)

@@ -642,3 +642,32 @@ def test_the_stacked_cache_notices_a_replaced_parameter(tiny_model):
         assert not layer.stacked()[1].any()
         layer.lora_B[0] = torch.nn.Parameter(torch.ones_like(layer.lora_B[0]))
         assert torch.equal(layer.stacked()[1][:, :4], torch.ones_like(layer.lora_B[0]))
+
+
+def test_a_team_of_mixed_ranks_loads_the_highest_first_whatever_the_agents_order(
+    tiny_model, tiny_model_dir, tmp_path
+):
+    """--models with the lower-rank adapter first: the engine is wrapped at the highest rank, and
+    each agent's logits are its own adapter's alone. What is no adapter ranks 0."""
+    from llm.team import adapter_rank, make_engine, read_adapter
+
+    files = []
+    for rank, seed in ((1, 2), (3, 4)):
+        files.append(tmp_path / f"r{rank}.pt")
+        torch.save(
+            lora.adapter_state(adapted(tiny_model, 1, rank=rank, seed=seed), 0, "t"), files[-1]
+        )
+    team = make_engine(
+        team_game({"models": ",".join(f"{tiny_model_dir}+{f}" for f in files)}, 2), 2, 0
+    )
+    model = team.first.model
+    assert model.lora["rank"] == 3 and [m.adapter for m in team.members] == [1, 0]
+    ids = torch.tensor([[3, 8, 1, 40, 7]])
+    for member, path in zip(team.members, files):
+        alone = copy.deepcopy(tiny_model[0])
+        lora.load_adapter(alone, read_adapter(str(path)))
+        with torch.no_grad(), lora.selecting(model, member.adapter), lora.selecting(alone, 0):
+            assert torch.allclose(
+                model(input_ids=ids).logits, alone(input_ids=ids).logits, atol=1e-6
+            )
+    assert [adapter_rank(s) for s in ({"rank": 8}, {"format": "x"}, [1, 2], None)] == [8, 0, 0, 0]

@@ -46,6 +46,20 @@ def trained(tmp_path_factory, tiny_model_dir):
     return out / "adapter"
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, tiny_model_dir):
+    """The same kind of folder written in process (rank 2 on q_proj and down_proj, B not zero):
+    the refusals' material, without a training run."""
+    model = Engine(model_path=tiny_model_dir).model
+    lora.add_lora(model, 2, 32.0, 1, 0, ["q_proj", "down_proj"])
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_(0, 0.05)
+    folder = tmp_path_factory.mktemp("written") / "adapter"
+    return lora.write_peft(lora.adapter_state(model, 0, tiny_model_dir), folder, {"agent": None})
+
+
 def test_peft_loads_a_trained_adapter_to_the_engines_logits(trained, tiny_model_dir):
     assert sorted(p.name for p in trained.iterdir()) == sorted(
         [lora.PEFT_CONFIG, lora.PEFT_WEIGHTS, lora.EXTRAS]
@@ -112,7 +126,7 @@ def refusal(folder, model_dir):
     return said
 
 
-def test_a_folder_that_does_not_fit_is_refused_in_one_line(trained, tiny_model_dir, tmp_path):
+def test_a_folder_that_does_not_fit_is_refused_in_one_line(written, tiny_model_dir, tmp_path):
     without = {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"}
     a_layer = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"
     cases = {
@@ -141,12 +155,12 @@ def test_a_folder_that_does_not_fit_is_refused_in_one_line(trained, tiny_model_d
         ),
     }
     for name, (edits, says) in cases.items():
-        assert says in refusal(edited(trained, tmp_path, name, **edits), tiny_model_dir), name
+        assert says in refusal(edited(written, tmp_path, name, **edits), tiny_model_dir), name
     (tmp_path / "empty").mkdir()
     assert "not a PEFT LoRA folder" in refusal(tmp_path / "empty", tiny_model_dir)
 
 
-def test_a_folder_for_another_base_model_is_refused(trained, tiny_model_dir, tmp_path):
+def test_a_folder_for_another_base_model_is_refused(written, tiny_model_dir, tmp_path):
     """By the fingerprint of the base's weights where the folder has this project's extras, by the
     base model's name in its config where it has not (a folder PEFT made)."""
     shutil.copytree(tiny_model_dir, tmp_path / "other-model")
@@ -154,15 +168,15 @@ def test_a_folder_for_another_base_model_is_refused(trained, tiny_model_dir, tmp
     with torch.no_grad():
         other.model.layers[0].mlp.up_proj.weight.mul_(1.5)
     other.save_pretrained(tmp_path / "other-model")
-    assert "an adapter for another base model" in refusal(trained, tmp_path / "other-model")
+    assert "an adapter for another base model" in refusal(written, tmp_path / "other-model")
     renamed = edited(
-        trained, tmp_path, "renamed", config=lambda c: {**c, "base_model_name_or_path": "gpt2"}
+        written, tmp_path, "renamed", config=lambda c: {**c, "base_model_name_or_path": "gpt2"}
     )
     said = refusal(renamed, tiny_model_dir)
     assert f"an adapter for another base model ('gpt2' there, '{tiny_model_dir}' here)" in said
 
 
-def test_nothing_in_a_crafted_folder_runs_code(trained, tiny_model_dir, tmp_path):
+def test_nothing_in_a_crafted_folder_runs_code(written, tiny_model_dir, tmp_path):
     """The folder is read as JSON and safetensors: a pickle in place of the weights is refused, and
     what it would run does not run."""
     marker = tmp_path / "marker"
@@ -171,7 +185,7 @@ def test_nothing_in_a_crafted_folder_runs_code(trained, tiny_model_dir, tmp_path
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    crafted = edited(trained, tmp_path, "crafted")
+    crafted = edited(written, tmp_path, "crafted")
     (crafted / lora.PEFT_WEIGHTS).write_bytes(pickle.dumps({"x": Payload()}))
     assert "not a PEFT LoRA folder" in refusal(crafted, tiny_model_dir)
     assert not marker.exists()

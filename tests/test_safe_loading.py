@@ -198,6 +198,18 @@ def test_a_policy_file_with_other_tensors_or_settings_is_refused_in_one_line(tmp
     (tmp_path / "text.json").write_text("{}")
     with pytest.raises(common.FileRefused, match="cannot read the policy file and its settings"):
         D.load_policy(tmp_path / "text.safetensors")
+    # an older .pt: its settings are everything but the state dict; one without is refused
+    torch.save({"config": policy.config, "state_dict": tensors}, tmp_path / "old.pt")
+    _, settings = common.load_tensors(tmp_path / "old.pt", "policy")
+    assert settings == {"config": policy.config}
+    for name, stored in (("list", [1, 2]), ("bare", {"config": policy.config})):
+        torch.save(stored, tmp_path / f"{name}.pt")
+        said = f"{tmp_path / name}.pt: not a policy file (no state_dict)"
+        with pytest.raises(common.FileRefused, match=f"^{re.escape(said)}$"):
+            common.load_tensors(tmp_path / f"{name}.pt", "policy")
+    (tmp_path / "torn.pt").write_bytes(b"not a pickle")
+    with pytest.raises(common.FileRefused, match="not a plain-data policy file"):
+        common.load_tensors(tmp_path / "torn.pt", "policy")
 
 
 def seed_everything(seed):
