@@ -421,15 +421,6 @@ EQUIVALENT = {
         **{f"train_rl.x_corpus_statistics__mutmut_{n}": AXIS for n in (32, 40)},
         **{f"train_rl.x_rl_loss__mutmut_{n}": AXIS for n in (36, 38, 46, 63, 65, 71)},
     },
-    "train_mlpo": {
-        **{
-            f"train_mlpo.x_peer_solutions__mutmut_{n}": (
-                "the gathered items' first entries, question indices, are unique: a tuple sorts "
-                "by them alone"
-            )
-            for n in (42, 44)
-        }
-    },
     "llm.backbone": {
         "llm.backbone.x_cpuinfo__mutmut_10": (
             'next()\'s default for a missing field: "XXXX".partition(":")[2] is "" as well'
@@ -514,6 +505,26 @@ EQUIVALENT = {
         "llm.engine.xǁEngineǁcontinuation_logprobs__mutmut_70": (
             "the log-probs row is (positions, vocabulary): gather over axis 1 is over axis -1"
         ),
+    },
+    "train_mlpo": {
+        **{
+            f"train_mlpo.x_check__mutmut_{n}": (
+                "train_mlpo.py has no --rounds (the leader decides once): check_game's round "
+                "minimum is never read"
+            )
+            for n in (4, 7, 9)
+        },
+        "train_mlpo.x_check__mutmut_11": (
+            "train_mlpo.py has no --models (its team is --peers, checked by check_models): "
+            "check_engine reads the agent count only to check --models against it"
+        ),
+        **{
+            f"train_mlpo.x_peer_solutions__mutmut_{n}": (
+                "the gathered items are (question index, solutions) with every index once: "
+                "tuples sort by the index whatever the key, and never compare the solutions"
+            )
+            for n in (48, 50)
+        },
     },
     "train_magrpo": {
         **{

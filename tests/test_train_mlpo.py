@@ -125,6 +125,8 @@ def test_leader_config_checks_word_for_word(monkeypatch, tmp_path):
     check = train_mlpo.check
     check(train_mlpo.Config(questions=1, filter_easy=0), 1)
     check(train_mlpo.Config(questions=1, filter_easy=1), 1)
+    # one peer is enough for a leader
+    check(train_mlpo.Config(agents=1), 1)
     with pytest.raises(common.UsageError) as refused:
         check(train_mlpo.Config(questions=0), 1)
     assert str(refused.value) == "--questions 0: must be at least 1"
@@ -184,10 +186,14 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
 def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatch):
     """The peers' engine is built on --peers-model where it is given, else on --model; a rank
     generates every world-th question from its own, and returns them in the questions' order."""
-    built, asked = [], []
-    monkeypatch.setattr(
-        train_mlpo, "make_engine", lambda c, agents, rank, device: built.append(c.model) or "engine"
-    )
+    built, asked, engines = [], [], []
+
+    def make_engine(c, agents, rank, device):
+        engines.append((c, agents, rank, device))
+        built.append(c.model)
+        return "engine"
+
+    monkeypatch.setattr(train_mlpo, "make_engine", make_engine)
 
     def run_llm(engine, calls, game):
         asked.append([ex.id for ex, *_ in calls])
@@ -205,3 +211,9 @@ def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatc
         examples, dataclasses.replace(cfg, peers_model="peers"), Ranks(1, 2, "cpu")
     )
     assert built == ["base", "peers"] and asked[-1] == ["t/1", "t/1", "t/3", "t/3"]
+    # the peers' engine: the trainer's dtype, batch size and cache, a team of --agents, this rank
+    flags = dict(train_dtype="bfloat16", engine_batch_size=5, cache_dir="here", peers="a,b")
+    train_mlpo.peer_solutions(examples, dataclasses.replace(cfg, **flags), Ranks(1, 2, "cpu"))
+    c, agents, rank, device = engines[-1]
+    assert (c.dtype, c.engine_batch_size, c.cache_dir, c.models) == ("bfloat16", 5, "here", "a,b")
+    assert (agents, rank, device) == (2, 1, "cpu")
