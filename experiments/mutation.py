@@ -546,7 +546,7 @@ EQUIVALENT = {
         )
     },
     "llm.training": {
-        "llm.training.x_resumed__mutmut_39": (
+        "llm.training.x_resumed__mutmut_42": (
             "transformers' activation_checkpointing_enable defaults to these very kwargs "
             "(use_reentrant False); they are named so that a frozen base's adapters keep their "
             "gradients whatever that default becomes"
@@ -555,7 +555,7 @@ EQUIVALENT = {
             "Engine's default dtype is float32: named because the trained weights are fp32 "
             "master weights whatever that default becomes"
         ),
-        **{f"llm.training.x_trained_team__mutmut_{n}": ON_CPU for n in (8, 62)},
+        **{f"llm.training.x_trained_team__mutmut_{n}": ON_CPU for n in (8, 65)},
     },
     "llm.logprobs": {
         **{
