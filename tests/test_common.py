@@ -11,6 +11,7 @@ shared flags (common.only). Fast, so the mutation runs of common.py and llm/ use
 import dataclasses
 import json
 import random
+import re
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -831,3 +832,23 @@ def test_files_are_written_whole_and_read_back_named(tmp_path, monkeypatch):
     del state["config"]
     torch.save(state, tmp_path / "checkpoint.pt")
     assert common.load_checkpoint(tmp_path, model, optimizer, 1, Run(seed=5)) == {"step": 2}
+
+
+def test_check_run_refuses_each_run_flag_below_its_minimum_and_takes_the_minimum():
+    """--questions and --save-every at least 1, --val-n, --eval-every and --weight-decay at least
+    0; a config without some of them (a script that takes fewer) checks the ones it has."""
+    run = common.RunConfig
+    common.check_run(run(questions=1, save_every=1, val_n=0, eval_every=0, weight_decay=0.0))
+    for name, bad, minimum in (
+        ("questions", 0, 1),
+        ("save_every", 0, 1),
+        ("val_n", -1, 0),
+        ("eval_every", -1, 0),
+        ("weight_decay", -0.5, 0),
+    ):
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(
+            UsageError, match=f"^{re.escape(f'{flag} {bad!r}: must be at least {minimum}')}$"
+        ):
+            common.check_run(run(**{name: bad}))
+    common.check_run(common.only(run, "val_n")())

@@ -55,10 +55,22 @@ def test_paired_interval_is_narrower_than_unpaired_when_protocols_agree_mostly()
     assert v["diff"] - 1.96 * unpaired_se < 0
 
 
-def test_the_interval_is_the_seeded_percentile_bootstrap():
+def test_the_interval_is_the_seeded_percentile_bootstrap(monkeypatch):
     """The 2.5th and 97.5th percentiles of 10,000 resampled means, resampled by a generator seeded
     0: the same interval every time, and the one written out here by hand."""
     import numpy as np
+
+    asked = []
+    percentile, generator = np.percentile, np.random.default_rng
+
+    def recording_percentile(values, q):
+        asked.append(("percentiles", list(q), len(values)))
+        return percentile(values, q)
+
+    monkeypatch.setattr(np, "percentile", recording_percentile)
+    monkeypatch.setattr(
+        np.random, "default_rng", lambda seed: asked.append(seed) or generator(seed)
+    )
 
     a, b = outcomes([1, 0, 1, 1, 0, 1, 1, 0]), outcomes([0, 0, 1, 0, 0, 1, 0, 1])
     d = np.array([1, 0, 0, 1, 0, 0, 1, -1], dtype=float)
@@ -66,6 +78,7 @@ def test_the_interval_is_the_seeded_percentile_bootstrap():
     v = stats.paired_difference(a, b)
     assert v["ci95"] == [float(x) for x in np.percentile(means, [2.5, 97.5])]
     assert stats.paired_difference(a, b) == v
+    assert asked[-2:] == [0, ("percentiles", [2.5, 97.5], 10_000)]
     said = "a paired difference needs both protocols on the same questions"
     with pytest.raises(ValueError, match=f"^{said}$"):
         stats.paired_difference(a, outcomes([1]))
