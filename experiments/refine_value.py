@@ -95,12 +95,18 @@ def decision_values(transcripts):
     }
 
 
-def main(cfg):
+def study_setup(cfg):
+    """(cfg with its engine dtype resolved, why that dtype, the questions, the engine) of a study
+    that plays the test games of --models (or --model) on cfg.split's first cfg.n questions."""
     if cfg.models:
         check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
     cfg, dtype_reason = resolve_engine_dtype(cfg)
     examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
-    engine = make_engine(cfg, cfg.agents, 0)
+    return cfg, dtype_reason, examples, make_engine(cfg, cfg.agents, 0)
+
+
+def main(cfg):
+    cfg, dtype_reason, examples, engine = study_setup(cfg)
     games = deliberate.play(engine, examples, make_policy(cfg.policy), cfg, refine_all=True)
     transcripts = [game.transcript() for game in games]
     for game in games:

@@ -27,7 +27,8 @@ import deliberate
 from common import machine, parse_config, write_result
 from data import TaskConfig
 from deliberate import GameConfig, MetaPolicy, adopted_agent, concede, make_policy, peers_of
-from llm.team import EngineConfig, check_models, make_engine, resolve_engine_dtype
+from experiments.refine_value import study_setup
+from llm.team import EngineConfig
 from stats import paired_difference
 
 STATE_CLASSES = ("own right, a peer wrong", "own wrong, a peer right", "all wrong", "all right")
@@ -125,11 +126,7 @@ def skill_table(rows):
 
 
 def main(cfg):
-    if cfg.models:
-        check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
-    cfg, dtype_reason = resolve_engine_dtype(cfg)
-    examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
-    engine = make_engine(cfg, cfg.agents, 0)
+    cfg, dtype_reason, examples, engine = study_setup(cfg)
     policy = make_policy(cfg.policy)
     # one decision round: the first decision reads the same state whatever --rounds says
     first = dataclasses.replace(cfg, rounds=1)
