@@ -6,7 +6,8 @@ reading its frozen peers' solutions.
                                                                      # leader decides
 
 Read top to bottom: the frozen peers' solutions to the training questions are generated once
-(peer_pool); questions the peers already get right (>= --filter-easy of them) are dropped; the
+(peer_pool); questions the peers already get right (>= --filter-easy of them) are dropped, and
+with --balance-vote as many questions the peers' vote gets right are kept as it gets wrong; the
 leader reads a question and its peers' solutions and answers, G samples per prompt, reward =
 correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
 leader_rollouts -> softrank.group_advantages -> softrank.policy_step.
@@ -45,6 +46,7 @@ from deliberate import (
     GameConfig,
     check_game,
     leader_prompt,
+    majority_vote,
     parse_solution,
     per_question,
     run_llm,
@@ -99,6 +101,9 @@ class Config(
     """the frozen peers as a team, one entry each as eval.py's --models"""
     filter_easy: float = 0.75
     """drop questions where at least this fraction of the peers is right (0: keep all)"""
+    balance_vote: bool = False
+    """after --filter-easy, keep as many questions the peers' vote gets right as it gets wrong,
+    alternating: the leader learns where the vote fails without unlearning where it holds"""
     # MLPO's aggregation: Dr.GRPO's constant normalizer
     loss_agg: str = "const"
     lr: float = 0.0
@@ -136,7 +141,7 @@ def peer_pool(cfg, ranks):
     once. Questions where at least cfg.filter_easy of the peers are right are dropped: the leader
     has nothing to learn there."""
     candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
-    pool, peer_right = [], []
+    pool, peer_right, vote_right = [], [], []
     for example, solutions in peer_solutions(candidates, cfg, ranks):
         right = (
             sum(data.is_correct(s.answer, example.answer, example.task) for s in solutions)
@@ -145,19 +150,38 @@ def peer_pool(cfg, ranks):
         peer_right.append(right)
         if not cfg.filter_easy or right < cfg.filter_easy:
             pool.append((example, solutions))
+            vote = majority_vote(solutions)[0]
+            vote_right.append(data.is_correct(vote, example.answer, example.task))
+    if cfg.balance_vote:
+        pool, vote_right = balanced(pool, vote_right)
     stats = {
         "candidates": len(candidates),
         "kept": len(pool),
+        "kept_vote_right": sum(vote_right),
         "peer_accuracy": sum(peer_right) / len(peer_right),
     }
     if ranks.rank == 0:
         print(f"peer pool: {json.dumps(stats)}", file=sys.stderr)
+    if not pool and cfg.balance_vote:
+        sys.exit(
+            f"--balance-vote: of the {len(candidates)} questions the peers' vote gets none wrong "
+            "or none right: add --questions"
+        )
     if not pool:
         sys.exit(
             f"every one of the {len(candidates)} questions has >= {cfg.filter_easy} of its peers "
             "right: lower --filter-easy or add --questions"
         )
     return pool, stats
+
+
+def balanced(pool, vote_right):
+    """Every question of the pool the vote gets wrong, each followed by the next one it gets right,
+    as far as both last (the pool's order kept within each kind); and the kept ones' vote_right."""
+    wrong = [item for item, right in zip(pool, vote_right) if not right]
+    right = [item for item, right in zip(pool, vote_right) if right]
+    pairs = list(zip(wrong, right))
+    return [item for pair in pairs for item in pair], [False, True] * len(pairs)
 
 
 def leader_rollouts(team, items, cfg, step):

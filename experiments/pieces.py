@@ -303,6 +303,37 @@ def leader_pieces(team, seed):
     }
 
 
+# the leader as an aggregator (docs/design.md §8): the same preset over team varied's whole
+# solutions, its training questions balanced between those the team's vote gets right and those it
+# gets wrong (the easy ones kept for that), from twice the candidates since the vote fails on few
+AGGREGATOR_FLAGS = [
+    *LEADER_FLAGS,
+    *("--whole-solutions", "--filter-easy", "0", "--balance-vote", "--questions", "512"),
+]
+
+
+def aggregator_pieces(seed):
+    """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
+    varied's round-0 whole solutions on the seed's 300 test questions."""
+    run = f"mlpo-aggregator-varied-seed{seed}"
+    adapter = f"results/agents/{run}"
+    name = f"arith300-team-varied-seed{seed}-aggregator"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
+    training = llm_run(run, [*AGGREGATOR_FLAGS, "--peers", TEAMS["varied"], "--seed", str(seed)])
+    training["copies"][RUNS / run / "adapter"] = adapter
+    return {
+        f"llm-{run}": {**training, "needs": team_adapters("varied")},
+        f"table-{name}": {
+            **table(
+                name,
+                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags("varied")]
+                + [*test, "--protocols", f"leader=default+{adapter}"],
+            ),
+            "needs": [adapter, *team_adapters("varied")],
+        },
+    }
+
+
 # what REFINE reads: peers' final answers (the game's default) or every solution whole
 REFINE_VIEWS = {"answers": [], "whole": ["--whole-solutions"]}
 
@@ -557,6 +588,7 @@ PIECES = {
     **merged(revision_pieces(seed) for seed in TABLE_SEEDS),
     # the revision turn trained, seed by seed
     **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
+    **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

@@ -342,15 +342,24 @@ def competent_team_table(team, seeds=(0, 1, 2)):
     return text + ("\n\n" + missing(*absent) if absent else "")
 
 
+# what the target table compares with the team's vote besides the policies: table part -> label
+AGAINST_THE_VOTE = {
+    "leader": "the MLPO leader",
+    "aggregator": "the aggregator leader (whole solutions, questions balanced on the vote)",
+    "debate": "debate",
+}
+
+
 def target_table(team, seeds=(0, 1, 2)):
     """Issue 54's target on a competent team, policy by policy, over the seeds whose files are all
     there: REFINE on at least 10% of its decisions, its REFINEs gaining over PERSIST in the test
     games' counterfactual rewards (pooled over the seeds' REFINEs: the 95% interval above 0), and
     at least 3 points above the team's strongest fixed protocol (the paired interval over the
-    seeds' questions above 0); below it, the MLPO leader and debate against the team's vote."""
+    seeds' questions above 0); below it, the MLPO leader, the aggregator leader and debate against
+    the team's vote."""
     fixed = team_fixed_protocols(team)
     name = f"arith300-team-{team}"
-    runs = {part: by_seed(name, part, seeds) for part in (*fixed, "leader")}
+    runs = {part: by_seed(name, part, seeds) for part in (*fixed, *AGAINST_THE_VOTE)}
     complete = [seed for seed in seeds if all(seed in runs[part] for part in fixed)]
     if not complete:
         return missing(
@@ -407,7 +416,7 @@ def target_table(team, seeds=(0, 1, 2)):
             f"{', '.join(map(str, complete))}: `python -m experiments.run`)*"
         )
     votes = runs["persist"]
-    for part, label in (("leader", "the MLPO leader"), ("debate", "debate")):
+    for part, label in AGAINST_THE_VOTE.items():
         shared = {seed: runs[part][seed] for seed in complete if seed in runs[part]}
         if shared:
             versus = paired_difference(pooled(shared), pooled({k: votes[k] for k in shared}))

@@ -644,6 +644,8 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
         # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
         competent = {"ranks", "loo", "leader"} if team in ("worked", "varied") else set()
+        # and team varied an aggregator leader over whole solutions
+        competent |= {"aggregator"} if team == "varied" else set()
         assert names == {
             *(f"vanilla-m{j}" for j in range(len(members))),
             "persist",
@@ -894,11 +896,14 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
         "debate": [q < 10 for q in ids],
         "persist": [q < 22 for q in ids],
         "leader": [q < 23 for q in ids],
+        "aggregator": [q < 21 for q in ids],
         "softrank-cost0": [q < 36 for q in ids],
         "softrank": [q < 24 or q == 39 for q in ids],
     }
     for seed in (0, 1):
         for part, correct in right.items():
+            if part == "aggregator" and seed:
+                continue
             summary = {"accuracy": sum(correct) / 40, "question_ids": ids, "correct": correct}
             path = tmp_path / "tables" / f"arith300-team-worked-seed{seed}-{part}.json"
             path.write_text(json.dumps({part: summary}))
@@ -929,6 +934,10 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
     assert "grpo" in text.split("waiting")[1]
     assert "The MLPO leader against the team's vote (2 seeds, paired): +0.025" in text
     assert "Debate against the team's vote (2 seeds, paired): -0.300" in text
+    assert (
+        "The aggregator leader (whole solutions, questions balanced on the vote) against the "
+        "team's vote (1 seed, paired): -0.025" in text
+    )
 
 
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ def test_mlpo_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
     assert json.loads((out / "pool.json").read_text()) == {
         "candidates": 6,
         "kept": 6,
+        "kept_vote_right": 0,
         "peer_accuracy": 0.0,
     }
     assert [r["step"] for r in lines] == [1, 2]
@@ -84,10 +85,45 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
     cfg = train_mlpo.Config(agents=3, questions=3, val_n=0)
     pool, stats = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert [ex.id for ex, _ in pool] == ["t/1", "t/2"] and stats["kept"] == 2
+    assert stats["kept_vote_right"] == 1
     assert stats["peer_accuracy"] == pytest.approx((1 + 2 / 3) / 3)
     keep_all = train_mlpo.Config(agents=3, questions=3, val_n=0, filter_easy=0)
     pool, _ = train_mlpo.peer_pool(keep_all, Ranks(0, 1, "cpu"))
     assert len(pool) == 3
+
+
+def test_balance_vote_alternates_the_questions_the_vote_gets_wrong_and_right(monkeypatch):
+    """--balance-vote: every question the peers' vote gets wrong, each followed by the next one it
+    gets right, as far as both last (the vote as the game takes it: 1 of 3 right loses to two equal
+    wrong answers, a 1-1 tie goes to the first agent); none of one kind ends the run."""
+    right = {"t/0": 0, "t/1": 2, "t/2": 3, "t/3": 1, "t/4": 0, "t/5": 3}
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(6)
+    ]
+    monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, agents, rank, device: None)
+    monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers(right))
+    cfg = train_mlpo.Config(agents=3, questions=6, val_n=0, filter_easy=0, balance_vote=True)
+    pool, stats = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
+    assert [ex.id for ex, _ in pool] == ["t/0", "t/1", "t/3", "t/2", "t/4", "t/5"]
+    assert stats["kept"] == 6 and stats["kept_vote_right"] == 3
+    # --filter-easy first: the 3/3 questions go, so one right question is left for three wrong
+    pool, stats = train_mlpo.peer_pool(
+        dataclasses.replace(cfg, filter_easy=0.75), Ranks(0, 1, "cpu")
+    )
+    assert [ex.id for ex, _ in pool] == ["t/0", "t/1"] and stats["kept_vote_right"] == 1
+    # two peers, one right: the tie goes to agent 0, the right one
+    pool, stats = train_mlpo.peer_pool(dataclasses.replace(cfg, agents=2), Ranks(0, 1, "cpu"))
+    assert [ex.id for ex, _ in pool] == ["t/0", "t/1", "t/4", "t/2"]
+    assert train_mlpo.balanced(["a", "b", "c"], [True, True, False]) == (["c", "a"], [False, True])
+    for kind in (0, 3):
+        right.update({k: kind for k in right})
+        with pytest.raises(SystemExit) as ended:
+            train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
+        assert str(ended.value) == (
+            "--balance-vote: of the 6 questions the peers' vote gets none wrong or none right: add "
+            "--questions"
+        )
 
 
 def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
@@ -169,7 +205,12 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
     monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
     pool, stats = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert [ex.id for ex, _ in pool] == ["t/3"]
-    expected = {"candidates": 3, "kept": 1, "peer_accuracy": (2 / 3 + 2 / 3 + 0) / 3}
+    expected = {
+        "candidates": 3,
+        "kept": 1,
+        "kept_vote_right": 0,
+        "peer_accuracy": (2 / 3 + 2 / 3 + 0) / 3,
+    }
     assert stats == expected and built == [(0, "cpu")] and asked == [("peers", cfg)]
     assert capsys.readouterr().err == f"peer pool: {json.dumps(expected)}\n"
     train_mlpo.peer_pool(dataclasses.replace(cfg, filter_easy=0), Ranks(1, 1, "cpu"))
