@@ -231,7 +231,7 @@ STAGE_FUNCTIONS = {
     ),
     "sft": ("labelled_states",),
     "train_solver": ("worked_solutions", "refine_examples"),
-    "train_mlpo": ("peer_solutions", "peer_pool", "check"),
+    "train_mlpo": ("peer_solutions", "peer_pool", "balanced", "check"),
     "train_magrpo": ("revision_reward", "joint_rollouts", "vote_rollouts", "check"),
     "experiments.revision_skill": ("state_class", "concede_pick", "first_decisions", "skill_table"),
 }
