@@ -292,6 +292,7 @@ TABLES = {
     "refine-value": lambda: refine_value_table(TEAMS),
     "revision-varied": lambda: revision_skill_table("arith300-team-varied"),
     "revision-varied-trained": lambda: revision_skill_table("arith300-trained-varied"),
+    "llm-magrpo-revision": lambda: llm_curves("magrpo-revision-varied", "MAGRPO revision run"),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS
