@@ -104,7 +104,15 @@ TEAMS = {
         f"default+results/agents/{run}.pt"
         for run in ("worked-refine-L1-r8-seed0", "worked-L1-r8-seed0", "worked-L1-r4-seed0")
     ),
+    # team varied's three agents after MAGRPO with the revision reward (seed 0's run), retested
+    # with the meta-policies as team varied was
+    "revised": ",".join(
+        f"default+results/agents/magrpo-revision-varied-seed0/agent{i}" for i in range(3)
+    ),
 }
+# the game flags a team plays with beyond the table's: the revised team was trained with REFINE
+# and the leader reading whole solutions
+TEAM_GAME = {"revised": ["--whole-solutions"]}
 # softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default
 # 0.5 per 1000 tokens makes a REFINE pay only where it changes the outcome): does a policy free to
 # REFINE find the states where it pays?
@@ -165,8 +173,9 @@ def merged(dicts):
 
 
 def team_flags(team):
-    """A team of issue 35 (TEAMS) as eval/sft/train_rl flags; "": the default homogeneous team."""
-    return ["--models", TEAMS[team]] if team else []
+    """A team of issue 35 (TEAMS) as eval/sft/train_rl flags, with the game flags it plays with;
+    "": the default homogeneous team."""
+    return ["--models", TEAMS[team], *TEAM_GAME.get(team, [])] if team else []
 
 
 def team_members(team):
@@ -289,7 +298,12 @@ def leader_pieces(team, seed):
     test = ["--split", "test", "--n", "300", "--seed", str(seed)]
     return {
         f"llm-{run}": {
-            **llm_run(run, [*LEADER_FLAGS, "--peers", TEAMS[team], "--seed", str(seed)], True),
+            **llm_run(
+                run,
+                [*LEADER_FLAGS, "--peers", TEAMS[team], *TEAM_GAME.get(team, [])]
+                + ["--seed", str(seed)],
+                True,
+            ),
             "needs": team_adapters(team),
         },
         f"table-{name}": {

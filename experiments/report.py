@@ -298,7 +298,10 @@ TABLES = {
         for team in TEAMS
         if team not in ("revisers", "mixed")
     },
-    **{f"target-{team}": lambda team=team: target_table(team) for team in ("worked", "varied")},
+    **{
+        f"target-{team}": lambda team=team: target_table(team)
+        for team in ("worked", "varied", "revised")
+    },
     **{
         f"team-{team}": lambda team=team: seeds_table(
             f"arith300-team-{team}",

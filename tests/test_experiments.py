@@ -629,9 +629,9 @@ def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypat
 
 
 def test_team_pieces_play_the_team_and_need_its_adapters():
-    """Issue 35's pieces: every training and evaluation piece of a team passes its --models and
-    needs its committed adapters; the policies of a team are its own; one greedy answer per distinct
-    member."""
+    """Issue 35's pieces: every training and evaluation piece of a team passes its --models (and
+    the team's game flags) and needs its committed adapters; the policies of a team are its own;
+    one greedy answer per distinct member."""
     for team, models in pieces.TEAMS.items():
         adapters = [e.partition("+")[2] for e in models.split(",") if "+" in e]
         mine = {n: p for n, p in runner.PIECES.items() if f"team-{team}-seed0" in n}
@@ -643,7 +643,7 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             assert command[command.index("--models") + 1] == ",".join([member] * 3)
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
         # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
-        competent = {"ranks", "loo", "leader"} if team in ("worked", "varied") else set()
+        competent = {"ranks", "loo", "leader"} if team in ("worked", "varied", "revised") else set()
         # and team varied an aggregator leader over whole solutions
         competent |= {"aggregator"} if team == "varied" else set()
         assert names == {
@@ -665,6 +665,12 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
                 assert command[command.index("--peers") + 1] == models, name
             elif "vanilla" not in name:
                 assert command[command.index("--models") + 1] == models, name
+            # a team's own game flags reach every piece that plays its game (the revised team:
+            # whole solutions); a member alone plays no REFINE
+            playing = "vanilla" not in name
+            assert all(f in command for f in pieces.TEAM_GAME.get(team, [])) == playing or (
+                team not in pieces.TEAM_GAME
+            ), name
             policy = next((a for a in command if str(a).startswith("mpdf=")), "")
             if policy:
                 algo = name.split("seed0-")[1]
