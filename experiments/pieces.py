@@ -357,7 +357,9 @@ def revision_pieces(seed, trained=""):
     games, REFINE under each view against PERSIST and the CONCEDE of the seed's plain-ranks policy
     (experiments/revision_skill.py); with `trained`, of the agents that run trained instead (its
     agent<i> adapter folders)."""
-    name = f"arith300-{'trained-varied' if trained else 'team-varied'}-seed{seed}"
+    # a trained run's files are named by its setting: magrpo-revision-<setting>-seed<k>
+    setting = trained.removeprefix("magrpo-revision-").removesuffix(f"-seed{seed}")
+    name = f"arith300-{'trained-' + setting if trained else 'team-varied'}-seed{seed}"
     policy = table_policy("arith", "ranks", seed, "varied")
     if trained:
         adapters = [f"results/agents/{trained}/agent{i}" for i in range(3)]
@@ -387,11 +389,14 @@ REVISION_FLAGS = [
 ]
 
 
-def revision_training_pieces(seed):
+def revision_training_pieces(seed, lr=LORA_LR):
     """MAGRPO with the revision reward from team varied (its three adapter folders committed),
-    then the trained team's revision skill under both views."""
-    run = f"magrpo-revision-varied-seed{seed}"
-    training = llm_run(run, [*REVISION_FLAGS, "--seed", str(seed)], agents=3)
+    then the trained team's revision skill under both views; at another learning rate than the
+    preset's, a run named by it."""
+    variant = "" if lr == LORA_LR else f"-lr{lr}"
+    run = f"magrpo-revision-varied{variant}-seed{seed}"
+    flags = [*REVISION_FLAGS, *(["--lr", lr] if variant else []), "--seed", str(seed)]
+    training = llm_run(run, flags, agents=3)
     return {
         f"llm-{run}": {**training, "needs": team_adapters("varied")},
         **revision_pieces(seed, trained=run),
@@ -602,6 +607,8 @@ PIECES = {
     **merged(revision_pieces(seed) for seed in TABLE_SEEDS),
     # the revision turn trained, seed by seed
     **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
+    # seed 0's held-out vote fell at the preset's rate: the same at a fifth of it
+    **revision_training_pieces(0, lr="1e-4"),
     **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)

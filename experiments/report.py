@@ -292,6 +292,9 @@ TABLES = {
     "refine-value": lambda: refine_value_table(TEAMS),
     "revision-varied": lambda: revision_skill_table("arith300-team-varied"),
     "revision-varied-trained": lambda: revision_skill_table("arith300-trained-varied"),
+    "revision-varied-trained-lr1e-4": lambda: revision_skill_table(
+        "arith300-trained-varied-lr1e-4"
+    ),
     "llm-magrpo-revision": lambda: llm_curves("magrpo-revision-varied", "MAGRPO revision run"),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
