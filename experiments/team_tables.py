@@ -447,7 +447,7 @@ def revision_skill_table(prefix, seeds=(0, 1, 2)):
         "REFINE − PERSIST | REFINE − CONCEDE | REFINE tokens |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    absent = []
+    absent, agents = [], []
     for view, label in (("answers", "peers' answers"), ("whole", "whole solutions")):
         rows, done = [], []
         for seed in seeds:
@@ -458,6 +458,8 @@ def revision_skill_table(prefix, seeds=(0, 1, 2)):
                 continue
             done.append(str(seed))
             rows += [r | {"id": f"{seed}:{r['id']}"} for r in result["rows"]]
+        if rows:
+            agents.append(f"{label} (seeds {','.join(done)}): {by_agent(rows)}")
         for name in (*STATE_CLASSES, "all states"):
             mine = [r for r in rows if name in (r["class"], "all states")]
             if not mine:
@@ -481,4 +483,18 @@ def revision_skill_table(prefix, seeds=(0, 1, 2)):
             )
     if len(lines) == 2:
         return missing(f"revision/{prefix}-seed<k>-<view>.json")
-    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+    text = "\n".join(lines) + "\n\nEach agent's own answer right → its REFINE right, over all its "
+    text += "states:\n" + "\n".join(f"- {line}" for line in agents)
+    return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def by_agent(rows):
+    """Per agent (a row's id ends with :<agent>), the share of its states where its own answer
+    (PERSIST) and its REFINE end right, as "agent i p → r"."""
+    agents = sorted({r["id"].rsplit(":", 1)[1] for r in rows}, key=int)
+    shares = []
+    for agent in agents:
+        mine = [r for r in rows if r["id"].rsplit(":", 1)[1] == agent]
+        persist, refine = (sum(r[o] for r in mine) / len(mine) for o in ("persist", "refine"))
+        shares.append(f"agent {agent} {persist:.3f} → {refine:.3f}")
+    return ", ".join(shares)

@@ -887,6 +887,53 @@ def test_competent_team_table_measures_the_gap_to_the_oracle_and_where_the_vote_
     assert "arith300-team-worked-seed0-debate.json" in text  # a missing protocol, named
 
 
+def test_revision_skill_table_pools_the_seeds_per_view_class_and_agent(tmp_path, monkeypatch):
+    """The revision table: per view and state class, the seeds' states pooled (a state is a seed,
+    question and agent), the rates of REFINE, PERSIST and CONCEDE and REFINE's tokens; each
+    agent's own answer against its REFINE; the files not there named."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "revision").mkdir()
+
+    def row(id, cls, refine, persist, concede, tokens):
+        keys = ("id", "class", "refine", "persist", "concede", "refine_tokens")
+        return dict(zip(keys, (id, cls, refine, persist, concede, tokens)))
+
+    whole = [
+        row("t/1:0", "own right, a peer wrong", False, True, False, 100),
+        row("t/1:1", "own wrong, a peer right", True, False, True, 200),
+        row("t/2:0", "all wrong", True, False, False, 300),
+        row("t/2:1", "all right", True, True, True, 100),
+    ]
+    answers = [row("t/1:0", "all right", True, True, True, 50)]
+    for name, rows in (("seed0-whole", whole), ("seed1-whole", whole), ("seed0-answers", answers)):
+        (tmp_path / "revision" / f"x-{name}.json").write_text(json.dumps({"rows": rows}))
+    text = team_tables.revision_skill_table("x")
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
+    rows = {(c[0], c[1]): c[2:] for c in cells if len(c) == 9}
+    assert rows[("whole solutions (seeds 0,1)", "all states")][:4] == [
+        "8",
+        "0.750",
+        "0.500",
+        "0.500",
+    ]
+    assert rows[("whole solutions (seeds 0,1)", "all states")][-1] == "175"
+    assert rows[("whole solutions (seeds 0,1)", "own right, a peer wrong")][:4] == [
+        "2",
+        "0.000",
+        "1.000",
+        "0.000",
+    ]
+    assert rows[("whole solutions (seeds 0,1)", "own right, a peer wrong")][4].startswith("-1.000")
+    assert rows[("peers' answers (seeds 0)", "all states")][:4] == ["1", "1.000", "1.000", "1.000"]
+    assert ("peers' answers (seeds 0)", "all wrong") not in rows
+    assert "- peers' answers (seeds 0): agent 0 1.000 → 1.000\n" in text
+    assert "- whole solutions (seeds 0,1): agent 0 0.500 → 0.500, agent 1 0.500 → 1.000" in text
+    assert "`results/revision/x-seed1-answers.json`" in text
+    assert "`results/revision/x-seed2-whole.json`" in text
+    assert "x-seed0-whole.json`" not in text
+    assert "not computed yet" in team_tables.revision_skill_table("y")
+
+
 def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkeypatch):
     """Issue 54's target: REFINE share >= 10% of decisions, the REFINEs' pooled gain over PERSIST
     above 0, >= 3 points over the strongest fixed protocol with its interval above 0, 3 seeds.
