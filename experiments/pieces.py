@@ -104,10 +104,10 @@ TEAMS = {
         f"default+results/agents/{run}.pt"
         for run in ("worked-refine-L1-r8-seed0", "worked-L1-r8-seed0", "worked-L1-r4-seed0")
     ),
-    # team varied's three agents after MAGRPO with the revision reward (seed 0's run), retested
-    # with the meta-policies as team varied was
+    # team varied's three agents after MAGRPO with the revision reward (seed 0's run at lr 1e-4,
+    # the one whose held-out vote held), retested with the meta-policies as team varied was
     "revised": ",".join(
-        f"default+results/agents/magrpo-revision-varied-seed0/agent{i}" for i in range(3)
+        f"default+results/agents/magrpo-revision-varied-lr1e-4-seed0/agent{i}" for i in range(3)
     ),
 }
 # the game flags a team plays with beyond the table's: the revised team was trained with REFINE

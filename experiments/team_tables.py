@@ -29,8 +29,8 @@ TEAM_LABELS = {
     "worked": "three copies of the adapter trained on easy arith's worked solutions",
     "varied": "member 0 the worked-solution adapter continued on REFINE examples, 1 the "
     "worked-solution adapter, 2 its rank-4 sibling",
-    "revised": "team varied's agents after MAGRPO on debate with each agent's revision reward, "
-    "REFINE reading whole solutions",
+    "revised": "team varied's agents after MAGRPO on debate with each agent's revision reward "
+    "(lr 1e-4), REFINE reading whole solutions",
 }
 # (label, the after-training runs' name with {} for the seed, seeds, the agents training started
 # from: the same seed's run of that name); the untrained team first. Each REFINE is compared with
