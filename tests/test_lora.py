@@ -575,16 +575,29 @@ def default_base(default_model_dir):
 
 
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "agents"
+# a team's run is a folder of agent<i> adapter folders
+ADAPTERS = sorted(
+    agent
+    for entry in COMMITTED.iterdir()
+    for agent in (
+        [entry]
+        if not entry.is_dir() or (entry / "adapter_config.json").exists()
+        else entry.iterdir()
+    )
+)
 
 
-@pytest.mark.parametrize("path", sorted(COMMITTED.iterdir()), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", ADAPTERS, ids=lambda path: str(path.relative_to(COMMITTED)).replace("/", ":")
+)
 def test_every_committed_adapter_loads(path, default_base):
-    """Each adapter in results/agents/ (a PEFT folder, or an older .pt file) is read as plain data
-    and fits the default backbone it was trained on; loaded, it changes the model's output (its B
-    is not all zero). A folder converted from a .pt holds the same tensors and settings."""
+    """Each adapter in results/agents/ (a PEFT folder, a team run's agent<i> folder, or an older
+    .pt file) is read as plain data and fits the default backbone it was trained on; loaded, it
+    changes the model's output (its B is not all zero). A folder converted from a .pt holds the
+    same tensors and settings."""
     state = read_adapter(path)
-    if path.is_dir():
-        extras = json.loads((path / lora.EXTRAS).read_text())
+    extras = json.loads((path / lora.EXTRAS).read_text()) if path.is_dir() else {}
+    if "converted_from" in extras:
         old = read_adapter(COMMITTED / extras["converted_from"])
         assert all(torch.equal(old["tensors"][k], t) for k, t in state["tensors"].items())
         same = ("rank", "alpha", "base_fingerprint")
