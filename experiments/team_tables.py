@@ -491,10 +491,11 @@ def revision_skill_table(prefix, seeds=(0, 1, 2)):
 def by_agent(rows):
     """Per agent (a row's id ends with :<agent>), the share of its states where its own answer
     (PERSIST) and its REFINE end right, as "agent i p → r"."""
-    agents = sorted({r["id"].rsplit(":", 1)[1] for r in rows}, key=int)
-    shares = []
-    for agent in agents:
-        mine = [r for r in rows if r["id"].rsplit(":", 1)[1] == agent]
-        persist, refine = (sum(r[o] for r in mine) / len(mine) for o in ("persist", "refine"))
-        shares.append(f"agent {agent} {persist:.3f} → {refine:.3f}")
-    return ", ".join(shares)
+    of = {}
+    for r in rows:
+        of.setdefault(int(r["id"].rsplit(":", 1)[1]), []).append(r)
+    return ", ".join(
+        f"agent {agent} {sum(r['persist'] for r in mine) / len(mine):.3f} → "
+        f"{sum(r['refine'] for r in mine) / len(mine):.3f}"
+        for agent, mine in sorted(of.items())
+    )
