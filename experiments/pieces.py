@@ -608,7 +608,7 @@ PIECES = {
     # the revision turn trained, seed by seed
     **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
     # seed 0's held-out vote fell at the preset's rate: the same at a fifth of it
-    **revision_training_pieces(0, lr="1e-4"),
+    **merged(revision_training_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
     **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
