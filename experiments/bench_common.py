@@ -3,6 +3,7 @@ fixed batch of deliberation prompts they time, HF `generate` as the reference th
 against, the matmul FLOP counts that turn a time into a share of this machine's peak, and randomly
 initialized Llamas over the default tokenizer (no weights need to travel to a GPU machine)."""
 
+import math
 import time
 import warnings
 
@@ -32,15 +33,18 @@ def matmul_peak_flops(dtype):
         runs = [lambda: x @ w]
         if dtype == "float32" and torch.backends.mkldnn.is_available():
             runs.append(lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""))
-    best, repeats = float("inf"), 5
+    best = 0.0
     for run in runs:
+        start = time.time()
         run()
+        # each turn long enough (a quarter second) for the clock, however fast the machine
+        repeats = max(1, math.ceil(0.25 / (time.time() - start)))
         for _ in range(3):
             start = time.time()
             for _ in range(repeats):
                 run()
-            best = min(best, time.time() - start)
-    return 2 * 2048**3 * repeats / best
+            best = max(best, 2 * 2048**3 * repeats / (time.time() - start))
+    return best
 
 
 def matmul_flops(model, prompt_tokens, generated, rows):

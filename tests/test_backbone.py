@@ -425,24 +425,6 @@ assert text, "empty answer"
 print("ANSWER:", text)
 """
 
-# the GGUF side of test_converted_checkpoint_is_the_gguf_model: the prompt string comes in argv[1]
-GGUF_SCRIPT = """
-import hashlib, json, sys, torch
-from llm import backbone
-model, tokenizer = backbone.load_gguf(backbone.default_gguf_path())
-ids = tokenizer(sys.argv[1], add_special_tokens=False)["input_ids"]
-with torch.inference_mode():
-    attention_mask = torch.ones(1, len(ids), dtype=torch.long)
-    out = model.generate(torch.tensor([ids]), attention_mask=attention_mask, do_sample=False,
-                         max_new_tokens=20, pad_token_id=tokenizer.eos_token_id)
-tokens = out[0, len(ids):].tolist()
-sha = {k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()
-       for k, v in model.state_dict().items()}
-print("RESULT:" + json.dumps({"dtype": str(model.dtype), "prompt_ids": ids,
-                              "eos": tokenizer.eos_token_id, "tokens": tokens,
-                              "text": tokenizer.decode(tokens, skip_special_tokens=True),
-                              "sha256": sha}))
-"""
 GGUF_QUESTION = "What is 12 plus 30? Answer with a number."
 
 
@@ -457,20 +439,13 @@ def background(request, default_model_dir):
     module's first test (conftest.py runs `slow` tests last, so they overlap with every quick test).
     Every child inherits the MPDF_* variables, so it finds the checkpoint default_model_dir already
     converted."""
-    from transformers import AutoTokenizer
 
     here = Path(__file__).resolve()
     selected = {
         item.name for item in request.session.items if Path(str(item.path)).resolve() == here
     }
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
-    scripts = {
-        "test_default_backbone_loads_offline_in_a_fresh_process": [OFFLINE_SCRIPT],
-        "test_converted_checkpoint_is_the_gguf_model": [
-            GGUF_SCRIPT,
-            gguf_prompt(AutoTokenizer.from_pretrained(default_model_dir)),
-        ],
-    }
+    scripts = {"test_default_backbone_loads_offline_in_a_fresh_process": [OFFLINE_SCRIPT]}
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-c", *args],
@@ -508,55 +483,37 @@ def test_default_backbone_loads_offline_in_a_fresh_process(background):
 
 
 @pytest.mark.slow
-def test_converted_checkpoint_is_the_gguf_model(background, default_engine):
-    """The converted checkpoint has the GGUF file's tensors bit for bit, tokenizes like the GGUF
-    tokenizer and gives the same 20-token greedy completion (HF generate on both) as
-    load_gguf(default_gguf_path())."""
-    converted, tokenizer = default_engine.model, default_engine.tokenizer
-    prompt = gguf_prompt(tokenizer)
-    assert default_engine.chat(GGUF_QUESTION) == prompt
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        out = converted.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=20,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-    tokens = out[0, len(ids) :].tolist()
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
-    sha = {
-        k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()
-        for k, v in converted.state_dict().items()
-    }
-
-    gguf = json.loads(collect(background["test_converted_checkpoint_is_the_gguf_model"], "RESULT:"))
-    assert gguf["dtype"] == str(converted.dtype) == "torch.float32"
-    assert gguf["sha256"].keys() == sha.keys()
-    different = [k for k in sha if sha[k] != gguf["sha256"][k]]
-    assert not different, f"tensors differ from the GGUF file: {different[:5]}"
-    assert gguf["prompt_ids"] == ids
-    assert gguf["eos"] == tokenizer.eos_token_id
-    assert gguf["tokens"] == tokens
-    assert gguf["text"] == text and text.strip()
-
-
-@pytest.mark.slow
 def test_load_gguf_in_this_process_is_the_converted_checkpoint(default_engine):
-    """load_gguf(default_gguf_path()) run in this process (the subprocess above compares hashes
-    only): float32, eval mode, lm_head tied to the embedding, every tensor equal to the converted
-    checkpoint's, a tokenizer that encodes the chat prompt to the same ids."""
+    """load_gguf(default_gguf_path()) is the converted checkpoint: float32, eval mode, lm_head
+    tied to the embedding, every tensor equal bit for bit, a tokenizer that encodes the chat
+    prompt to the same ids, and the same 20-token greedy completion (HF generate on both)."""
     model, tokenizer = backbone.load_gguf(default_gguf_path())
-    assert model.dtype == torch.float32 and not model.training
+    assert model.dtype == default_engine.model.dtype == torch.float32 and not model.training
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     state, converted = model.state_dict(), default_engine.model.state_dict()
     assert state.keys() == converted.keys()
     assert [k for k in state if not torch.equal(state[k], converted[k])] == []
     prompt = gguf_prompt(default_engine.tokenizer)
+    assert default_engine.chat(GGUF_QUESTION) == prompt
     ids = default_engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     assert tokenizer(prompt, add_special_tokens=False)["input_ids"] == ids
     assert tokenizer.eos_token_id == default_engine.tokenizer.eos_token_id == 2
+    completions = [greedy_completion(m, ids) for m in (model, default_engine.model)]
+    assert completions[0] == completions[1]
+    assert tokenizer.decode(completions[0], skip_special_tokens=True).strip()
+
+
+def greedy_completion(model, ids):
+    """HF generate's 20 greedy tokens after the prompt `ids`."""
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=20,
+            pad_token_id=2,
+        )
+    return out[0, len(ids) :].tolist()
 
 
 # one decode step's matmuls (ms) as the probe found them on the kinds of machine this project ran on

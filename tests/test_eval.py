@@ -233,6 +233,8 @@ def test_bench_generate_reports_every_figure(tmp_path, tiny_model_dir):
         tiny_model_dir,
         "--dtypes",
         "float32",
+        "--max-new-tokens",
+        "8",
     )
     assert set(only_fp32["all_tok_s"]) == {"hf", "float32", "int8"}
     assert "ratio_bf16" not in only_fp32
