@@ -8,10 +8,23 @@ of git).
 """
 
 from experiments.bench_pieces import BENCH_PIECES
-from experiments.llm_pieces import LLM_PIECES, LORA_LR, MAGRPO_LORA, PY, RUNS, llm_run
+from experiments.llm_pieces import LLM_PIECES, PY
 from experiments.mutation import MODULES as MUTATION_MODULES
-
-MAWPS = "../shared/data/mawps_asdiv/train.csv"
+from experiments.piece_kit import (
+    MAWPS,
+    TABLE_GAME,
+    TABLE_RL_ALGOS,
+    TABLE_SEEDS,
+    TABLE_TASKS,
+    merged,
+    policy_pieces,
+    table,
+    table_pieces,
+    table_policy,
+    trained,
+)
+from experiments.team_pieces import TEAM_PIECES
+from experiments.teams import team_adapters, team_flags
 
 # The demo's budget (Makefile): 3 agents, 2 rounds, 32 training questions, 8 for validation; the
 # agents at T = 0.7, the default when these pieces were computed (now 0.5: the temperature study)
@@ -52,13 +65,6 @@ STUDY_LEVERS = {  # name -> train_rl.py flags on top of the base run (init: the 
 STUDY_FEATURES = ("paper", "confidence")
 # about 150 steps on the demo corpus: the loss levels off
 DEMO_RL = "--epochs 50 --batch-size 64".split()
-# issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
-# rounds; each seed trains its own policies on the task's training split and is scored on 300 test
-# questions of that seed
-TABLE_SEEDS = (0, 1, 2)
-TABLE_GAME = ["--agents", "3", "--rounds", "3"]
-TABLE_RL_ALGOS = ("softrank", "grpo", "ppo")
-TABLE_TASKS = {"arith": ["--task", "arith"], "mawps": ["--task", "mawps", "--path", MAWPS]}
 # table a, cheapest first: file name -> eval.py protocol
 # ({task-algo}: the seed's policy trained on that task)
 TABLE_PROTOCOLS = {
@@ -88,58 +94,6 @@ REWARD_VARIANTS = {
 # to the team's vote and debate of the same team (the policy network is permutation-equivariant over
 # peers)
 SCALING = [(agents, 3) for agents in (2, 3, 4, 5)] + [(3, rounds) for rounds in (1, 2, 4, 5)]
-# issue 35: teams whose agents were trained (adapters on the default base, committed by the LLM
-# pieces): three agents trained to revise (MAGRPO on debate, seed 0), and a mixed team of the
-# untrained backbone, a parallel-trained agent and a debate-trained one; each with the meta-policy
-# of every algorithm below and every fixed protocol, table a's game and questions
-TEAMS = {
-    "revisers": ",".join(["default+results/agents/magrpo-debate-L1-seed0.pt"] * 3),
-    "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
-    "default+results/agents/magrpo-debate-L1-seed0.pt",
-    # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
-    "worked": ",".join(["default+results/agents/worked-L1-r8-seed0.pt"] * 3),
-    # and three members that differ in skill and specialty: the adapter continued on REFINE
-    # examples, the worked-solution adapter, and the sweep's rank-4 adapter
-    "varied": ",".join(
-        f"default+results/agents/{run}.pt"
-        for run in ("worked-refine-L1-r8-seed0", "worked-L1-r8-seed0", "worked-L1-r4-seed0")
-    ),
-    # team varied's three agents after MAGRPO with the revision reward (seed 0's run at lr 1e-4,
-    # the one whose held-out vote held), retested with the meta-policies as team varied was
-    "revised": ",".join(
-        f"default+results/agents/magrpo-revision-varied-lr1e-4-seed0/agent{i}" for i in range(3)
-    ),
-}
-# the game flags a team plays with beyond the table's: the revised team was trained with REFINE
-# and the leader reading whole solutions
-TEAM_GAME = {"revised": ["--whole-solutions"]}
-# softrank-cost0: SoftRankPO with REFINE free of its token cost (the study's base run; the default
-# 0.5 per 1000 tokens makes a REFINE pay only where it changes the outcome): does a policy free to
-# REFINE find the states where it pays?
-TEAM_RL_ALGOS = ("softrank", "grpo", "softrank-cost0")
-# the competent teams' tables add plain ranks (GOPO) and a leave-one-out baseline (C3), each on the
-# same corpus
-COMPETENT_RL_ALGOS = (*TEAM_RL_ALGOS, "ranks", "loo")
-# train_rl.py flags of each RL policy name
-RL_FLAGS = {
-    **{algo: ["--algo", algo] for algo in ("softrank", "grpo", "ppo", "ranks", "loo")},
-    "softrank-cost0": ["--algo", "softrank", "--refine-cost", "0"],
-}
-
-
-def team_rl_algos(team):
-    """The RL algorithms of a team's table: issue 35's teams of weak agents, or a competent one."""
-    return TEAM_RL_ALGOS if team in ("revisers", "mixed") else COMPETENT_RL_ALGOS
-
-
-def team_protocols(team):
-    """A team's table protocols: the vote, each learned policy, self-consistency and debate."""
-    return {
-        "persist": "mpdf-persist",
-        **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *team_rl_algos(team))},
-        "sc": "sc",
-        "debate": "debate",
-    }
 
 
 def scaling_protocols(agents):
@@ -153,256 +107,6 @@ def scaling_protocols(agents):
     }
 
 
-def trained(name, script, args):
-    """A training piece: the script writes runs/results/<name>; policy, summary and metrics go to
-    results/."""
-    out = RUNS / name
-    return {
-        "command": [PY, script, *args, "--out-dir", str(out)],
-        "copies": {
-            out / "policy.safetensors": f"results/policies/{name}.pt",
-            out / "summary.json": f"results/training/{name}.json",
-            out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl",
-        },
-    }
-
-
-def merged(dicts):
-    """One dict of the pieces of several seeds or settings."""
-    return {name: piece for d in dicts for name, piece in d.items()}
-
-
-def team_flags(team):
-    """A team of issue 35 (TEAMS) as eval/sft/train_rl flags, with the game flags it plays with;
-    "": the default homogeneous team."""
-    return ["--models", TEAMS[team], *TEAM_GAME.get(team, [])] if team else []
-
-
-def team_members(team):
-    """A TEAMS team's distinct members, in order (a team of 3 copies has one)."""
-    return list(dict.fromkeys(TEAMS[team].split(",")))
-
-
-def team_adapters(team):
-    """The committed adapter files a team's pieces need (written by the LLM pieces)."""
-    return (
-        [entry.partition("+")[2] for entry in TEAMS[team].split(",") if "+" in entry]
-        if team
-        else []
-    )
-
-
-def run_prefix(task, seed, team=""):
-    return f"{task}-team-{team}-seed{seed}" if team else f"{task}-seed{seed}"
-
-
-def table_policy(task, algo, seed, team=""):
-    return f"results/policies/{run_prefix(task, seed, team)}-{algo}.pt"
-
-
-def policy_pieces(task, seed, algos, team=""):
-    """The seed's SFT policy, then each RL algorithm of `algos` from it (pi_ref = the SFT
-    policy), for the default team or a TEAMS one."""
-    base = [*TABLE_TASKS[task], *TABLE_GAME, "--seed", str(seed), *team_flags(team)]
-    prefix = run_prefix(task, seed, team)
-    sft = table_policy(task, "sft", seed, team)
-    return {
-        f"train-{prefix}-sft": {
-            **trained(f"{prefix}-sft", "sft.py", base),
-            "needs": team_adapters(team),
-        },
-        **{
-            f"train-{prefix}-{algo}": {
-                **trained(
-                    f"{prefix}-{algo}", "train_rl.py", [*base, *RL_FLAGS[algo], "--init", sft]
-                ),
-                "needs": [sft, *team_adapters(team)],
-            }
-            for algo in algos
-        },
-    }
-
-
-def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
-    """One eval.py piece per protocol on 300 test questions of `task` (seed `seed`);
-    {trained_on-algo} in a protocol is the seed's policy of that algorithm trained on that task
-    (by the same team), which the piece needs."""
-    pieces = {}
-    for short, protocol in protocols.items():
-        needs = team_adapters(team)
-        if "{" in protocol:
-            key = protocol[protocol.index("{") + 1 : -1]
-            needs = [table_policy(*key.split("-", 1), seed, team), *needs]
-            protocol = protocol.replace("{" + key + "}", needs[0])
-        test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]
-        pieces[f"table-{name}-{short}"] = {
-            **table(name + "-" + short, [*TABLE_TASKS[task], *game, *team_flags(team), *test]),
-            "needs": needs,
-        }
-    return pieces
-
-
-def team_pieces(team, seed):
-    """Issue 35's table for one team and seed: its SFT, SoftRankPO and GRPO policies, every fixed
-    protocol of the same team and one greedy answer of each distinct member (a team of 3 copies of
-    it: vanilla is agent 0's answer), on table a's 300 arith test questions."""
-    name = f"arith300-team-{team}-seed{seed}"
-    members = team_members(team)
-    vanilla = {
-        f"table-{name}-vanilla-m{j}": {
-            **table(
-                f"{name}-vanilla-m{j}",
-                [*TABLE_TASKS["arith"], *TABLE_GAME, "--models", ",".join([member] * 3)]
-                + ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", "vanilla"],
-            ),
-            "needs": team_adapters(team),
-        }
-        for j, member in enumerate(members)
-    }
-    # what each learned policy's REFINEs and CONCEDEs gain over PERSIST in its test games
-    values = {
-        f"refine-value-{name}-{algo}": {
-            "command": [PY, "-m", "experiments.refine_value", *TABLE_TASKS["arith"], *TABLE_GAME]
-            + [*team_flags(team), "--n", "300", "--seed", str(seed)]
-            + ["--policy", table_policy("arith", algo, seed, team)]
-            + ["--out", f"results/refine/{name}-{algo}.json"],
-            "outputs": [f"results/refine/{name}-{algo}.json"],
-            "needs": [table_policy("arith", algo, seed, team), *team_adapters(team)],
-        }
-        for algo in ("sft", *team_rl_algos(team))
-    }
-    return {
-        **policy_pieces("arith", seed, team_rl_algos(team), team),
-        **vanilla,
-        **table_pieces(name, "arith", seed, team_protocols(team), team=team),
-        **values,
-    }
-
-
-# the MLPO leader over a competent team as its frozen peers (train_mlpo.py --peers):
-# MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one
-LEADER_FLAGS = (
-    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
-    "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
-    "--init-adapter results/agents/worked-L1-r8-seed0.pt"
-).split()
-
-
-def leader_pieces(team, seed):
-    """A competent team's MLPO leader of one seed (its adapter committed), then its answer over
-    the team's round-0 solutions on the seed's 300 test questions (the table's `leader` row)."""
-    run = f"mlpo-team-{team}-seed{seed}"
-    adapter = f"results/agents/{run}.pt"
-    name = f"arith300-team-{team}-seed{seed}-leader"
-    test = ["--split", "test", "--n", "300", "--seed", str(seed)]
-    return {
-        f"llm-{run}": {
-            **llm_run(
-                run,
-                [*LEADER_FLAGS, "--peers", TEAMS[team], *TEAM_GAME.get(team, [])]
-                + ["--seed", str(seed)],
-                True,
-            ),
-            "needs": team_adapters(team),
-        },
-        f"table-{name}": {
-            **table(
-                name,
-                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags(team)]
-                + [*test, "--protocols", f"leader=default+{adapter}"],
-            ),
-            "needs": [adapter, *team_adapters(team)],
-        },
-    }
-
-
-# the leader as an aggregator (docs/design.md §8): the same preset over team varied's whole
-# solutions, its training questions balanced between those the team's vote gets right and those it
-# gets wrong (the easy ones kept for that), from twice the candidates since the vote fails on few
-AGGREGATOR_FLAGS = [
-    *LEADER_FLAGS,
-    *("--whole-solutions", "--filter-easy", "0", "--balance-vote", "--questions", "512"),
-]
-
-
-def aggregator_pieces(seed):
-    """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
-    varied's round-0 whole solutions on the seed's 300 test questions."""
-    run = f"mlpo-aggregator-varied-seed{seed}"
-    adapter = f"results/agents/{run}"
-    name = f"arith300-team-varied-seed{seed}-aggregator"
-    test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
-    training = llm_run(run, [*AGGREGATOR_FLAGS, "--peers", TEAMS["varied"], "--seed", str(seed)])
-    training["copies"][RUNS / run / "adapter"] = adapter
-    return {
-        f"llm-{run}": {**training, "needs": team_adapters("varied")},
-        f"table-{name}": {
-            **table(
-                name,
-                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags("varied")]
-                + [*test, "--protocols", f"leader=default+{adapter}"],
-            ),
-            "needs": [adapter, *team_adapters("varied")],
-        },
-    }
-
-
-# what REFINE reads: peers' final answers (the game's default) or every solution whole
-REFINE_VIEWS = {"answers": [], "whole": ["--whole-solutions"]}
-
-
-def revision_pieces(seed, trained=""):
-    """The revision skill of team varied's agents at the first decision of the seed's 300 test
-    games, REFINE under each view against PERSIST and the CONCEDE of the seed's plain-ranks policy
-    (experiments/revision_skill.py); with `trained`, of the agents that run trained instead (its
-    agent<i> adapter folders)."""
-    # a trained run's files are named by its setting: magrpo-revision-<setting>-seed<k>
-    setting = trained.removeprefix("magrpo-revision-").removesuffix(f"-seed{seed}")
-    name = f"arith300-{'trained-' + setting if trained else 'team-varied'}-seed{seed}"
-    policy = table_policy("arith", "ranks", seed, "varied")
-    if trained:
-        adapters = [f"results/agents/{trained}/agent{i}" for i in range(3)]
-        models = ["--models", ",".join(f"default+{a}" for a in adapters)]
-    else:
-        adapters, models = team_adapters("varied"), team_flags("varied")
-    return {
-        f"revision-{name}-{view}": {
-            "command": [PY, "-m", "experiments.revision_skill", *TABLE_TASKS["arith"], *TABLE_GAME]
-            + [*models, "--n", "300", "--seed", str(seed), "--policy", policy, *flags]
-            + ["--out", f"results/revision/{name}-{view}.json"],
-            "outputs": [f"results/revision/{name}-{view}.json"],
-            "needs": [policy, *adapters],
-        }
-        for view, flags in REFINE_VIEWS.items()
-    }
-
-
-# the revision turn trained on-policy (docs/design.md §8): MAGRPO on debate from team varied's three
-# adapters, one adapter per agent, each rewarded for its own revision (--reward revision), REFINE
-# reading whole solutions; MAGRPO's LoRA preset and learning rate
-REVISION_FLAGS = [
-    *MAGRPO_LORA,
-    *("--protocol", "debate", "--rounds", "1", "--separate-agents", "--reward", "revision"),
-    *("--whole-solutions", "--lora-rank", "8", "--lr", LORA_LR),
-    *("--init-adapter", ",".join(team_adapters("varied"))),
-]
-
-
-def revision_training_pieces(seed, lr=LORA_LR):
-    """MAGRPO with the revision reward from team varied (its three adapter folders committed),
-    then the trained team's revision skill under both views; at another learning rate than the
-    preset's, a run named by it."""
-    variant = "" if lr == LORA_LR else f"-lr{lr}"
-    run = f"magrpo-revision-varied{variant}-seed{seed}"
-    flags = [*REVISION_FLAGS, *(["--lr", lr] if variant else []), "--seed", str(seed)]
-    training = llm_run(run, flags, agents=3)
-    return {
-        f"llm-{run}": {**training, "needs": team_adapters("varied")},
-        **revision_pieces(seed, trained=run),
-    }
-
-
 def dtype_piece(seed, dtype):
     """Table a's game on the seed's 300 test questions with the engine in `dtype`: vanilla, the
     team's vote and the seed's SoftRankPO policy in one eval.py JSON (results/dtype/)."""
@@ -411,14 +115,6 @@ def dtype_piece(seed, dtype):
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocols]
     flags = [*TABLE_TASKS["arith"], *TABLE_GAME, *test, "--dtype", dtype, "--no-details"]
     return {"command": [PY, "eval.py", *flags, "--out", out], "outputs": [out]}
-
-
-def table(name, args):
-    """An evaluation piece: eval.py's summary JSON (per-question outcomes, no transcripts)."""
-    return {
-        "command": [PY, "eval.py", *args, "--no-details", "--out", f"results/tables/{name}.json"],
-        "outputs": [f"results/tables/{name}.json"],
-    }
 
 
 def study(name, args):
@@ -595,21 +291,8 @@ PIECES = {
         for team in ("worked", "varied")
         for rounds in (1, 2, 4, 5)
     ),
-    # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
-    **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
-    **merged(
-        leader_pieces(team, seed)
-        for seed in TABLE_SEEDS
-        for team in TEAMS
-        if team_rl_algos(team) == COMPETENT_RL_ALGOS
-    ),
-    # the revision turn measured directly, before any training of it
-    **merged(revision_pieces(seed) for seed in TABLE_SEEDS),
-    # the revision turn trained, seed by seed
-    **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
-    # seed 0's held-out vote fell at the preset's rate: the same at a fifth of it
-    **merged(revision_training_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
-    **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
+    # the trained teams: their tables, leaders, revision turn and aggregators
+    **TEAM_PIECES,
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
-from experiments.pieces import TEAMS
 from experiments.studies import (
     after_table,
     bench_table,
@@ -57,6 +56,7 @@ from experiments.team_tables import (
     team_fixed_protocols,
     team_sentence,
 )
+from experiments.teams import TEAMS
 from stats import format_paired, paired_difference, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]

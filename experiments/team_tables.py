@@ -2,7 +2,6 @@
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
-from experiments.pieces import team_members, team_rl_algos
 from experiments.refine_value import gain_summary
 from experiments.revision_skill import STATE_CLASSES
 from experiments.tables import (
@@ -18,6 +17,7 @@ from experiments.tables import (
     pooled,
     summary_of,
 )
+from experiments.teams import team_members, team_rl_algos
 from stats import format_paired, paired_difference, sample_std
 
 PARALLEL_ADAPTERS = "magrpo-lora-lr5e-4-L1-seed{}"

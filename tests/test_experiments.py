@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import common
-from experiments import dtype_tables, pieces, studies, tables, team_tables
+from experiments import dtype_tables, piece_kit, studies, tables, team_tables, teams
 from experiments import run as runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -632,7 +632,7 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
     """Issue 35's pieces: every training and evaluation piece of a team passes its --models (and
     the team's game flags) and needs its committed adapters; the policies of a team are its own;
     one greedy answer per distinct member."""
-    for team, models in pieces.TEAMS.items():
+    for team, models in teams.TEAMS.items():
         adapters = [e.partition("+")[2] for e in models.split(",") if "+" in e]
         mine = {n: p for n, p in runner.PIECES.items() if f"team-{team}-seed0" in n}
         members = list(dict.fromkeys(models.split(",")))
@@ -668,8 +668,8 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             # a team's own game flags reach every piece that plays its game (the revised team:
             # whole solutions); a member alone plays no REFINE
             playing = "vanilla" not in name
-            assert all(f in command for f in pieces.TEAM_GAME.get(team, [])) == playing or (
-                team not in pieces.TEAM_GAME
+            assert all(f in command for f in teams.TEAM_GAME.get(team, [])) == playing or (
+                team not in teams.TEAM_GAME
             ), name
             policy = next((a for a in command if str(a).startswith("mpdf=")), "")
             if policy:
@@ -688,7 +688,8 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             assert leader["command"][leader["command"].index("--rounds") + 1] == "0"
             assert mine[f"llm-mlpo-team-{team}-seed0"]["copies"]
     # the default team's pieces keep their names and files
-    assert pieces.table_policy("arith", "softrank", 1) == "results/policies/arith-seed1-softrank.pt"
+    policy = piece_kit.table_policy("arith", "softrank", 1)
+    assert policy == "results/policies/arith-seed1-softrank.pt"
     assert "--models" not in runner.PIECES["train-arith-seed0-sft"]["command"]
 
 

@@ -1,0 +1,98 @@
+"""What pieces are made of (experiments/pieces.py, experiments/team_pieces.py): a training run,
+an evaluation table, a seed's policies and their tables, for the default team or a trained one
+(experiments/teams.py)."""
+
+from experiments.llm_pieces import PY, RUNS
+from experiments.teams import team_adapters, team_flags
+
+MAWPS = "../shared/data/mawps_asdiv/train.csv"
+
+# issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
+# rounds; each seed trains its own policies on the task's training split and is scored on 300 test
+# questions of that seed
+TABLE_SEEDS = (0, 1, 2)
+TABLE_GAME = ["--agents", "3", "--rounds", "3"]
+TABLE_RL_ALGOS = ("softrank", "grpo", "ppo")
+TABLE_TASKS = {"arith": ["--task", "arith"], "mawps": ["--task", "mawps", "--path", MAWPS]}
+# train_rl.py flags of each RL policy name
+RL_FLAGS = {
+    **{algo: ["--algo", algo] for algo in ("softrank", "grpo", "ppo", "ranks", "loo")},
+    "softrank-cost0": ["--algo", "softrank", "--refine-cost", "0"],
+}
+
+
+def trained(name, script, args):
+    """A training piece: the script writes runs/results/<name>; policy, summary and metrics go to
+    results/."""
+    out = RUNS / name
+    return {
+        "command": [PY, script, *args, "--out-dir", str(out)],
+        "copies": {
+            out / "policy.safetensors": f"results/policies/{name}.pt",
+            out / "summary.json": f"results/training/{name}.json",
+            out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl",
+        },
+    }
+
+
+def merged(dicts):
+    """One dict of the pieces of several seeds or settings."""
+    return {name: piece for d in dicts for name, piece in d.items()}
+
+
+def table(name, args):
+    """An evaluation piece: eval.py's summary JSON (per-question outcomes, no transcripts)."""
+    return {
+        "command": [PY, "eval.py", *args, "--no-details", "--out", f"results/tables/{name}.json"],
+        "outputs": [f"results/tables/{name}.json"],
+    }
+
+
+def run_prefix(task, seed, team=""):
+    return f"{task}-team-{team}-seed{seed}" if team else f"{task}-seed{seed}"
+
+
+def table_policy(task, algo, seed, team=""):
+    return f"results/policies/{run_prefix(task, seed, team)}-{algo}.pt"
+
+
+def policy_pieces(task, seed, algos, team=""):
+    """The seed's SFT policy, then each RL algorithm of `algos` from it (pi_ref = the SFT
+    policy), for the default team or a TEAMS one."""
+    base = [*TABLE_TASKS[task], *TABLE_GAME, "--seed", str(seed), *team_flags(team)]
+    prefix = run_prefix(task, seed, team)
+    sft = table_policy(task, "sft", seed, team)
+    return {
+        f"train-{prefix}-sft": {
+            **trained(f"{prefix}-sft", "sft.py", base),
+            "needs": team_adapters(team),
+        },
+        **{
+            f"train-{prefix}-{algo}": {
+                **trained(
+                    f"{prefix}-{algo}", "train_rl.py", [*base, *RL_FLAGS[algo], "--init", sft]
+                ),
+                "needs": [sft, *team_adapters(team)],
+            }
+            for algo in algos
+        },
+    }
+
+
+def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
+    """One eval.py piece per protocol on 300 test questions of `task` (seed `seed`);
+    {trained_on-algo} in a protocol is the seed's policy of that algorithm trained on that task
+    (by the same team), which the piece needs."""
+    pieces = {}
+    for short, protocol in protocols.items():
+        needs = team_adapters(team)
+        if "{" in protocol:
+            key = protocol[protocol.index("{") + 1 : -1]
+            needs = [table_policy(*key.split("-", 1), seed, team), *needs]
+            protocol = protocol.replace("{" + key + "}", needs[0])
+        test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]
+        pieces[f"table-{name}-{short}"] = {
+            **table(name + "-" + short, [*TABLE_TASKS[task], *game, *team_flags(team), *test]),
+            "needs": needs,
+        }
+    return pieces

@@ -1,0 +1,214 @@
+"""The pieces of the trained teams (experiments/teams.py): each team's table seed by seed, the
+MLPO leader over a competent team, the revision turn measured and trained, and the leader as an
+aggregator; experiments/pieces.py holds them with every other piece."""
+
+from experiments.llm_pieces import LORA_LR, MAGRPO_LORA, PY, RUNS, llm_run
+from experiments.piece_kit import (
+    TABLE_GAME,
+    TABLE_SEEDS,
+    TABLE_TASKS,
+    merged,
+    policy_pieces,
+    table,
+    table_pieces,
+    table_policy,
+)
+from experiments.teams import (
+    COMPETENT_RL_ALGOS,
+    TEAM_GAME,
+    TEAMS,
+    team_adapters,
+    team_flags,
+    team_members,
+    team_rl_algos,
+)
+
+
+def team_protocols(team):
+    """A team's table protocols: the vote, each learned policy, self-consistency and debate."""
+    return {
+        "persist": "mpdf-persist",
+        **{algo: f"mpdf={{arith-{algo}}}" for algo in ("sft", *team_rl_algos(team))},
+        "sc": "sc",
+        "debate": "debate",
+    }
+
+
+def team_pieces(team, seed):
+    """Issue 35's table for one team and seed: its SFT, SoftRankPO and GRPO policies, every fixed
+    protocol of the same team and one greedy answer of each distinct member (a team of 3 copies of
+    it: vanilla is agent 0's answer), on table a's 300 arith test questions."""
+    name = f"arith300-team-{team}-seed{seed}"
+    members = team_members(team)
+    vanilla = {
+        f"table-{name}-vanilla-m{j}": {
+            **table(
+                f"{name}-vanilla-m{j}",
+                [*TABLE_TASKS["arith"], *TABLE_GAME, "--models", ",".join([member] * 3)]
+                + ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", "vanilla"],
+            ),
+            "needs": team_adapters(team),
+        }
+        for j, member in enumerate(members)
+    }
+    # what each learned policy's REFINEs and CONCEDEs gain over PERSIST in its test games
+    values = {
+        f"refine-value-{name}-{algo}": {
+            "command": [PY, "-m", "experiments.refine_value", *TABLE_TASKS["arith"], *TABLE_GAME]
+            + [*team_flags(team), "--n", "300", "--seed", str(seed)]
+            + ["--policy", table_policy("arith", algo, seed, team)]
+            + ["--out", f"results/refine/{name}-{algo}.json"],
+            "outputs": [f"results/refine/{name}-{algo}.json"],
+            "needs": [table_policy("arith", algo, seed, team), *team_adapters(team)],
+        }
+        for algo in ("sft", *team_rl_algos(team))
+    }
+    return {
+        **policy_pieces("arith", seed, team_rl_algos(team), team),
+        **vanilla,
+        **table_pieces(name, "arith", seed, team_protocols(team), team=team),
+        **values,
+    }
+
+
+# the MLPO leader over a competent team as its frozen peers (train_mlpo.py --peers):
+# MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one
+LEADER_FLAGS = (
+    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
+    "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
+    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
+    "--init-adapter results/agents/worked-L1-r8-seed0.pt"
+).split()
+
+
+def leader_pieces(team, seed):
+    """A competent team's MLPO leader of one seed (its adapter committed), then its answer over
+    the team's round-0 solutions on the seed's 300 test questions (the table's `leader` row)."""
+    run = f"mlpo-team-{team}-seed{seed}"
+    adapter = f"results/agents/{run}.pt"
+    name = f"arith300-team-{team}-seed{seed}-leader"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed)]
+    return {
+        f"llm-{run}": {
+            **llm_run(
+                run,
+                [*LEADER_FLAGS, "--peers", TEAMS[team], *TEAM_GAME.get(team, [])]
+                + ["--seed", str(seed)],
+                True,
+            ),
+            "needs": team_adapters(team),
+        },
+        f"table-{name}": {
+            **table(
+                name,
+                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags(team)]
+                + [*test, "--protocols", f"leader=default+{adapter}"],
+            ),
+            "needs": [adapter, *team_adapters(team)],
+        },
+    }
+
+
+# the leader as an aggregator (docs/design.md §8): the same preset over team varied's whole
+# solutions, its training questions balanced between those the team's vote gets right and those it
+# gets wrong (the easy ones kept for that), from twice the candidates since the vote fails on few
+AGGREGATOR_FLAGS = [
+    *LEADER_FLAGS,
+    *("--whole-solutions", "--filter-easy", "0", "--balance-vote", "--questions", "512"),
+]
+
+
+def aggregator_pieces(seed):
+    """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
+    varied's round-0 whole solutions on the seed's 300 test questions."""
+    run = f"mlpo-aggregator-varied-seed{seed}"
+    adapter = f"results/agents/{run}"
+    name = f"arith300-team-varied-seed{seed}-aggregator"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
+    training = llm_run(run, [*AGGREGATOR_FLAGS, "--peers", TEAMS["varied"], "--seed", str(seed)])
+    training["copies"][RUNS / run / "adapter"] = adapter
+    return {
+        f"llm-{run}": {**training, "needs": team_adapters("varied")},
+        f"table-{name}": {
+            **table(
+                name,
+                [*TABLE_TASKS["arith"], "--agents", "3", "--rounds", "0", *team_flags("varied")]
+                + [*test, "--protocols", f"leader=default+{adapter}"],
+            ),
+            "needs": [adapter, *team_adapters("varied")],
+        },
+    }
+
+
+# what REFINE reads: peers' final answers (the game's default) or every solution whole
+REFINE_VIEWS = {"answers": [], "whole": ["--whole-solutions"]}
+
+
+def revision_pieces(seed, trained=""):
+    """The revision skill of team varied's agents at the first decision of the seed's 300 test
+    games, REFINE under each view against PERSIST and the CONCEDE of the seed's plain-ranks policy
+    (experiments/revision_skill.py); with `trained`, of the agents that run trained instead (its
+    agent<i> adapter folders)."""
+    # a trained run's files are named by its setting: magrpo-revision-<setting>-seed<k>
+    setting = trained.removeprefix("magrpo-revision-").removesuffix(f"-seed{seed}")
+    name = f"arith300-{'trained-' + setting if trained else 'team-varied'}-seed{seed}"
+    policy = table_policy("arith", "ranks", seed, "varied")
+    if trained:
+        adapters = [f"results/agents/{trained}/agent{i}" for i in range(3)]
+        models = ["--models", ",".join(f"default+{a}" for a in adapters)]
+    else:
+        adapters, models = team_adapters("varied"), team_flags("varied")
+    return {
+        f"revision-{name}-{view}": {
+            "command": [PY, "-m", "experiments.revision_skill", *TABLE_TASKS["arith"], *TABLE_GAME]
+            + [*models, "--n", "300", "--seed", str(seed), "--policy", policy, *flags]
+            + ["--out", f"results/revision/{name}-{view}.json"],
+            "outputs": [f"results/revision/{name}-{view}.json"],
+            "needs": [policy, *adapters],
+        }
+        for view, flags in REFINE_VIEWS.items()
+    }
+
+
+# the revision turn trained on-policy (docs/design.md §8): MAGRPO on debate from team varied's three
+# adapters, one adapter per agent, each rewarded for its own revision (--reward revision), REFINE
+# reading whole solutions; MAGRPO's LoRA preset and learning rate
+REVISION_FLAGS = [
+    *MAGRPO_LORA,
+    *("--protocol", "debate", "--rounds", "1", "--separate-agents", "--reward", "revision"),
+    *("--whole-solutions", "--lora-rank", "8", "--lr", LORA_LR),
+    *("--init-adapter", ",".join(team_adapters("varied"))),
+]
+
+
+def revision_training_pieces(seed, lr=LORA_LR):
+    """MAGRPO with the revision reward from team varied (its three adapter folders committed),
+    then the trained team's revision skill under both views; at another learning rate than the
+    preset's, a run named by it."""
+    variant = "" if lr == LORA_LR else f"-lr{lr}"
+    run = f"magrpo-revision-varied{variant}-seed{seed}"
+    flags = [*REVISION_FLAGS, *(["--lr", lr] if variant else []), "--seed", str(seed)]
+    training = llm_run(run, flags, agents=3)
+    return {
+        f"llm-{run}": {**training, "needs": team_adapters("varied")},
+        **revision_pieces(seed, trained=run),
+    }
+
+
+TEAM_PIECES = {
+    # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
+    **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
+    **merged(
+        leader_pieces(team, seed)
+        for seed in TABLE_SEEDS
+        for team in TEAMS
+        if team_rl_algos(team) == COMPETENT_RL_ALGOS
+    ),
+    # the revision turn measured directly, before any training of it
+    **merged(revision_pieces(seed) for seed in TABLE_SEEDS),
+    # the revision turn trained, seed by seed
+    **merged(revision_training_pieces(seed) for seed in TABLE_SEEDS),
+    # seed 0's held-out vote fell at the preset's rate: the same at a fifth of it
+    **merged(revision_training_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
+    **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
+}
