@@ -1073,3 +1073,19 @@ def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_pa
     assert "team `varied` (`--models default+x.pt`)" in second
     assert "| `mpdf=b.pt` | 0.875 ± 0.050 | 100 | 1.00/0.00/0.00 |  |" in second
     assert second.endswith("32 `arith` test questions (seed 0), 3 agents, 3 rounds.")
+
+
+def test_every_reviewed_mutant_has_a_known_module_and_a_reason_in_words():
+    """experiments/equivalent_mutants.json: a module mutation.py runs, mutant names of that
+    module, and each reason a sentence or the name of one under "reasons" (a misspelt name
+    would otherwise stand in the JSON as the reason)."""
+    from experiments import mutation
+
+    review = json.loads(mutation.REVIEW.read_text())
+    assert set(review["mutants"]) <= set(mutation.MODULES)
+    for module, mutants in review["mutants"].items():
+        # mutmut names a mutant by its file's dotted path
+        dotted = mutation.MODULES[module][0].removesuffix(".py").replace("/", ".")
+        assert all(name.startswith(f"{dotted}.x") for name in mutants), module
+        for why in mutation.equivalent_mutants(module).values():
+            assert " " in why and why not in review["reasons"], why
