@@ -6,7 +6,8 @@
                                             # results/README.md with its table
 
 README.md holds the headline (`headline`); results/README.md every table and study (tables.py,
-studies.py), and the headline's other studies in a sentence each (`headline-studies`).
+studies.py, team_tables.py, revision_tables.py, speed_tables.py, dtype_tables.py), and the
+headline's other studies in a sentence each (`headline-studies`).
 
 A table whose files are not all in results/ yet says which pieces are missing (experiments/run.py
 makes them).
@@ -19,16 +20,9 @@ from pathlib import Path
 
 from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
-from experiments.studies import (
-    after_table,
-    bench_table,
-    cache_table,
-    llm_curves,
-    lora_table,
-    profile_table,
-    study_table,
-    temperature_table,
-)
+from experiments.revision_tables import revision_skill_table
+from experiments.speed_tables import bench_table, cache_table, profile_table
+from experiments.studies import after_table, llm_curves, lora_table, study_table, temperature_table
 from experiments.tables import (
     auroc_table,
     by_seed,
@@ -51,7 +45,6 @@ from experiments.team_tables import (
     debate_training_sentence,
     refine_table,
     refine_value_table,
-    revision_skill_table,
     target_table,
     team_fixed_protocols,
     team_sentence,

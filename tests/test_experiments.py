@@ -10,7 +10,15 @@ import pytest
 import torch
 
 import common
-from experiments import dtype_tables, piece_kit, studies, tables, team_tables, teams
+from experiments import (
+    dtype_tables,
+    piece_kit,
+    revision_tables,
+    studies,
+    tables,
+    team_tables,
+    teams,
+)
 from experiments import run as runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -908,7 +916,7 @@ def test_revision_skill_table_pools_the_seeds_per_view_class_and_agent(tmp_path,
     answers = [row("t/1:0", "all right", True, True, True, 50)]
     for name, rows in (("seed0-whole", whole), ("seed1-whole", whole), ("seed0-answers", answers)):
         (tmp_path / "revision" / f"x-{name}.json").write_text(json.dumps({"rows": rows}))
-    text = team_tables.revision_skill_table("x")
+    text = revision_tables.revision_skill_table("x")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
     rows = {(c[0], c[1]): c[2:] for c in cells if len(c) == 9}
     assert rows[("whole solutions (seeds 0,1)", "all states")][:4] == [
@@ -932,7 +940,7 @@ def test_revision_skill_table_pools_the_seeds_per_view_class_and_agent(tmp_path,
     assert "`results/revision/x-seed1-answers.json`" in text
     assert "`results/revision/x-seed2-whole.json`" in text
     assert "x-seed0-whole.json`" not in text
-    assert "not computed yet" in team_tables.revision_skill_table("y")
+    assert "not computed yet" in revision_tables.revision_skill_table("y")
 
 
 def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkeypatch):

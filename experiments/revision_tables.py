@@ -1,0 +1,73 @@
+"""The revision skill's table: how often a REFINE ends right from each state class, against
+PERSIST and CONCEDE, before and after the revision turn is trained (results/revision/,
+experiments/revision_skill.py)."""
+
+from experiments.revision_skill import STATE_CLASSES
+from experiments.tables import load, missing
+from stats import format_paired, paired_difference
+
+
+def revision_skill_table(prefix, seeds=(0, 1, 2)):
+    """The revision skill of a team's agents (results/revision/, experiments/revision_skill.py):
+    per view of the REFINE prompt and state class at the first decision, pooled over the seeds
+    computed, the share of states where REFINE, PERSIST and the policy's CONCEDE end right, REFINE
+    minus each (paired over the same states, 95% interval, states that differ) and the REFINE
+    call's tokens. `prefix`: the files' name before the seed (arith300-team-varied, or the trained
+    team's arith300-trained-varied)."""
+    lines = [
+        "| REFINE reads | state class | states | REFINE right | PERSIST right | CONCEDE right | "
+        "REFINE − PERSIST | REFINE − CONCEDE | REFINE tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    absent, agents = [], []
+    for view, label in (("answers", "peers' answers"), ("whole", "whole solutions")):
+        rows, done = [], []
+        for seed in seeds:
+            path = f"revision/{prefix}-seed{seed}-{view}.json"
+            result = load(path)
+            if result is None:
+                absent.append(path)
+                continue
+            done.append(str(seed))
+            rows += [r | {"id": f"{seed}:{r['id']}"} for r in result["rows"]]
+        if rows:
+            agents.append(f"{label} (seeds {','.join(done)}): {by_agent(rows)}")
+        for name in (*STATE_CLASSES, "all states"):
+            mine = [r for r in rows if name in (r["class"], "all states")]
+            if not mine:
+                continue
+
+            def of(outcome):
+                return {
+                    "question_ids": [r["id"] for r in mine],
+                    "correct": [r[outcome] for r in mine],
+                }
+
+            rate = {
+                o: sum(r[o] for r in mine) / len(mine) for o in ("refine", "persist", "concede")
+            }
+            tokens = sum(r["refine_tokens"] for r in mine) / len(mine)
+            lines.append(
+                f"| {label} (seeds {','.join(done)}) | {name} | {len(mine)} | "
+                f"{rate['refine']:.3f} | {rate['persist']:.3f} | {rate['concede']:.3f} | "
+                f"{format_paired(paired_difference(of('refine'), of('persist')))} | "
+                f"{format_paired(paired_difference(of('refine'), of('concede')))} | {tokens:.0f} |"
+            )
+    if len(lines) == 2:
+        return missing(f"revision/{prefix}-seed<k>-<view>.json")
+    text = "\n".join(lines) + "\n\nEach agent's own answer right → its REFINE right, over all its "
+    text += "states:\n" + "\n".join(f"- {line}" for line in agents)
+    return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def by_agent(rows):
+    """Per agent (a row's id ends with :<agent>), the share of its states where its own answer
+    (PERSIST) and its REFINE end right, as "agent i p → r"."""
+    of = {}
+    for r in rows:
+        of.setdefault(int(r["id"].rsplit(":", 1)[1]), []).append(r)
+    return ", ".join(
+        f"agent {agent} {sum(r['persist'] for r in mine) / len(mine):.3f} → "
+        f"{sum(r['refine'] for r in mine) / len(mine):.3f}"
+        for agent, mine in sorted(of.items())
+    )
