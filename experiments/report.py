@@ -284,9 +284,11 @@ TABLES = {
     "action-values": lambda: action_value_table(TEAMS),
     "refine-value": lambda: refine_value_table(TEAMS),
     "revision-varied": lambda: revision_skill_table("arith300-team-varied"),
-    "revision-varied-trained": lambda: revision_skill_table("arith300-trained-varied"),
+    "revision-varied-trained": lambda: revision_skill_table(
+        "arith300-trained-varied", before="arith300-team-varied"
+    ),
     "revision-varied-trained-lr1e-4": lambda: revision_skill_table(
-        "arith300-trained-varied-lr1e-4"
+        "arith300-trained-varied-lr1e-4", before="arith300-team-varied"
     ),
     "llm-magrpo-revision": lambda: llm_curves("magrpo-revision-varied", "MAGRPO revision run"),
     **{

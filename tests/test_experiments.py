@@ -1097,3 +1097,38 @@ def test_every_reviewed_mutant_has_a_known_module_and_a_reason_in_words():
         assert all(name.startswith(f"{dotted}.x") for name in mutants), module
         for why in mutation.equivalent_mutants(module).values():
             assert " " in why and why not in review["reasons"], why
+
+
+def test_revision_change_pairs_before_and_after_by_question_over_the_seeds_with_both(
+    tmp_path, monkeypatch
+):
+    """After minus before per outcome, a question's agents averaged (the interval resamples
+    questions), over the seeds where both files are; a seed with one file is left out."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "revision").mkdir()
+
+    def rows(refine, persist):
+        # question q's agents 0 and 1; CONCEDE always right
+        ids = [f"t/{q}:{a}" for q in (1, 2) for a in (0, 1)]
+        return [
+            {"id": i, "refine": r, "persist": p, "concede": True}
+            for i, r, p in zip(ids, refine, persist)
+        ]
+
+    files = {
+        "b-seed0-whole": rows([False, False, True, True], [True, False, True, False]),
+        "a-seed0-whole": rows([True, True, True, False], [True, True, True, False]),
+        "b-seed1-whole": rows([False] * 4, [False] * 4),
+        "a-seed1-whole": rows([True, False, False, False], [False] * 4),
+        "b-seed2-whole": rows([True] * 4, [True] * 4),
+    }
+    for name, content in files.items():
+        (tmp_path / "revision" / f"{name}.json").write_text(json.dumps({"rows": content}))
+    text = revision_tables.revision_change("b", "a")
+    assert "paired over the same 4 questions (seeds 0,1;" in text
+    # REFINE per question: seed 0 (+1, -0.5), seed 1 (+0.5, 0): mean +0.25, 3 questions move
+    assert "REFINE +0.250 [" in text and "] (3)" in text.split("PERSIST")[0]
+    # PERSIST: seed 0 (+0.5, 0), seed 1 (0, 0): one question moves
+    assert "PERSIST +0.125 [+0.000, +0.375] (1)" in text
+    assert "CONCEDE +0.000 [+0.000, +0.000] (0)" in text
+    assert "not computed yet" in revision_tables.revision_change("b", "nothing")
