@@ -26,46 +26,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_rejection_sampling_sft_on_the_default_backbone(tmp_path, default_model_dir):
-    """--solutions sampled keeps right, finished solutions, trains on them and writes a directory
-    --model accepts."""
+def test_rejection_sampling_sft_on_the_default_backbone(tmp_path):
+    """--solutions sampled keeps right, finished solutions, trains an adapter on them (its B
+    matrices, zero at the start, move) and writes it where a team loads it."""
     args = [
         str(ROOT / "train_solver.py"),
-        "--solutions",
-        "sampled",
-        "--lora-rank",
-        "0",
-        "--questions",
-        "6",
-        "--val-n",
-        "4",
-        "--samples",
-        "4",
-        "--max-new-tokens",
-        "96",
-        "--batch-size",
-        "1",
-        "--micro-batch",
-        "1",
-        "--epochs",
-        "1",
-        "--cache-dir",
-        str(tmp_path / "cache"),
+        *("--solutions", "sampled", "--questions", "6", "--val-n", "4", "--samples", "4"),
+        *("--max-new-tokens", "96", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1"),
+        *("--cache-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "llm")),
     ]
-    run(args + ["--out-dir", str(tmp_path / "llm")], tmp_path)
+    proc = run(args, tmp_path)
+    assert "kept 4 right solutions of 24 samples" in proc.stderr + proc.stdout
     losses = [r["loss"] for r in metrics(tmp_path / "llm")]
-    assert losses and all(0 < x < 10 for x in losses)
-    tuned, _ = backbone.load_model(str(tmp_path / "llm" / "model"))
-    original, _ = backbone.load_model(default_model_dir)
-    changed = [
-        name
-        for name, p in tuned.named_parameters()
-        if not torch.equal(p, dict(original.named_parameters())[name])
-    ]
-    assert changed  # one optimizer step at lr 1e-5 moves the weights
-    engine = Engine(model_path=str(tmp_path / "llm" / "model"))
-    completion = engine.generate([engine.chat("What is 2 + 3?")], [0], max_new_tokens=8)[0]
-    assert completion.completion_tokens > 0
+    assert len(losses) == 2 and all(0 < x < 10 for x in losses)
+    state = read_adapter(tmp_path / "llm" / "adapter")
+    moved = [n for n, t in state["tensors"].items() if n.endswith(".B") and t.abs().sum() > 0]
+    assert state["rank"] == 4 and moved
 
 
 def test_batches_of_one_sequence_under_torchrun_are_the_weights_of_one_process(
