@@ -51,9 +51,9 @@ def test_batches_of_one_sequence_under_torchrun_are_the_weights_of_one_process(
     step: it neither hangs nor drifts (the whole model, as --lora-rank 0 trains it, is the one a
     single process writes)."""
     args = [
-        *sft_args(tmp_path, tiny_model_dir, "--lora-rank", "0"),
-        *("--questions", "3", "--batch-size", "1", "--micro-batch", "1", "--epochs", "1"),
-        *("--lr", "1e-4"),
+        *(str(ROOT / "train_solver.py"), "--model", tiny_model_dir, "--lora-rank", "0"),
+        *("--questions", "3", "--val-n", "2", "--batch-size", "1", "--micro-batch", "1"),
+        *("--epochs", "1", "--lr", "1e-4", "--save-every", "1"),
     ]
     run(args + ["--out-dir", str(tmp_path / "one")], tmp_path)
     run(args + ["--out-dir", str(tmp_path / "two")], tmp_path, torchrun=True)
