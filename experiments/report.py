@@ -46,6 +46,7 @@ from experiments.team_tables import (
     refine_table,
     refine_value_table,
     target_table,
+    team_change,
     team_fixed_protocols,
     team_sentence,
 )
@@ -296,6 +297,7 @@ TABLES = {
         for team in TEAMS
         if team not in ("revisers", "mixed")
     },
+    "team-revised-vs-varied": lambda: team_change("varied", "revised"),
     **{
         f"target-{team}": lambda team=team: target_table(team)
         for team in ("worked", "varied", "revised")

@@ -343,6 +343,44 @@ def competent_team_table(team, seeds=(0, 1, 2)):
     return text + ("\n\n" + missing(*absent) if absent else "")
 
 
+def team_change(before, after, seeds=(0, 1, 2)):
+    """What training the agents did to a team's protocols: each protocol both teams played, team
+    `after` against team `before` on the same questions (paired, pooled over the seeds both have),
+    and the oracle (any member right in round 0) of each."""
+    fixed, learned = team_fixed_protocols(after), ["sft", *team_rl_algos(after), "leader"]
+    lines = [
+        f"| protocol | seeds | team {before} | team {after} | {after} − {before} [95% CI] "
+        "(disagree) |",
+        "|---|---|---|---|---|",
+    ]
+    oracle = {}
+    for part in (*fixed, *learned):
+        mine = by_seed(f"arith300-team-{after}", part, seeds)
+        theirs = by_seed(f"arith300-team-{before}", part, seeds)
+        shared = [seed for seed in mine if seed in theirs]
+        if not shared:
+            continue
+        if part == "persist":
+            oracle = {
+                team: mean([runs[seed]["any_agent_right_round0"] for seed in shared])
+                for team, runs in ((before, theirs), (after, mine))
+            }
+        lines.append(
+            f"| {fixed_name(part) if part in fixed else part} | {len(shared)} | "
+            f"{mean([theirs[seed]['accuracy'] for seed in shared]):.3f} | "
+            f"{mean([mine[seed]['accuracy'] for seed in shared]):.3f} | "
+            f"{paired_over_seeds({k: mine[k] for k in shared}, theirs)} |"
+        )
+    if len(lines) == 2:
+        return missing(f"tables/arith300-team-{after}-seed<k>-<protocol>.json")
+    if oracle:
+        lines.append(
+            f"| oracle: any member right in round 0 | | {oracle[before]:.3f} | "
+            f"{oracle[after]:.3f} | |"
+        )
+    return "\n".join(lines)
+
+
 # what the target table compares with the team's vote besides the policies: table part -> label
 AGAINST_THE_VOTE = {
     "leader": "the MLPO leader",

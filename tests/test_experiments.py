@@ -1002,6 +1002,43 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
     )
 
 
+def test_team_change_pairs_each_protocol_of_two_teams_on_the_same_questions(tmp_path, monkeypatch):
+    """Each protocol both teams played, after minus before on the same questions pooled over the
+    seeds both have (a seed only one team played is left out); the oracle of each team."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "tables").mkdir()
+    ids = list(range(10))
+
+    def write(team, seed, part, right, oracle=None):
+        summary = {"accuracy": sum(right) / 10, "question_ids": ids, "correct": right}
+        if oracle is not None:
+            summary["any_agent_right_round0"] = oracle
+        path = tmp_path / "tables" / f"arith300-team-{team}-seed{seed}-{part}.json"
+        path.write_text(json.dumps({part: summary}))
+
+    for seed in (0, 1):
+        write("varied", seed, "persist", [q < 5 for q in ids], oracle=0.6)
+        write("revised", seed, "persist", [q < 7 for q in ids], oracle=0.8 + 0.1 * seed)
+        write("varied", seed, "ranks", [q < 8 for q in ids])
+        # seed 0: two questions lost, one gained; seed 1: the same as before
+        write("revised", seed, "ranks", [q < 6 or (q == 9 and not seed) for q in ids])
+    write("varied", 2, "persist", [False] * 10, oracle=0.0)  # only one team: left out
+    text = team_tables.team_change("varied", "revised", seeds=(0, 1, 2))
+    rows = {
+        row[0]: row
+        for row in ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
+        if len(row) == 5
+    }
+    assert rows["the team's vote"][1:4] == ["2", "0.500", "0.700"]
+    assert rows["the team's vote"][4].startswith("+0.200 [") and "(4)" in rows["the team's vote"][4]
+    # ranks: (-2 + 1) / 10 at seed 0, -2 / 10 at seed 1, pooled over 20 questions: -0.150
+    assert rows["ranks"][1:4] == ["2", "0.800", "0.650"]
+    assert rows["ranks"][4].startswith("-0.150 [") and "(5)" in rows["ranks"][4]
+    assert "sft" not in rows
+    assert rows["oracle: any member right in round 0"][2:4] == ["0.600", "0.850"]
+    assert "not computed yet" in team_tables.team_change("worked", "revised")
+
+
 def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monkeypatch):
     """revisers has one distinct member, mixed three: each table's missing files say so (a report
     lambda that read the loop's last team would ask revisers for three)."""
