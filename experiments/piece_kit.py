@@ -7,6 +7,25 @@ from experiments.teams import team_adapters, team_flags
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
+
+def flags_once(command):
+    """The command with each --flag once: a preset's flags followed by a piece's changes read as
+    one command, a later value taking the earlier one's place (argparse would take the last)."""
+    parts, where = [], {}
+    i = 0
+    while i < len(command):
+        token = str(command[i])
+        valued = i + 1 < len(command) and not str(command[i + 1]).startswith("--")
+        part = command[i : i + 2] if token.startswith("--") and valued else command[i : i + 1]
+        if token.startswith("--") and token in where:
+            parts[where[token]] = part
+        else:
+            where[token] = len(parts)
+            parts.append(part)
+        i += len(part)
+    return [t for part in parts for t in part]
+
+
 # issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
 # rounds; each seed trains its own policies on the task's training split and is scored on 300 test
 # questions of that seed

@@ -16,6 +16,7 @@ from experiments.piece_kit import (
     TABLE_RL_ALGOS,
     TABLE_SEEDS,
     TABLE_TASKS,
+    flags_once,
     merged,
     policy_pieces,
     table,
@@ -328,3 +329,4 @@ for _piece in PIECES.values():
     if _piece["command"][1] in ("eval.py", "sft.py", "train_rl.py"):
         if "--dtype" not in _piece["command"]:
             _piece["command"] += ["--dtype", "float32"]
+    _piece["command"] = flags_once(_piece["command"])

@@ -72,9 +72,10 @@ def team_pieces(team, seed):
 
 
 # the MLPO leader over a competent team as its frozen peers (train_mlpo.py --peers):
-# MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one
+# MLPO's preset, the leader a rank-8 adapter continued from the worked-solution one (each
+# piece names its number of candidate questions)
 LEADER_FLAGS = (
-    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --questions 256 --group 8 "
+    "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --group 8 "
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
     "--init-adapter results/agents/worked-L1-r8-seed0.pt"
@@ -92,8 +93,8 @@ def leader_pieces(team, seed):
         f"llm-{run}": {
             **llm_run(
                 run,
-                [*LEADER_FLAGS, "--peers", TEAMS[team], *TEAM_GAME.get(team, [])]
-                + ["--seed", str(seed)],
+                [*LEADER_FLAGS, "--questions", "256", "--peers", TEAMS[team]]
+                + [*TEAM_GAME.get(team, []), "--seed", str(seed)],
                 True,
             ),
             "needs": team_adapters(team),

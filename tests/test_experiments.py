@@ -1002,6 +1002,17 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
     )
 
 
+def test_every_piece_names_each_flag_once_with_the_value_it_runs_with():
+    """A preset followed by a piece's changes becomes one command: the later value in the earlier
+    one's place, a flag without a value kept, positional arguments kept in order."""
+    command = ["py", "x.py", "--lr", "1e-5", "--quiet", "--n", "3", "--lr", "5e-4", "--quiet"]
+    assert piece_kit.flags_once(command) == ["py", "x.py", "--lr", "5e-4", "--quiet", "--n", "3"]
+    assert piece_kit.flags_once(["py", "--lam", "-0.1", "--lam", "0"]) == ["py", "--lam", "0"]
+    for name, piece in runner.PIECES.items():
+        flags = [str(t) for t in piece["command"] if str(t).startswith("--")]
+        assert len(flags) == len(set(flags)), name
+
+
 def test_team_change_pairs_each_protocol_of_two_teams_on_the_same_questions(tmp_path, monkeypatch):
     """Each protocol both teams played, after minus before on the same questions pooled over the
     seeds both have (a seed only one team played is left out); the oracle of each team."""
