@@ -369,7 +369,7 @@ def team_change(before, after, seeds=(0, 1, 2)):
             f"| {fixed_name(part) if part in fixed else part} | {len(shared)} | "
             f"{mean([theirs[seed]['accuracy'] for seed in shared]):.3f} | "
             f"{mean([mine[seed]['accuracy'] for seed in shared]):.3f} | "
-            f"{paired_over_seeds({k: mine[k] for k in shared}, theirs)} |"
+            f"{paired_over_seeds(mine, theirs)} |"
         )
     if len(lines) == 2:
         return missing(f"tables/arith300-team-{after}-seed<k>-<protocol>.json")
