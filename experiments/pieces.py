@@ -9,7 +9,7 @@ of git).
 
 from experiments.bench_pieces import BENCH_PIECES
 from experiments.llm_pieces import LLM_PIECES, PY
-from experiments.mutation import MODULES as MUTATION_MODULES
+from experiments.mutation_modules import MODULES as MUTATION_MODULES
 from experiments.piece_kit import (
     MAWPS,
     TABLE_GAME,

@@ -1,0 +1,206 @@
+"""What experiments/mutation.py mutates: each module's file, the tests that cover it and the
+tests left out, and the functions of a stage script its in-process tests reach."""
+
+# module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
+# load a model or run the scripts as subprocesses (minutes per mutant on two cores)
+MODULES = {
+    # the optimizer math and the LLM's learning step (policy_step over the library's micro-batches)
+    "softrank": (
+        "softrank.py",
+        [
+            "tests/test_softrank.py",
+            "tests/test_llm_losses.py",
+            "tests/test_llm_training.py",
+            "tests/test_llm_training_plumbing.py",
+        ],
+        [],
+    ),
+    # the statistics of every reported number (eval.py's and the reports')
+    "stats": (
+        "stats.py",
+        ["tests/test_eval_stats.py", "tests/test_experiments.py"],
+        # eval.py's run in a subprocess imports the mutated module outside mutmut's runner
+        ["runner_pieces", "every_piece", "eval_reference_in_table"],
+    ),
+    # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
+    # load and a training run for each mutant its tests reach
+    "deliberate": (
+        "deliberate.py",
+        [
+            "tests/test_meaning.py",
+            "tests/test_game.py",
+            "tests/test_protocols.py",
+            "tests/test_corpus.py",
+            "tests/test_safe_loading.py",
+            # the game's flags as the scripts check them, and the corpus's settings
+            "tests/test_bad_input.py",
+            "tests/test_common.py",
+        ],
+        # and the scripts run as subprocesses (the original module, minutes per mutant)
+        [
+            "tiny_model",
+            "a_script_refuses",
+            "corpus_is_reused",
+            "without_validation",
+            "refusal_is_one_line",
+        ],
+    ),
+    "answers": (
+        "data/answers.py",
+        ["tests/test_data.py", "tests/test_meaning.py", "tests/test_answers.py"],
+        [],
+    ),
+    # the plumbing: what tests/test_common.py pins in process (the scripts' subprocess runs, resume
+    # after SIGKILL and torchrun, left out as above)
+    "common": (
+        "common.py",
+        [
+            "tests/test_common.py",
+            "tests/test_safe_loading.py",
+            "tests/test_cli.py",
+            "tests/test_bad_input.py",
+        ],
+        [
+            "a_script_refuses",
+            "every_flag_has",
+            "corpus_is_reused",
+            "without_validation",
+            "refusal_is_one_line",
+        ],
+    ),
+    # the teams of adapters: make_engine over the tiny model (the scripts' runs left out)
+    "llm.team": (
+        "llm/team.py",
+        [
+            "tests/test_common.py",
+            "tests/test_protocols.py",
+            "tests/test_lora.py",
+            "tests/test_peft.py",
+        ],
+        [
+            "eval_models_refuses",
+            "sft_and_train_rl_train",
+            "every_committed_adapter",
+            "peft_loads_a_trained",
+        ],
+    ),
+    "llm.training": (
+        "llm/training.py",
+        [
+            "tests/test_llm_training.py",
+            "tests/test_llm_training_plumbing.py",
+            "tests/test_llm_losses.py",
+            "tests/test_train_mlpo.py",
+        ],
+        ["runs_"],
+    ),
+    # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
+    "train_solver": (
+        "train_solver.py",
+        ["tests/test_train_solver.py"],
+        ["default_backbone", "sigkill", "lowers_the_loss"],
+    ),
+    "train_mlpo": ("train_mlpo.py", ["tests/test_train_mlpo.py"], ["runs_"]),
+    # MAGRPO's rollouts and rewards against a scripted sampler (its loop: the subprocess runs)
+    "train_magrpo": ("train_magrpo.py", ["tests/test_magrpo_rollouts.py"], []),
+    # the lab's measurement of the revision skill (its main(): the pieces)
+    "experiments.revision_skill": (
+        "experiments/revision_skill.py",
+        ["tests/test_revision_skill.py"],
+        [],
+    ),
+    # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the
+    # original module, not the mutant: left out, as above
+    "llm.cache": (
+        "llm/cache.py",
+        ["tests/test_cache.py", "tests/test_engine.py"],
+        ["two_writers", "killed", "torchrun", "cache_bench"],
+    ),
+    "llm.sampling": ("llm/sampling.py", ["tests/test_engine.py"], []),
+    "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
+    "llm.logprobs": (
+        "llm/logprobs.py",
+        ["tests/test_logprobs.py", "tests/test_llm_training.py", "tests/test_llm_losses.py"],
+        [],
+    ),
+    # the scripts run as subprocesses (eval.py, sft.py, train_rl.py) left out as above, and the
+    # default backbone's checks of every committed adapter (minutes per mutant)
+    "llm.lora": (
+        "llm/lora.py",
+        ["tests/test_lora.py", "tests/test_peft.py"],
+        [
+            "eval_models_refuses",
+            "sft_and_train_rl_train",
+            "every_committed_adapter",
+            # its adapter comes from a train_solver.py run in a subprocess
+            "peft_loads_a_trained",
+        ],
+    ),
+    # the stages' own pieces of the game (the corpus and its rewards, the oracle labels): run with
+    # --only on the functions the in-process tests call (each script's loop runs as a subprocess)
+    "train_rl": (
+        "train_rl.py",
+        [
+            "tests/test_softrank.py",
+            "tests/test_llm_losses.py",
+            "tests/test_corpus.py",
+            "tests/test_game.py",
+            "tests/test_meaning.py",
+            "tests/test_protocols.py",
+            "tests/test_train.py",
+        ],
+        [
+            "tiny_model",
+            "a_script_refuses",
+            "torchrun_agree",
+            "change_the_policy",
+            "sigkill",
+            "bad_input",
+        ],
+    ),
+    "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
+    "data": (
+        "data/__init__.py",
+        ["tests/test_data.py", "tests/test_common.py"],
+        ["a_script_refuses", "every_flag_has"],
+    ),
+    "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
+    # the static decode step, on CPU without capture (the CUDA graphs themselves: experiments/
+    # cuda_scale.py on a GPU)
+    "llm.graphs": ("llm/graphs.py", ["tests/test_graphs.py"], []),
+    # the adapters' cache keys are pinned in tests/test_lora.py
+    "llm.engine": (
+        "llm/engine.py",
+        ["tests/test_engine.py", "tests/test_lora.py"],
+        ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
+    ),
+    # the checks in fresh processes run the original module, as above; run it with MPDF_CACHE set
+    # to a scratch copy of the converted backbone, so that no mutant writes the real one
+    "llm.backbone": (
+        "llm/backbone.py",
+        ["tests/test_backbone.py"],
+        ["in_a_fresh_process", "is_the_gguf_model"],
+    ),
+}
+# the functions of a stage script that the in-process tests call: a module's run mutates only these
+# unless --only names others (a script's loop and checks run as a subprocess, on the original code)
+STAGE_FUNCTIONS = {
+    "train_rl": (
+        "scored_states",
+        "best_action_kinds",
+        "corpus_statistics",
+        "transform_rewards",
+        "action_advantages",
+        "full_action_set_loss",
+        "rl_loss",
+        "corpus_objective",
+        "policy_logits",
+        "frozen_copy",
+        "validate",
+    ),
+    "sft": ("labelled_states",),
+    "train_solver": ("worked_solutions", "refine_examples"),
+    "train_mlpo": ("peer_solutions", "peer_pool", "balanced", "check"),
+    "train_magrpo": ("revision_reward", "joint_rollouts", "vote_rollouts", "check"),
+    "experiments.revision_skill": ("state_class", "concede_pick", "first_decisions", "skill_table"),
+}
