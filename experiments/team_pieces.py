@@ -119,14 +119,17 @@ AGGREGATOR_FLAGS = [
 ]
 
 
-def aggregator_pieces(seed):
+def aggregator_pieces(seed, lr=LORA_LR):
     """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
-    varied's round-0 whole solutions on the seed's 300 test questions."""
-    run = f"mlpo-aggregator-varied-seed{seed}"
+    varied's round-0 whole solutions on the seed's 300 test questions; at another learning rate
+    than the preset's, a run and a table named by it."""
+    variant = "" if lr == LORA_LR else f"-lr{lr}"
+    run = f"mlpo-aggregator-varied{variant}-seed{seed}"
     adapter = f"results/agents/{run}"
-    name = f"arith300-team-varied-seed{seed}-aggregator"
+    name = f"arith300-team-varied-seed{seed}-aggregator{variant}"
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
-    training = llm_run(run, [*AGGREGATOR_FLAGS, "--peers", TEAMS["varied"], "--seed", str(seed)])
+    flags = [*AGGREGATOR_FLAGS, *(["--lr", lr] if variant else [])]
+    training = llm_run(run, [*flags, "--peers", TEAMS["varied"], "--seed", str(seed)])
     training["copies"][RUNS / run / "adapter"] = adapter
     return {
         f"llm-{run}": {**training, "needs": team_adapters("varied")},
@@ -212,4 +215,6 @@ TEAM_PIECES = {
     # seed 0's held-out vote fell at the preset's rate: the same at a fifth of it
     **merged(revision_training_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
     **merged(aggregator_pieces(seed) for seed in TABLE_SEEDS),
+    # seed 0's aggregator lost its answer line after its first step at the preset's rate
+    **merged(aggregator_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
 }

@@ -385,6 +385,7 @@ def team_change(before, after, seeds=(0, 1, 2)):
 AGAINST_THE_VOTE = {
     "leader": "the MLPO leader",
     "aggregator": "the aggregator leader (whole solutions, questions balanced on the vote)",
+    "aggregator-lr1e-4": "the aggregator leader at learning rate 1e-4",
     "debate": "debate",
 }
 

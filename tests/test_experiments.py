@@ -636,6 +636,29 @@ def test_report_dtype_tables_pair_bf16_with_fp32_by_question(tmp_path, monkeypat
     assert "round-dtypes.json" in bench  # the missing round, named
 
 
+def test_the_aggregator_at_another_rate_changes_its_rate_and_names_only():
+    """The lr-1e-4 aggregator is the preset's run with --lr 1e-4 (named once), its adapter, metrics
+    and table named by the rate."""
+    for seed in (0, 1):
+        preset = runner.PIECES[f"llm-mlpo-aggregator-varied-seed{seed}"]["command"]
+        slower = runner.PIECES[f"llm-mlpo-aggregator-varied-lr1e-4-seed{seed}"]["command"]
+        assert preset[preset.index("--lr") + 1] == "5e-4" and slower.count("--lr") == 1
+        assert slower[slower.index("--lr") + 1] == "1e-4"
+        renamed = [
+            "5e-4" if a == "1e-4" else a.replace("-lr1e-4", "") if isinstance(a, str) else a
+            for a in slower
+        ]
+        assert renamed == preset
+        table = runner.PIECES[f"table-arith300-team-varied-seed{seed}-aggregator-lr1e-4"]
+        assert (
+            f"leader=default+results/agents/mlpo-aggregator-varied-lr1e-4-seed{seed}"
+            in (table["command"])
+        )
+        assert table["outputs"] == [
+            f"results/tables/arith300-team-varied-seed{seed}-aggregator-lr1e-4.json"
+        ]
+
+
 def test_team_pieces_play_the_team_and_need_its_adapters():
     """Issue 35's pieces: every training and evaluation piece of a team passes its --models (and
     the team's game flags) and needs its committed adapters; the policies of a team are its own;
@@ -652,8 +675,8 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
         # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
         competent = {"ranks", "loo", "leader"} if team in ("worked", "varied", "revised") else set()
-        # and team varied an aggregator leader over whole solutions
-        competent |= {"aggregator"} if team == "varied" else set()
+        # and team varied an aggregator leader over whole solutions, at two learning rates
+        competent |= {"aggregator", "aggregator-lr1e-4"} if team == "varied" else set()
         assert names == {
             *(f"vanilla-m{j}" for j in range(len(members))),
             "persist",
