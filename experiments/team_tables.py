@@ -280,6 +280,11 @@ def team_sentence(team):
     )
 
 
+# the aggregator leaders a team's table shows beside its MLPO leader (the preset's rate, whose
+# one seed lost its answer line, stays in the target table's line against the vote)
+TEAM_AGGREGATORS = {"varied": ["aggregator-lr1e-4"]}
+
+
 def competent_team_table(team, seeds=(0, 1, 2)):
     """Issue 54's table of a competent team: each member alone, the team's vote, self-consistency,
     debate, the oracle (any member right in round 0: the ceiling of selection) and every learned
@@ -289,7 +294,7 @@ def competent_team_table(team, seeds=(0, 1, 2)):
     ((accuracy - vote) / (oracle - vote), pooled) and its accuracy on the questions where the
     vote is wrong."""
     fixed = team_fixed_protocols(team)
-    learned = ["sft", *team_rl_algos(team), "leader"]
+    learned = ["sft", *team_rl_algos(team), "leader", *TEAM_AGGREGATORS.get(team, [])]
     name = f"arith300-team-{team}"
     runs = {part: by_seed(name, part, seeds) for part in (*fixed, *learned)}
     absent = [
