@@ -389,7 +389,7 @@ def team_change(before, after, seeds=(0, 1, 2)):
 # what the target table compares with the team's vote besides the policies: table part -> label
 AGAINST_THE_VOTE = {
     "leader": "the MLPO leader",
-    "aggregator": "the aggregator leader (whole solutions, questions balanced on the vote)",
+    "aggregator": "the aggregator leader at learning rate 5e-4",
     "aggregator-lr1e-4": "the aggregator leader at learning rate 1e-4",
     "debate": "debate",
 }

@@ -1026,8 +1026,8 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
     assert "The MLPO leader against the team's vote (2 seeds, paired): +0.025" in text
     assert "Debate against the team's vote (2 seeds, paired): -0.300" in text
     assert (
-        "The aggregator leader (whole solutions, questions balanced on the vote) against the "
-        "team's vote (1 seed, paired): -0.025" in text
+        "The aggregator leader at learning rate 5e-4 against "
+        "the team's vote (1 seed, paired): -0.025" in text
     )
 
 
