@@ -119,17 +119,23 @@ AGGREGATOR_FLAGS = [
 ]
 
 
+def at_rate(lr):
+    """(name suffix, flags) of a run at learning rate `lr`: nothing at the preset's, else the rate
+    in the run's name and its --lr (flags_once puts it in the preset's place)."""
+    return ("", []) if lr == LORA_LR else (f"-lr{lr}", ["--lr", lr])
+
+
 def aggregator_pieces(seed, lr=LORA_LR):
     """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
     varied's round-0 whole solutions on the seed's 300 test questions; at another learning rate
     than the preset's, a run and a table named by it."""
-    variant = "" if lr == LORA_LR else f"-lr{lr}"
+    variant, rate = at_rate(lr)
     run = f"mlpo-aggregator-varied{variant}-seed{seed}"
     adapter = f"results/agents/{run}"
     name = f"arith300-team-varied-seed{seed}-aggregator{variant}"
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
-    flags = [*AGGREGATOR_FLAGS, *(["--lr", lr] if variant else [])]
-    training = llm_run(run, [*flags, "--peers", TEAMS["varied"], "--seed", str(seed)])
+    flags = [*AGGREGATOR_FLAGS, *rate, "--peers", TEAMS["varied"], "--seed", str(seed)]
+    training = llm_run(run, flags)
     training["copies"][RUNS / run / "adapter"] = adapter
     return {
         f"llm-{run}": {**training, "needs": team_adapters("varied")},
@@ -189,9 +195,9 @@ def revision_training_pieces(seed, lr=LORA_LR):
     """MAGRPO with the revision reward from team varied (its three adapter folders committed),
     then the trained team's revision skill under both views; at another learning rate than the
     preset's, a run named by it."""
-    variant = "" if lr == LORA_LR else f"-lr{lr}"
+    variant, rate = at_rate(lr)
     run = f"magrpo-revision-varied{variant}-seed{seed}"
-    flags = [*REVISION_FLAGS, *(["--lr", lr] if variant else []), "--seed", str(seed)]
+    flags = [*REVISION_FLAGS, *rate, "--seed", str(seed)]
     training = llm_run(run, flags, agents=3)
     return {
         f"llm-{run}": {**training, "needs": team_adapters("varied")},
