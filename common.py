@@ -1,10 +1,8 @@
 """What every script shares and no script should re-read (nanochat's common.py is the model): the
 library's plumbing, which knows nothing of the method.
 
-parse_config      - the command line from a script's config dataclass; each field's docstring is its
-                    --help; `only` takes from a shared flag class the flags a script uses
-RunConfig         - the flags of a training run every trainer shares (questions, validation,
-                    checkpoints)
+parse_config      - the command line from a script's flat config dataclass; each field's docstring
+                    is its --help
 usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback; the checks
                     of a flag's value (check_choice, check_at_least, check_positive)
 distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP
@@ -41,7 +39,6 @@ import signal
 import sys
 import textwrap
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -60,32 +57,28 @@ from llm.engine import ContextTooLong
 
 
 # --------------------------------------------------------------------------------------------------
-# The command line: one flag per config field (cleanrl style); its help is the field's docstring,
-# the string literal right under it (what tyro and Sphinx read), so the config is the one source of
-# truth.
+# The command line: each script declares every flag it takes in one flat dataclass of its own
+# (cleanrl style); a flag's help is the docstring right under its field, the string literal tyro and
+# Sphinx read, so the script's class is the one place a flag is declared.
 # --------------------------------------------------------------------------------------------------
 @functools.cache
 def field_docs(config_class):
-    """{field name: the docstring under it} for a dataclass, its base classes' fields included (a
-    subclass's docstring wins)."""
+    """{field name: the docstring under it} of a flat dataclass (one declared in a script)."""
+    if any(dataclasses.is_dataclass(base) for base in config_class.__bases__):
+        raise TypeError(f"{config_class.__name__}: a script declares every flag in its own class")
     docs = {}
-    for cls in reversed(config_class.__mro__):
-        if not dataclasses.is_dataclass(cls):
-            continue
-        if "flags_of" in vars(cls):  # made by only(): its fields' texts are the class's it names
-            docs.update({k: v for k, v in field_docs(cls.flags_of).items() if k in cls.fields})
-            continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-        for node, after in zip(body, body[1:]):
-            is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-            if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
-                docs[node.target.id] = " ".join(after.value.value.split())
+    body = ast.parse(textwrap.dedent(inspect.getsource(config_class))).body[0].body
+    for node, after in zip(body, body[1:]):
+        is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 
 def parse_config(config_class, argv=None, description=None):
-    """argparse flags built from a dataclass: --field-name, typed by the field's default. The
-    fields the class names in POSITIONAL are the command's arguments instead (`view.py FILE`)."""
+    """argparse flags built from a script's dataclass: --field-name, typed by the field's default.
+    The fields the class names in POSITIONAL are the command's arguments instead (`view.py
+    FILE`)."""
     parser = argparse.ArgumentParser(description=description)
     docs = field_docs(config_class)
     positional = getattr(config_class, "POSITIONAL", ())
@@ -102,49 +95,6 @@ def parse_config(config_class, argv=None, description=None):
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default, help=text)
     return config_class(**vars(parser.parse_args(argv)))
-
-
-def only(config_class, *names):
-    """The flags `names` of a shared flag class, as a dataclass a script's Config extends: each
-    flag is declared once (its type, default and --help text where it belongs) and a script takes
-    the ones it uses, no more."""
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
-    unknown = [name for name in names if name not in fields]
-    if unknown:
-        raise TypeError(f"{config_class.__name__} has no flags {unknown}")
-    subset = dataclasses.make_dataclass(
-        f"{config_class.__name__}Flags",
-        [(n, fields[n].type, dataclasses.field(default=fields[n].default)) for n in names],
-    )
-    subset.flags_of, subset.fields = config_class, names
-    return subset
-
-
-@dataclass
-class RunConfig:
-    """The flags of a training run that every trainer shares (`only` takes some)."""
-
-    questions: int = 256
-    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
-    keeps some of)"""
-    val_n: int = 64
-    """held-out training-split questions, never trained on, for the validation"""
-    eval_every: int = 0
-    """optimizer steps between validations (0: train_rl.py after each iteration only, the
-    LLM-weight trainers none; else also at step 0 and the last)"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    save_every: int = 50
-    """optimizer steps between checkpoints (and at the end)"""
-    crash_at_step: int = 0
-    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
-
-
-def check_run(cfg):
-    """The RunConfig flags that `cfg` has, before anything is loaded (a mistake: UsageError)."""
-    have = {f.name for f in dataclasses.fields(cfg)}
-    check_at_least(cfg, 1, *[n for n in ("questions", "save_every") if n in have])
-    check_at_least(cfg, 0, *[n for n in ("val_n", "eval_every", "weight_decay") if n in have])
 
 
 class UsageError(ValueError):
@@ -190,17 +140,17 @@ def check_choice(flag_name, value, choices):
         )
 
 
-def check_at_least(cfg, minimum, *names):
-    """Each named setting must be >= minimum."""
-    for name in names:
-        value = getattr(cfg, name)
+def check_at_least(minimum, **flags):
+    """Each flag's value must be >= minimum: check_at_least(1, steps=cfg.steps) refuses --steps 0
+    in one line."""
+    for name, value in flags.items():
         if value < minimum:
             raise UsageError(f"{flag(name)} {value!r}: must be at least {minimum}")
 
 
-def check_positive(cfg, *names):
-    for name in names:
-        value = getattr(cfg, name)
+def check_positive(**flags):
+    """Each flag's value must be > 0."""
+    for name, value in flags.items():
         if not value > 0:
             raise UsageError(f"{flag(name)} {value!r}: must be > 0")
 
@@ -517,10 +467,12 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
     if not path.exists():
         return {}
     state = load_file(path, "checkpoint")
+    now = dataclasses.asdict(cfg)
+    # a setting the flags no longer have (a checkpoint of an older version) is not compared
     changed = {
-        k: (v, getattr(cfg, k))
+        k: (v, now[k])
         for k, v in state.get("config", {}).items()
-        if k not in FREE_TO_CHANGE and hasattr(cfg, k) and getattr(cfg, k) != v
+        if k in now and k not in FREE_TO_CHANGE and now[k] != v
     }
     extended = {
         k: change for k, change in changed.items() if k in extendable and change[1] > change[0]

@@ -11,7 +11,7 @@
 
 import math
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -549,51 +549,55 @@ def make_policy(spec):
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class GameConfig:
-    """The game's flags: eval.py, sft.py, train_rl.py take all, the LLM-weight trainers some."""
+    """The game's settings. A script builds it from its flags of the same names (a trainer that
+    takes no flag for a setting plays at its default here); every function of the game reads these
+    and nothing else of the script's flags."""
 
+    # seeds every LLM call (with the question id, agent and round) and every sampled action
     seed: int = 0
-    """seeds every LLM call (with the question id, agent and round), every sampled action, the
-    questions, the data order and the initialization"""
     agents: int = 3
-    """agents in the team"""
+    # deliberation rounds after round 0 (0: round 0 only, the team's vote of independent answers)
     rounds: int = 3
-    """deliberation rounds after round 0"""
+    # the agents' sampling temperature and nucleus mass
     temperature: float = 0.5
-    """the agents' sampling temperature (the temperature study on validation questions)"""
     top_p: float = 1.0
-    """nucleus sampling's probability mass"""
+    # token budget of each LLM call
     max_new_tokens: int = 192
-    """token budget of each LLM call"""
+    # ask for the Steps / Confidence / Answer trailer
     trailer: bool = False
-    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    # run the critic pass: its p(Correct) in the state
     critic: bool = False
-    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    # the vote's tie-break signal (VOTE_RULES)
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    # REFINE and the leader read every solution whole, not peers' answers and last 300 characters
     whole_solutions: bool = False
-    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
-    and its own last 300 characters, the leader each solution's last 300)"""
+
+    @classmethod
+    def of(cls, flags):
+        """The game's settings of a script that declares a flag of the same name for each of them
+        (sft.py, train_rl.py, eval.py)."""
+        return cls(**{f.name: getattr(flags, f.name) for f in fields(cls)})
 
 
-def check_game(cfg, min_agents=2, min_rounds=1):
-    """The game's flags that `cfg` has, before anything is loaded: a mistake is one line
-    (UsageError), not a traceback after minutes of work."""
-    check_at_least(cfg, min_agents, "agents")
-    # rounds 0: round 0 only, the team's vote of independent answers (no decision is ever taken)
-    check_at_least(cfg, min_rounds, *[n for n in ("rounds",) if hasattr(cfg, n)])
-    check_at_least(cfg, 0, *[n for n in ("temperature",) if hasattr(cfg, n)])
-    check_at_least(cfg, 1, "max_new_tokens")
-    if hasattr(cfg, "top_p") and not 0 < cfg.top_p <= 1:
-        raise UsageError(f"--top-p {cfg.top_p}: must be in (0, 1]")
-    if hasattr(cfg, "vote"):
-        check_choice("--vote", cfg.vote, VOTE_RULES)
+def check_game(game, min_agents=2, min_rounds=1):
+    """The game's settings, before anything is loaded: a mistake is one line (UsageError) naming
+    the flag, not a traceback after minutes of work."""
+    check_at_least(min_agents, agents=game.agents)
+    check_at_least(min_rounds, rounds=game.rounds)
+    check_at_least(0, temperature=game.temperature)
+    check_at_least(1, max_new_tokens=game.max_new_tokens)
+    if not 0 < game.top_p <= 1:
+        raise UsageError(f"--top-p {game.top_p}: must be in (0, 1]")
+    check_choice("--vote", game.vote, VOTE_RULES)
 
 
-def corpus_settings(cfg, *names):
-    """What decides a corpus of games: the task, the game's flags, the agents' models and their
-    dtype, and the script's `names` (its questions, its behaviour policy...)."""
-    flags = [f.name for config in (data.TaskConfig, GameConfig) for f in fields(config)]
-    return {k: getattr(cfg, k) for k in flags + ["model", "models", "dtype", *names]}
+def corpus_settings(cfg, game, **script):
+    """What decides a corpus of games: the task (cfg's --task, --path, --level), the game's
+    settings, the agents' models and their dtype (cfg's --model, --models, --dtype), and the
+    script's own settings that shape it (its questions, its behaviour policy...)."""
+    task = {"task": cfg.task, "path": cfg.path, "level": cfg.level}
+    engine = {"model": cfg.model, "models": cfg.models, "dtype": cfg.dtype}
+    return task | asdict(game) | engine | script
 
 
 class Call(NamedTuple):

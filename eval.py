@@ -23,7 +23,7 @@ import torch
 
 import data
 from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
-from data import TaskConfig, check_task
+from data import check_task
 from deliberate import (
     ACTION_KINDS,
     CONFIDENCE_SIGNALS,
@@ -46,19 +46,57 @@ from deliberate import (
     solve_calls,
 )
 from llm.cache import call_seed
-from llm.team import (
-    EngineConfig,
-    check_engine,
-    check_models,
-    make_engine,
-    resolve_engine_dtype,
-    team_name,
-)
+from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
 from stats import auroc, format_paired, paired_difference, pooled, sample_std
 
 
 @dataclass
-class Config(EngineConfig, GameConfig, TaskConfig):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    critic: bool = False
+    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
+    runs it natively, else fp32; docs/design.md §11)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the script's own
     split: str = ""
     """empty: test for arith, the whole file for a file task; train / test of a file
     (data.split_of); val: the first --n validation questions of the training pool
@@ -93,14 +131,14 @@ def cot_prompt(example):
     )
 
 
-def lead(engine, leader, examples, cfg):
-    """MLPO's protocol (arXiv 2507.08960): cfg.agents peers (`engine`) answer, then the `leader`
-    engine reads their solutions and answers (greedy). Each of cfg.rounds further rounds lets every
+def lead(engine, leader, examples, game):
+    """MLPO's protocol (arXiv 2507.08960): game.agents peers (`engine`) answer, then the `leader`
+    engine reads their solutions and answers (greedy). Each of game.rounds further rounds lets every
     peer revise after reading the leader's answer (REFINE with the leader as one more peer), and the
     leader answers again. The prediction is the leader's last answer; `peer_vote_correct` is the
     peers' round-0 majority vote."""
-    n = cfg.agents
-    outputs = per_question(run_llm(engine, solve_calls(examples, cfg), cfg), n)
+    n = game.agents
+    outputs = per_question(run_llm(engine, solve_calls(examples, game), game), n)
     peers = [[s for s, _ in team] for team in outputs]
     results = [
         {
@@ -117,33 +155,33 @@ def lead(engine, leader, examples, cfg):
         for ex, team, solutions in zip(examples, outputs, peers)
     ]
     led = []  # the leader's (solution, tokens) of the previous round
-    for t in range(cfg.rounds + 1):
+    for t in range(game.rounds + 1):
         if t:
             rows = [(q, i) for q in range(len(examples)) for i in range(n)]
             teams = [peers[q] + [led[q][0]] for q in range(len(examples))]
             calls = [
                 Call(
                     examples[q],
-                    refine_prompt(examples[q], teams[q], i, cfg.trailer, cfg.whole_solutions),
-                    call_seed(cfg.seed, examples[q].id, i, t, "revise"),
+                    refine_prompt(examples[q], teams[q], i, game.trailer, game.whole_solutions),
+                    call_seed(game.seed, examples[q].id, i, t, "revise"),
                     i,
                 )
                 for q, i in rows
             ]
-            revised = run_llm(engine, calls, cfg)
+            revised = run_llm(engine, calls, game)
             for (q, i), (s, k) in zip(rows, revised):
                 peers[q][i] = s
                 results[q]["tokens"] += k
                 results[q]["calls"] += 1
         prompts = [
-            leader_prompt(ex, team, cfg.trailer, cfg.whole_solutions)
+            leader_prompt(ex, team, game.trailer, game.whole_solutions)
             for ex, team in zip(examples, peers)
         ]
         calls = [
-            Call(ex, prompt, call_seed(cfg.seed, ex.id, t, "lead"), 0)
+            Call(ex, prompt, call_seed(game.seed, ex.id, t, "lead"), 0)
             for ex, prompt in zip(examples, prompts)
         ]
-        led = run_llm(leader, calls, cfg, temperature=0.0)
+        led = run_llm(leader, calls, game, temperature=0.0)
         for q, (s, k) in enumerate(led):
             ex, r = examples[q], results[q]
             r["tokens"] += k
@@ -166,7 +204,7 @@ PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "m
 PROTOCOLS += ("mpdf=PATH", "leader=PATH", "leader=default")
 
 
-def run_protocol(engine, examples, protocol, cfg, leader=None):
+def run_protocol(engine, examples, protocol, game, leader=None):
     """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
     game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
     directory or default, + an adapter file or not)."""
@@ -174,14 +212,14 @@ def run_protocol(engine, examples, protocol, cfg, leader=None):
         prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
         # self-consistency gets as many samples as debate makes generations, sample k from agent
         # k mod agents (a team's models take turns); single answers are greedy, agent 0's
-        samples = cfg.agents * (cfg.rounds + 1) if protocol == "sc" else 1
+        samples = game.agents * (game.rounds + 1) if protocol == "sc" else 1
         calls = [
-            Call(ex, prompt(ex), call_seed(cfg.seed, ex.id, k, protocol), k % cfg.agents)
+            Call(ex, prompt(ex), call_seed(game.seed, ex.id, k, protocol), k % game.agents)
             for ex in examples
             for k in range(samples)
         ]
         outputs = run_llm(
-            engine, calls, cfg, temperature=cfg.temperature if protocol == "sc" else 0.0
+            engine, calls, game, temperature=game.temperature if protocol == "sc" else 0.0
         )
         results = []
         for ex, mine in zip(examples, per_question(outputs, samples)):
@@ -205,9 +243,9 @@ def run_protocol(engine, examples, protocol, cfg, leader=None):
         return results
     if protocol == "debate" or protocol.startswith(("mpdf-", "mpdf=")):
         policy = FixedPolicy("refine") if protocol == "debate" else make_policy(protocol[5:])
-        return [game.transcript() for game in play(engine, examples, policy, cfg)]
+        return [g.transcript() for g in play(engine, examples, policy, game)]
     if protocol.startswith("leader=") and leader is not None:
-        return lead(engine, leader, examples, cfg)
+        return lead(engine, leader, examples, game)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
 
 
@@ -362,9 +400,9 @@ def check(cfg):
     mistake: common.UsageError). Every protocol of the list is checked, its files loaded."""
     # rounds 0: round 0 only (the team's vote of independent answers; MLPO's leader decides once)
     check_task(cfg)
-    check_game(cfg, min_rounds=0)
+    check_game(GameConfig.of(cfg), min_rounds=0)
     check_engine(cfg, cfg.agents, cfg.max_new_tokens)
-    check_at_least(cfg, 1, "n")
+    check_at_least(1, n=cfg.n)
     check_choice("--split", cfg.split, ("", "train", "test", "all", "val"))
     if cfg.seeds and not all(x.strip().isdigit() for x in cfg.seeds.split(",")):
         raise UsageError(f"--seeds {cfg.seeds!r}: comma-separated integers, e.g. 0,1,2")
@@ -414,7 +452,7 @@ def main(cfg):
         if protocol.startswith("leader="):
             spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :])
             leader = make_engine(spec, 1, 0, device)
-        results = run_protocol(engine, examples, protocol, cfg, leader)
+        results = run_protocol(engine, examples, protocol, GameConfig.of(cfg), leader)
         summaries[protocol] = summarize(results, time.time() - start)
         details[protocol] = results
         print(

@@ -23,20 +23,17 @@ from tqdm import tqdm
 
 from common import (
     MetricsLog,
-    RunConfig,
     UsageError,
     batch_schedule,
     check_at_least,
     check_choice,
     check_positive,
-    check_run,
     crash_if_asked,
     distributed,
     global_mean,
     launch_world_size,
     load_checkpoint,
     load_made_under,
-    only,
     parse_config,
     save_checkpoint,
     save_made_under,
@@ -45,7 +42,7 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from data import TaskConfig, check_task, training_questions
+from data import check_task, training_questions
 from deliberate import (
     FEATURE_SETS,
     FIXED_POLICIES,
@@ -61,13 +58,68 @@ from deliberate import (
     oracle_action,
     save_policy,
 )
-from llm.team import EngineConfig, check_engine, make_engine, resolve_engine_dtype, team_name
-
-RUN_FLAGS = ("questions", "val_n", "weight_decay", "save_every", "crash_at_step")
+from llm.team import check_engine, make_engine, resolve_engine_dtype, team_name
 
 
 @dataclass
-class Config(only(RunConfig, *RUN_FLAGS), EngineConfig, GameConfig, TaskConfig):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    critic: bool = False
+    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
+    runs it natively, else fp32; docs/design.md §11)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the run
+    questions: int = 256
+    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
+    keeps some of)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on, for the validation"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+    # the script's own
     features: str = "all"
     """the state features the policy reads: all | paper | confidence (deliberate.FEATURE_SETS)"""
     behaviour: str = "random"
@@ -90,31 +142,32 @@ class Config(only(RunConfig, *RUN_FLAGS), EngineConfig, GameConfig, TaskConfig):
     the corpus and the checkpoint go"""
 
 
-def labelled_states(engine, questions, behaviour, cfg, ranks):
+def labelled_states(engine, questions, behaviour, game, ranks):
     """The states of games played by the behaviour policy (actions sampled), each labelled with the
     oracle's action in the state the agent decided in (`before`), never the round's outcome."""
 
-    def labels(game, move):
-        before = game.rounds[move.round - 1]
+    def labels(played, move):
+        before = played.rounds[move.round - 1]
         return [
             {"label": oracle_action(i, before["agent_correct"], before["confidence"])}
-            for i in range(cfg.agents)
+            for i in range(game.agents)
         ]
 
-    return collect_states(engine, questions, behaviour, cfg, labels, ranks=ranks)
+    return collect_states(engine, questions, behaviour, game, labels, ranks=ranks)
 
 
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_task(cfg)
-    check_game(cfg)
+    check_game(GameConfig.of(cfg))
     check_engine(cfg, cfg.agents, cfg.max_new_tokens)
-    check_run(cfg)
+    check_at_least(1, questions=cfg.questions, save_every=cfg.save_every)
+    check_at_least(0, val_n=cfg.val_n, weight_decay=cfg.weight_decay)
     check_choice("--features", cfg.features, FEATURE_SETS)
-    check_at_least(cfg, 1, "epochs", "hidden", "heads")
+    check_at_least(1, epochs=cfg.epochs, hidden=cfg.hidden, heads=cfg.heads)
     # every rank takes rows of every global batch
-    check_at_least(cfg, world, "batch_size")
-    check_positive(cfg, "lr")
+    check_at_least(world, batch_size=cfg.batch_size)
+    check_positive(lr=cfg.lr)
     if cfg.hidden % cfg.heads:
         raise UsageError(f"--hidden {cfg.hidden}: must be a multiple of --heads {cfg.heads}")
     if cfg.behaviour not in FIXED_POLICIES:
@@ -138,11 +191,14 @@ def train(cfg, ranks):
     # the corpus: states of games played by the behaviour policy, with their oracle labels
     questions, _ = training_questions(cfg)
     engine = make_engine(cfg, cfg.agents, rank, device)
-    settings = corpus_settings(cfg, "questions", "val_n", "behaviour")
+    game = GameConfig.of(cfg)
+    settings = corpus_settings(
+        cfg, game, questions=cfg.questions, val_n=cfg.val_n, behaviour=cfg.behaviour
+    )
     rows = load_made_under(out / "corpus.pt", settings, "corpus")
     if rows is None:
         behaviour = make_policy(cfg.behaviour)
-        rows = labelled_states(engine, questions, behaviour, cfg, ranks)
+        rows = labelled_states(engine, questions, behaviour, game, ranks)
         save_made_under(rows, out / "corpus.pt", settings, rank)
     tensors = stack_rows(rows, ("own", "peers"), ("agent", "action", "label"))
     k = n_actions(cfg.agents)

@@ -11,9 +11,8 @@ Read top to bottom:
   3. Losses on sampled actions - ppo_clip_loss, kl_k3, and for LLMs the token-level
                   policy_gradient_loss, both through aggregate (DAPO / GRPO / Dr.GRPO / MAGRPO
                   weightings) with step_normalizer for exact gradient accumulation.
-  4. The LLM's step - policy_loss on a micro-batch of sampled completions, policy_step: one
-                  optimizer step of MAGRPO, MLPO or the solver (llm.training runs it in
-                  micro-batches).
+The LLM-weight trainers' optimizer step that uses section 3 is llm_step.policy_step. This file is
+tensor math alone (torch only): it can be copied into another project as it is.
 `python -m experiments.softrank_demo` shows SoftRank against GRPO advantages under reward
 transforms, and the expected-advantage objective against the unbounded literal form under gradient
 descent.
@@ -27,9 +26,6 @@ Conventions:
 """
 
 import torch
-
-from llm import lora
-from llm.logprobs import completion_logprobs
 
 # --------------------------------------------------------------------------------------------------
 # 1. Advantages
@@ -368,64 +364,3 @@ def policy_gradient_loss(logp, advantages, mask, kind, normalizer=None):
     the sampled tokens; advantages: (B,) per sequence, a constant; mask: (B, T)."""
     loss = aggregate(-advantages.detach().unsqueeze(-1) * logp, mask, kind, normalizer)
     return loss, {"tokens": float(mask.sum())}
-
-
-# --------------------------------------------------------------------------------------------------
-# 4. The LLM's step: MAGRPO, MLPO and the solver (docs/design.md §8)
-# --------------------------------------------------------------------------------------------------
-def policy_loss(learner, batch, advantages, objective, normalizer):
-    """Token-level policy gradient on one micro-batch (+ beta x the KL(pi || initial model)
-    penalty, `objective`: llm.training.Objective), both aggregated alike (under seq the KL too is
-    each sequence's mean) over the step's global normalizer: prompt, peers' text and padding carry
-    no gradient (loss mask). The learner (llm.training.Learner) runs with its LoRA adapter, if any;
-    its initial model is then the base itself. Returns (loss, the KL's value)."""
-    agg, beta, temperature = objective
-    with lora.selecting(learner.module, learner.adapter):
-        logp, mask = completion_logprobs(learner.module, batch, temperature)
-    loss, _ = policy_gradient_loss(logp, advantages, mask, agg, normalizer)
-    kl = torch.zeros(())
-    if beta:
-        reference = learner.module if learner.reference is None else learner.reference
-        with torch.no_grad(), lora.selecting(learner.module, None):
-            ref_logp, _ = completion_logprobs(reference, batch, temperature)
-        kl = aggregate(kl_k3(logp, ref_logp), mask, agg, normalizer)
-        loss = loss + beta * kl
-    return loss, kl.item()
-
-
-def policy_step(learners, sequences, advantages, objective, updater):
-    """One optimizer step of the `objective` (llm.training.Objective) over this rank's sequences,
-    each with the advantage advantages[question, sample], in the updater's micro-batches. Each
-    learner trains on its own sequences with its own normalizer over the whole step, computed once
-    (divided by world: ranks average gradients), so with --separate-agents each agent's gradient is
-    that of its own loss (CoMLRL's per-agent MAGRPO). A sequence of advantage 0 (a flat group) adds
-    exactly 0 to the loss and its gradient: skipped (without a KL term). Returns the statistics."""
-    loss_total, kl_total, trained = 0.0, 0.0, 0
-    groups = updater.groups(learners, sequences)
-    for learner, mine, (n, tokens) in groups:
-        normalizer = (
-            step_normalizer(objective.agg, n, tokens, updater.max_len) / updater.ranks.world
-        )
-        if not objective.beta:
-            mine = [s for s in mine if advantages[s.question, s.sample] != 0] or mine[:1]
-        trained += len(mine)
-        for chunk, batch, accumulating in updater.micro_batches(learner, mine):
-            # an empty chunk: this rank has no sequence, and runs one for the all-reduce alone
-            rows = [s.question for s in chunk], [s.sample for s in chunk]
-            chunk_advantages = advantages[rows] if chunk else torch.zeros(1)
-            with accumulating:
-                with updater.autocast():
-                    chunk_advantages = chunk_advantages.to(updater.ranks.device)
-                    loss, kl = policy_loss(learner, batch, chunk_advantages, objective, normalizer)
-                if not chunk:
-                    loss, kl = loss * 0.0, 0.0
-                loss.backward()
-            loss_total, kl_total = loss_total + loss.item(), kl_total + kl
-    # loss and kl: the learners' mean (each learner's over its own sequences)
-    return {
-        "loss": loss_total / len(learners),
-        "kl": kl_total / len(learners),
-        "trained": trained,
-        "tokens": sum(tokens for _, _, (_, tokens) in groups),
-        "grad_norm": updater.step(learners),
-    }

@@ -10,7 +10,7 @@ Read top to bottom: the frozen peers' solutions to the training questions are ge
 with --balance-vote as many questions the peers' vote gets right are kept as it gets wrong; the
 leader reads a question and its peers' solutions and answers, G samples per prompt, reward =
 correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
-leader_rollouts -> softrank.group_advantages -> softrank.policy_step.
+leader_rollouts -> llm_step.rollout_update (softrank.group_advantages, then llm_step.policy_step).
 
 The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as the PEFT
 folder adapter/; --lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
@@ -28,20 +28,19 @@ from tqdm import tqdm
 import data
 import softrank
 from common import (
-    RunConfig,
+    MetricsLog,
     UsageError,
     all_gather_list,
-    check_run,
+    check_at_least,
     crash_if_asked,
     distributed,
     launch_world_size,
-    only,
     parse_config,
     peak_memory_mb,
     save_checkpoint,
     user_errors,
 )
-from data import TaskConfig, check_task, training_pool
+from data import check_task, training_pool
 from deliberate import (
     GameConfig,
     check_game,
@@ -53,48 +52,120 @@ from deliberate import (
     solve_calls,
 )
 from llm.cache import call_seed
-from llm.logprobs import without_dropout
 from llm.team import EngineConfig, check_engine, check_model, check_models, make_engine
 from llm.training import (
-    Objective,
-    RolloutConfig,
-    Sequence,
-    TrainerConfig,
-    Updater,
     check_rollouts,
     check_trainer,
+    checkpointed,
     learning_rate,
+    loss_modules,
     prompt_ids,
     refresh_rollout_weights,
-    resumed,
-    rollout_stats,
     sample,
     save_trained,
     trained_team,
     validate,
 )
-
-GAME_FLAGS = (
-    "seed",
-    "agents",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "trailer",
-    "vote",
-    "whole_solutions",
-)
+from llm_step import Sequence, rollout_update
 
 
 @dataclass
-class Config(
-    RolloutConfig,
-    TrainerConfig,
-    RunConfig,
-    only(EngineConfig, "model", "engine_batch_size", "cache_dir"),
-    only(GameConfig, *GAME_FLAGS),
-    TaskConfig,
-):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the run
+    questions: int = 256
+    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
+    keeps some of)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on, for the validation"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: train_rl.py after each iteration only, the LLM-weight
+    trainers none; else also at step 0 and the last)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+    # the trained weights
+    lora_rank: int = 4
+    """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every weight)"""
+    lora_targets: str = ""
+    """the layers the adapters wrap: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    init_adapter: str = ""
+    """start every trained adapter from this adapter (of --lora-rank's rank and --lora-alpha's
+    alpha) instead of from the base model, e.g. one trained on worked solutions; or a comma list,
+    one per trained adapter (a team's agents, --separate-agents), each at its own rank and alpha,
+    the highest rank first"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    train_dtype: str = "float32"
+    """float32 | bfloat16 (autocast on fp32 master weights; rollouts and validation's answers from a
+    bf16 copy)"""
+    # the rollouts
+    group: int = 4
+    """G: rollouts per question, whose rewards give each its group advantage"""
+    algo: str = "magrpo"
+    """the group advantage: magrpo (reward - group mean, the paper's) | grpo (z-score) | softrank
+    (softrank.group_advantages)"""
+    tau: float = 0.5
+    """SoftRank temperature of the quantiles (softrank.softrank_advantages, with --algo softrank;
+    the study's choice, the paper's best: 0.8)"""
+    format_reward: float = 0.0
+    """+ this times the share of the rollout's final answers that parse (MAGRPO: the team's, MLPO:
+    the leader's)"""
+    questions_per_step: int = 8
+    """questions per optimizer step, over all ranks (whole groups per rank); the training pool
+    cycles"""
+    steps: int = 20
+    """optimizer steps"""
+    rollout_temperature: float = 1.0
+    """sampling temperature of the rollouts, and of the log-probs the loss scores them with"""
+    beta: float = 0.0
+    """weight of the KL(pi || initial model) penalty (softrank.kl_k3); 0 as in the papers (no
+    reference copy in memory)"""
+    loss_agg: str = "const"
+    """token (DAPO) | seq (GRPO) | const (Dr.GRPO, MLPO's) | sum (CoMLRL's MAGRPO: each completion's
+    token log-probs summed, times its advantage, averaged over completions), see softrank.aggregate
+    """
+    # the script's own
     peers_model: str = ""
     """the frozen peers' HF directory; empty: the same as --model"""
     peers: str = ""
@@ -104,13 +175,25 @@ class Config(
     balance_vote: bool = False
     """after --filter-easy, keep as many questions the peers' vote gets right as it gets wrong,
     alternating: the leader learns where the vote fails without unlearning where it holds"""
-    # MLPO's aggregation: Dr.GRPO's constant normalizer
-    loss_agg: str = "const"
     lr: float = 0.0
     """AdamW learning rate (0: 5e-4 for adapters, 1e-5 for full weights: results/README.md)"""
     out_dir: str = "runs/mlpo"
     """where the trained weights, the peer pool's statistics, metrics.jsonl and the checkpoint
     go"""
+
+    def game(self):
+        """The frozen peers' round 0 as these flags set it (the game's other settings at their
+        defaults)."""
+        return GameConfig(
+            seed=self.seed,
+            agents=self.agents,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            trailer=self.trailer,
+            vote=self.vote,
+            whole_solutions=self.whole_solutions,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,7 +213,8 @@ def peer_solutions(examples, cfg, ranks):
     )
     engine = make_engine(peers, cfg.agents, ranks.rank, ranks.device)
     mine = list(range(ranks.rank, len(examples), ranks.world))
-    outputs = run_llm(engine, solve_calls([examples[k] for k in mine], cfg), cfg)
+    game = cfg.game()
+    outputs = run_llm(engine, solve_calls([examples[k] for k in mine], game), game)
     teams = per_question([s for s, _ in outputs], cfg.agents)
     gathered = sorted(all_gather_list(list(zip(mine, teams))), key=lambda item: item[0])
     return [(examples[k], solutions) for k, solutions in gathered]
@@ -213,16 +297,15 @@ def train(cfg, ranks):
     if ranks.rank == 0:
         (out / "pool.json").write_text(json.dumps(pool_stats))
     models, team = trained_team(cfg, 1, ranks.device)
-    objective = Objective(cfg.loss_agg, cfg.beta, cfg.rollout_temperature)
+    modules, references = loss_modules(models, cfg, ranks.device, kl=bool(cfg.beta))
     lr = learning_rate(cfg, adapter_lr=5e-4)
-    optimizer, holder, counters, log, learners = resumed(
-        models, cfg, out, ranks, lr=lr, kl=bool(cfg.beta)
-    )
-    updater = Updater.of(optimizer, cfg, team.first.tokenizer.pad_token_id, ranks)
+    optimizer, holder, counters = checkpointed(models, cfg, out, ranks, lr=lr, extendable="steps")
+    log = MetricsLog(out, ranks.rank, counters["step"])
     # the leader is validated over its peers' solutions
     validation = training_pool(cfg)[: cfg.val_n]
     if cfg.eval_every:
         validation = peer_solutions(validation, cfg, ranks)[ranks.rank :: ranks.world]
+    pad = team.first.tokenizer.pad_token_id
 
     def validated(step):
         validate(models, team, leader_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
@@ -237,13 +320,10 @@ def train(cfg, ranks):
         refresh_rollout_weights(models, team)
         sequences, rewards = leader_rollouts(team, items[ranks.rank :: ranks.world], cfg, step)
         rollout_s = time.time() - began
-        advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau)
-        # the loss scores the tokens as the sampler drew them
-        without_dropout(models[0].train())
-        update = softrank.policy_step(learners, sequences, advantages, objective, updater)
-
-        flat = softrank.flat_groups(rewards)
-        stats = rollout_stats(update, rewards, flat, ranks) | {"rollout_s": rollout_s}
+        stats = rollout_update(
+            modules, optimizer, sequences, rewards, cfg, pad=pad, ranks=ranks, references=references
+        )
+        stats["rollout_s"] = rollout_s
         stats |= {"step_s": time.time() - began, "peak_memory_mb": peak_memory_mb(ranks.device)}
         bar.set_postfix(reward=f"{stats['mean_reward']:.3f}")
         log.write(step=step + 1, **stats)
@@ -261,9 +341,10 @@ def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError). A leader
     needs at least one peer."""
     check_task(cfg)
-    check_game(cfg, min_agents=1, min_rounds=0)
-    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
-    check_run(cfg)
+    check_game(cfg.game(), min_agents=1, min_rounds=0)
+    engine = EngineConfig(model=cfg.model, engine_batch_size=cfg.engine_batch_size)
+    check_engine(engine, cfg.agents, cfg.max_new_tokens)
+    check_at_least(1, questions=cfg.questions)
     check_trainer(cfg)
     check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
     if not 0 <= cfg.filter_easy <= 1:

@@ -40,14 +40,12 @@ from tqdm import tqdm
 import softrank
 from common import (
     MetricsLog,
-    RunConfig,
     UsageError,
     all_reduce_sum,
     batch_schedule,
     check_at_least,
     check_choice,
     check_positive,
-    check_run,
     crash_if_asked,
     distributed,
     global_mean,
@@ -62,7 +60,7 @@ from common import (
     user_errors,
     wrap_ddp,
 )
-from data import TaskConfig, check_task, training_questions
+from data import check_task, training_questions
 from deliberate import (
     ACTION_KINDS,
     PERSIST,
@@ -81,7 +79,7 @@ from deliberate import (
     play,
     save_policy,
 )
-from llm.team import EngineConfig, check_engine, make_engine, resolve_engine_dtype, team_name
+from llm.team import check_engine, make_engine, resolve_engine_dtype, team_name
 
 # the algorithms that score every action of a state (the corpus knows each one's reward)
 FULL_SET_ADVANTAGES = {
@@ -95,7 +93,67 @@ OBJECTIVES = ("expected", "unweighted", "eq4")
 
 
 @dataclass
-class Config(RunConfig, EngineConfig, GameConfig, TaskConfig):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    critic: bool = False
+    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
+    dtype: str = "auto"
+    """the backbone's dtype: float32 | bfloat16 | float16 | int8 | auto (bf16 where the CPU or GPU
+    runs it natively, else fp32; docs/design.md §11)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the run
+    questions: int = 256
+    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
+    keeps some of)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on, for the validation"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: train_rl.py after each iteration only, the LLM-weight
+    trainers none; else also at step 0 and the last)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+    # the script's own
     init: str = "runs/sft/policy.safetensors"
     """pi_sft (sft.py's policy.safetensors): the starting policy and pi_ref"""
     algo: str = "softrank"
@@ -107,7 +165,8 @@ class Config(RunConfig, EngineConfig, GameConfig, TaskConfig):
     matching, paper Eq. 4) | unweighted (the literal -sum_k A_k log pi_k, unbounded, for
     comparison)"""
     tau: float = 0.5
-    """SoftRank temperature of the quantiles (the study's choice; the paper's best: 0.8)"""
+    """SoftRank temperature of the quantiles (softrank.softrank_advantages, with --algo softrank;
+    the study's choice, the paper's best: 0.8)"""
     beta: float = 0.05
     """weight of KL(pi || pi_ref)"""
     lam: float = 0.01
@@ -141,13 +200,13 @@ def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
     sample drawn, at --refine-cost), each with its counterfactual reward vector."""
 
-    def rewards(game, move):
-        vectors = counterfactual_rewards(move, game.example.answer, game.example.task)
+    def rewards(played, move):
+        vectors = counterfactual_rewards(move, played.example.answer, played.example.task)
         return [{"rewards": vector} for vector in vectors]
 
-    cost = cfg.refine_cost
+    cost, game = cfg.refine_cost, GameConfig.of(cfg)
     return collect_states(
-        engine, questions, behaviour, cfg, rewards, ranks=ranks, desc=desc, refine_cost=cost
+        engine, questions, behaviour, game, rewards, ranks=ranks, desc=desc, refine_cost=cost
     )
 
 
@@ -270,7 +329,9 @@ def validate(engine, questions, policy, cfg, *, ranks, log, step):
     questions, every rank on its shard, logged at `step`."""
     if not questions:  # --val-n 0
         return {"val_accuracy": None, "validation": "none (--val-n 0)"}
-    games = play(engine, questions[ranks.rank :: ranks.world], frozen_copy(policy), cfg)
+    games = play(
+        engine, questions[ranks.rank :: ranks.world], frozen_copy(policy), GameConfig.of(cfg)
+    )
     results = [g.transcript() for g in games]
     counts = action_counts(results)
     sums = all_reduce_sum(
@@ -297,18 +358,19 @@ def validate(engine, questions, policy, cfg, *, ranks, log, step):
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_task(cfg)
-    check_game(cfg)
+    check_game(GameConfig.of(cfg))
     check_engine(cfg, cfg.agents, cfg.max_new_tokens)
-    check_run(cfg)
+    check_at_least(1, questions=cfg.questions, save_every=cfg.save_every)
+    check_at_least(0, val_n=cfg.val_n, eval_every=cfg.eval_every, weight_decay=cfg.weight_decay)
     check_choice("--algo", cfg.algo, ALGOS)
     check_choice("--objective", cfg.objective, OBJECTIVES)
     check_choice("--reward-transform", cfg.reward_transform, ("none", "exp"))
-    check_at_least(cfg, 1, "iterations", "epochs")
+    check_at_least(1, iterations=cfg.iterations, epochs=cfg.epochs)
     # every rank takes rows of every global batch
-    check_at_least(cfg, world, "batch_size")
-    check_at_least(cfg, 0, "beta", "lam", "refine_cost")
+    check_at_least(world, batch_size=cfg.batch_size)
+    check_at_least(0, beta=cfg.beta, lam=cfg.lam, refine_cost=cfg.refine_cost)
     # a negative scale would reverse the rewards' order
-    check_positive(cfg, "lr", "tau", "clip", "reward_scale")
+    check_positive(lr=cfg.lr, tau=cfg.tau, clip=cfg.clip, reward_scale=cfg.reward_scale)
     if not Path(cfg.init).is_file():
         raise UsageError(f"--init {cfg.init!r} is not a policy file: run sft.py first")
     check_team(load_policy(cfg.init), cfg.agents, f"--init {cfg.init}")
@@ -337,7 +399,14 @@ def train(cfg, ranks):
     model = wrap_ddp(policy.to(device), device, find_unused=policy.config["separate"])
     k = n_actions(cfg.agents)
     _, held_out = training_questions(cfg)
-    settings = corpus_settings(cfg, "questions", "val_n", "init", "refine_cost")
+    settings = corpus_settings(
+        cfg,
+        GameConfig.of(cfg),
+        questions=cfg.questions,
+        val_n=cfg.val_n,
+        init=cfg.init,
+        refine_cost=cfg.refine_cost,
+    )
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]
 

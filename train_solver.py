@@ -8,7 +8,7 @@ worked solutions, or the backbone's own right answers (rejection sampling).
 Read top to bottom: the training solutions (worked_solutions, data/worked.py; or right_solutions,
 sampled; with --refine-contexts also refine_examples, REFINE prompts over sampled peers with the
 worked solution as target), then epochs of cross-entropy on the solution tokens only, the prompt
-masked out: softrank.policy_step with advantage 1 on every sequence and the token mean.
+masked out: llm_step.policy_step with advantage 1 on every sequence and the token mean.
 
 A LoRA adapter by default (llm/lora.py; the base frozen), saved as the PEFT folder adapter/ that
 eval.py --models default+adapter,... plays; --lora-rank 0 fine-tunes every weight instead (an HF
@@ -24,26 +24,23 @@ import torch
 from tqdm import tqdm
 
 import data
-import softrank
 from common import (
     FileRefused,
-    RunConfig,
+    MetricsLog,
     UsageError,
     all_gather_list,
     all_reduce_sum,
     batch_schedule,
     check_at_least,
     check_choice,
-    check_run,
     crash_if_asked,
     distributed,
     launch_world_size,
-    only,
     parse_config,
     save_checkpoint,
     user_errors,
 )
-from data import TaskConfig, check_task, training_pool, training_questions
+from data import check_task, training_pool, training_questions
 from data.worked import WorkedSolutionMissing, worked_solution
 from deliberate import GameConfig, check_game, parse_solution, refine_prompt, solve_prompt
 from llm import lora
@@ -51,32 +48,86 @@ from llm.cache import call_seed
 from llm.logprobs import without_dropout
 from llm.team import EngineConfig, check_engine, make_engine, read_adapter
 from llm.training import (
-    Objective,
-    Sequence,
-    TrainerConfig,
-    Updater,
     check_trainer,
+    checkpointed,
     learning_rate,
     log_accuracy,
+    loss_modules,
     refresh_rollout_weights,
-    resumed,
     save_trained,
     trained_team,
 )
+from llm_step import Sequence, policy_step
 
-# the cross-entropy of the solution tokens (with advantage 1): every token of the step weighs the
-# same (softrank.aggregate's token mean), no KL term, the model's own distribution
-CROSS_ENTROPY = Objective(agg="token", beta=0.0, temperature=1.0)
+# the cross-entropy of the solution tokens as policy_step computes it with advantage 1: every token
+# of the step weighs the same (the token mean), no KL term, the model's own distribution
+CROSS_ENTROPY = {"agg": "token", "beta": 0.0, "temperature": 1.0}
 
 
 @dataclass
-class Config(
-    TrainerConfig,
-    RunConfig,
-    only(EngineConfig, "model", "engine_batch_size", "cache_dir"),
-    only(GameConfig, "seed", "agents", "temperature", "max_new_tokens", "trailer"),
-    TaskConfig,
-):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the run
+    questions: int = 256
+    """training questions (train_rl.py: per iteration; train_mlpo.py: the candidates its filter
+    keeps some of)"""
+    val_n: int = 64
+    """held-out training-split questions, never trained on, for the validation"""
+    eval_every: int = 0
+    """optimizer steps between validations (0: train_rl.py after each iteration only, the LLM-weight
+    trainers none; else also at step 0 and the last)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    save_every: int = 50
+    """optimizer steps between checkpoints (and at the end)"""
+    crash_at_step: int = 0
+    """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
+    # the trained weights
+    lora_rank: int = 4
+    """rank of the LoRA adapters trained on the frozen base (0: full fine-tuning of every weight)"""
+    lora_targets: str = ""
+    """the layers the adapters wrap: comma-separated parts of their names (e.g. q_proj,v_proj or
+    self_attn); empty: every linear layer but the LM head"""
+    lora_alpha: float = 32.0
+    """LoRA scale alpha (the update is alpha / rank x B A)"""
+    init_adapter: str = ""
+    """start every trained adapter from this adapter (of --lora-rank's rank and --lora-alpha's
+    alpha) instead of from the base model, e.g. one trained on worked solutions; or a comma list,
+    one per trained adapter (a team's agents, --separate-agents), each at its own rank and alpha,
+    the highest rank first"""
+    micro_batch: int = 8
+    """sequences per forward/backward; gradients accumulate over the optimizer step"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward (less memory, more time)"""
+    train_dtype: str = "float32"
+    """float32 | bfloat16 (autocast on fp32 master weights; rollouts and validation's answers from a
+    bf16 copy)"""
+    # the script's own
     solutions: str = "worked"
     """worked (the task's own worked solutions, data/worked.py: arith, gsm8k) | sampled (rejection
     sampling: the backbone's own right answers)"""
@@ -94,6 +145,16 @@ class Config(
     """AdamW learning rate (0: 2e-3 for adapters, 1e-5 for full weights: results/README.md)"""
     out_dir: str = "runs/solver"
     """where the trained weights, metrics.jsonl and the checkpoint go"""
+
+    def game(self):
+        """The game's round 0 as these flags set it (the other settings at their defaults)."""
+        return GameConfig(
+            seed=self.seed,
+            agents=self.agents,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            trailer=self.trailer,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,13 +289,12 @@ def train(cfg, ranks):
             f"only {len(kept)} training solutions for a --batch-size of {cfg.batch_size}: "
             "raise --questions (or --samples), or lower --batch-size"
         )
+    modules, _ = loss_modules(models, cfg, ranks.device, kl=False)
     lr = learning_rate(cfg, adapter_lr=2e-3)
-    optimizer, holder, counters, log, learners = resumed(
-        models, cfg, out, ranks, lr=lr, extendable="epochs"
-    )
+    optimizer, holder, counters = checkpointed(models, cfg, out, ranks, lr=lr, extendable="epochs")
+    log = MetricsLog(out, ranks.rank, counters["step"])
     tokenizer = team.first.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    updater = Updater.of(optimizer, cfg, pad, ranks)
     validation = training_pool(cfg)[: cfg.val_n][ranks.rank :: ranks.world]
     batches = batch_schedule(len(kept), cfg.batch_size, cfg.epochs, cfg.seed, "sft-llm")
 
@@ -246,7 +306,18 @@ def train(cfg, ranks):
         sequences = [Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
         without_dropout(models[0].train())
-        update = softrank.policy_step(learners, sequences, advantages, CROSS_ENTROPY, updater)
+        update = policy_step(
+            modules,
+            optimizer,
+            sequences,
+            advantages,
+            **CROSS_ENTROPY,
+            max_len=cfg.max_new_tokens,
+            micro_batch=cfg.micro_batch,
+            pad=pad,
+            bf16=cfg.train_dtype == "bfloat16",
+            ranks=ranks,
+        )
         loss = all_reduce_sum([update["loss"]], ranks.device)[0] / ranks.world
         bar.set_postfix(loss=f"{loss:.4f}")
         log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
@@ -263,14 +334,15 @@ def train(cfg, ranks):
 def check(cfg, world):
     """The whole configuration, before any model is loaded (a mistake: common.UsageError)."""
     check_task(cfg)
-    check_game(cfg, min_agents=1, min_rounds=0)
-    check_engine(cfg, cfg.agents, cfg.max_new_tokens)
-    check_run(cfg)
+    check_game(cfg.game(), min_agents=1, min_rounds=0)
+    engine = EngineConfig(model=cfg.model, engine_batch_size=cfg.engine_batch_size)
+    check_engine(engine, cfg.agents, cfg.max_new_tokens)
+    check_at_least(1, questions=cfg.questions)
     check_trainer(cfg)
     check_choice("--solutions", cfg.solutions, ("worked", "sampled"))
     if cfg.solutions == "worked" and cfg.trailer:
         raise UsageError("--solutions worked: worked solutions carry no trailer (drop --trailer)")
-    check_at_least(cfg, 1, "samples", "epochs", "batch_size")
+    check_at_least(1, samples=cfg.samples, epochs=cfg.epochs, batch_size=cfg.batch_size)
     if cfg.refine_contexts and cfg.solutions != "worked":
         raise UsageError("--refine-contexts: REFINE examples need --solutions worked")
     if cfg.refine_contexts:

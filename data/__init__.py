@@ -7,13 +7,12 @@ answers.
     pred = extract_answer(completion, ex.task)          # "42", "B", "\\frac{3}{4}" or None
     reward = float(is_correct(pred, ex.answer, ex.task))
 
-A script's task flags: TaskConfig, checked by check_task. Modules: example.py (Example,
-DataError), answers.py (extraction and comparison), arith.py (the built-in generator; its templates
-in arith_templates.py), files.py (the file formats), worked.py (worked solutions).
+A script's task flags (--task, --path, --level) are checked by check_task. Modules: example.py
+(Example, DataError), answers.py (extraction and comparison), arith.py (the built-in generator; its
+templates in arith_templates.py), files.py (the file formats), worked.py (worked solutions).
 """
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import arith
@@ -46,25 +45,13 @@ __all__ = [
     "split_of",
     "training_pool",
     "training_questions",
-    "TaskConfig",
     "check_task",
 ]
 
 
-@dataclass
-class TaskConfig:
-    """The task flags of every script that reads questions."""
-
-    task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
-    path: str = ""
-    """the data file of a file task"""
-    level: int = 0
-    """arith difficulty 1..4 (0: the task's default, easy)"""
-
-
 def check_task(cfg):
-    """The task flags (TaskConfig), before anything is loaded: a mistake is one line (DataError)."""
+    """A script's task flags (--task, --path, --level), before anything is loaded: a mistake is one
+    line (DataError)."""
     if cfg.task not in TASKS:
         raise DataError(f"unknown --task {cfg.task!r}: choose one of {', '.join(TASKS)}")
     if cfg.task in FILE_TASKS and not cfg.path:

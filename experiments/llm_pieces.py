@@ -46,6 +46,25 @@ AFTER_PARTS = {
 }
 
 
+# weights committed first as a .pt file, then in the ecosystem's format (a PEFT folder; a
+# safetensors policy beside its settings' JSON), the one copy kept: the pieces write and read that
+CONVERTED = {
+    **{
+        f"results/agents/{name}.pt": f"results/agents/{name}"
+        for name in ("worked-L1-r8-seed0", "worked-L1-r4-seed0", "worked-refine-L1-r8-seed0")
+    },
+    **{
+        f"results/policies/{name}.pt": f"results/policies/{name}.safetensors"
+        for name in ("arith-seed0-softrank", "arith-team-varied-seed0-ranks")
+    },
+}
+
+
+def committed(path):
+    """Where the weights a piece once named `path` are committed (CONVERTED, else `path`)."""
+    return CONVERTED.get(str(path), str(path))
+
+
 def parallel_adapter(seed):
     """The seed's adapter trained on parallel answers at the chosen learning rate (committed)."""
     return f"results/agents/magrpo-lora-lr{LORA_LR}-L1-seed{seed}.pt"
@@ -58,7 +77,7 @@ def llm_run(name, args, adapter=False, agents=0):
     few MB) goes to results/agents/, or each of `agents` adapters (--separate-agents) as its PEFT
     folder, results/agents/<name>/agent<i>."""
     out = RUNS / name
-    kept = {out / "adapter": f"results/agents/{name}.pt"} if adapter else {}
+    kept = {out / "adapter": committed(f"results/agents/{name}.pt")} if adapter else {}
     kept |= {out / f"agent{i}": f"results/agents/{name}/agent{i}" for i in range(agents)}
     return {
         "command": [PY, *args, "--out-dir", str(out)],
@@ -246,7 +265,7 @@ WORKED_RUNS = [(1, name) for name in WORKED_SWEEP] + [(2, "r8"), (3, "r8")]
 
 
 def worked_adapter(level, name):
-    return f"results/agents/worked-L{level}-{name}-seed0.pt"
+    return committed(f"results/agents/worked-L{level}-{name}-seed0.pt")
 
 
 LLM_PIECES |= {
@@ -289,7 +308,7 @@ LLM_PIECES |= {
     },
     **{
         f"after-{run}-{part}": after(
-            f"{run}-{part}", AFTER_PARTS[part], adapter=f"results/agents/{run}.pt"
+            f"{run}-{part}", AFTER_PARTS[part], adapter=committed(f"results/agents/{run}.pt")
         )
         for run in ("worked-L1-r8-seed0", WORKED_REFINE)
         for part in AFTER_PARTS

@@ -4,16 +4,22 @@ tests left out, and the functions of a stage script its in-process tests reach."
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
 MODULES = {
-    # the optimizer math and the LLM's learning step (policy_step over the library's micro-batches)
+    # the optimizer math (torch alone)
     "softrank": (
         "softrank.py",
+        ["tests/method/test_softrank.py", "tests/method/test_llm_losses.py"],
+        [],
+    ),
+    # the LLM-weight trainers' optimizer step, and MAGRPO's and MLPO's update from their rollouts
+    "llm_step": (
+        "llm_step.py",
         [
-            "tests/test_softrank.py",
-            "tests/test_llm_losses.py",
+            "tests/method/test_llm_losses.py",
             "tests/test_llm_training.py",
             "tests/test_llm_training_plumbing.py",
+            "tests/engine/test_lora.py",
         ],
-        [],
+        ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter", "peft_loads"],
     ),
     # the statistics of every reported number (eval.py's and the reports')
     "stats": (
@@ -27,7 +33,8 @@ MODULES = {
     "deliberate": (
         "deliberate.py",
         [
-            "tests/test_meaning.py",
+            "tests/method/test_meaning.py",
+            "tests/method/test_vote_and_reward.py",
             "tests/test_game.py",
             "tests/test_protocols.py",
             "tests/test_corpus.py",
@@ -47,7 +54,7 @@ MODULES = {
     ),
     "answers": (
         "data/answers.py",
-        ["tests/test_data.py", "tests/test_meaning.py", "tests/test_answers.py"],
+        ["tests/test_data.py", "tests/method/test_meaning.py", "tests/test_answers.py"],
         [],
     ),
     # the plumbing: what tests/test_common.py pins in process (the scripts' subprocess runs, resume
@@ -74,8 +81,8 @@ MODULES = {
         [
             "tests/test_common.py",
             "tests/test_protocols.py",
-            "tests/test_lora.py",
-            "tests/test_peft.py",
+            "tests/engine/test_lora.py",
+            "tests/engine/test_peft.py",
         ],
         [
             "eval_models_refuses",
@@ -89,7 +96,7 @@ MODULES = {
         [
             "tests/test_llm_training.py",
             "tests/test_llm_training_plumbing.py",
-            "tests/test_llm_losses.py",
+            "tests/method/test_llm_losses.py",
             "tests/test_train_mlpo.py",
         ],
         ["runs_"],
@@ -113,21 +120,25 @@ MODULES = {
     # original module, not the mutant: left out, as above
     "llm.cache": (
         "llm/cache.py",
-        ["tests/test_cache.py", "tests/test_engine.py"],
+        ["tests/engine/test_cache.py", "tests/engine/test_engine.py"],
         ["two_writers", "killed", "torchrun", "cache_bench"],
     ),
-    "llm.sampling": ("llm/sampling.py", ["tests/test_engine.py"], []),
-    "llm.prefill": ("llm/prefill.py", ["tests/test_engine.py"], []),
+    "llm.sampling": ("llm/sampling.py", ["tests/engine/test_engine.py"], []),
+    "llm.prefill": ("llm/prefill.py", ["tests/engine/test_engine.py"], []),
     "llm.logprobs": (
         "llm/logprobs.py",
-        ["tests/test_logprobs.py", "tests/test_llm_training.py", "tests/test_llm_losses.py"],
+        [
+            "tests/engine/test_logprobs.py",
+            "tests/test_llm_training.py",
+            "tests/method/test_llm_losses.py",
+        ],
         [],
     ),
     # the scripts run as subprocesses (eval.py, sft.py, train_rl.py) left out as above, and the
     # default backbone's checks of every committed adapter (minutes per mutant)
     "llm.lora": (
         "llm/lora.py",
-        ["tests/test_lora.py", "tests/test_peft.py"],
+        ["tests/engine/test_lora.py", "tests/engine/test_peft.py"],
         [
             "eval_models_refuses",
             "sft_and_train_rl_train",
@@ -141,11 +152,11 @@ MODULES = {
     "train_rl": (
         "train_rl.py",
         [
-            "tests/test_softrank.py",
-            "tests/test_llm_losses.py",
+            "tests/method/test_softrank.py",
+            "tests/method/test_llm_losses.py",
             "tests/test_corpus.py",
             "tests/test_game.py",
-            "tests/test_meaning.py",
+            "tests/method/test_meaning.py",
             "tests/test_protocols.py",
             "tests/test_train.py",
         ],
@@ -158,27 +169,27 @@ MODULES = {
             "bad_input",
         ],
     ),
-    "sft": ("sft.py", ["tests/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
+    "sft": ("sft.py", ["tests/method/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "data": (
         "data/__init__.py",
         ["tests/test_data.py", "tests/test_common.py"],
         ["a_script_refuses", "every_flag_has"],
     ),
-    "llm.kvcache": ("llm/kvcache.py", ["tests/test_engine.py"], []),
+    "llm.kvcache": ("llm/kvcache.py", ["tests/engine/test_engine.py"], []),
     # the static decode step, on CPU without capture (the CUDA graphs themselves: experiments/
     # cuda_scale.py on a GPU)
-    "llm.graphs": ("llm/graphs.py", ["tests/test_graphs.py"], []),
-    # the adapters' cache keys are pinned in tests/test_lora.py
+    "llm.graphs": ("llm/graphs.py", ["tests/engine/test_graphs.py"], []),
+    # the adapters' cache keys are pinned in tests/engine/test_lora.py
     "llm.engine": (
         "llm/engine.py",
-        ["tests/test_engine.py", "tests/test_lora.py"],
+        ["tests/engine/test_engine.py", "tests/engine/test_lora.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
     # the checks in fresh processes run the original module, as above; run it with MPDF_CACHE set
     # to a scratch copy of the converted backbone, so that no mutant writes the real one
     "llm.backbone": (
         "llm/backbone.py",
-        ["tests/test_backbone.py"],
+        ["tests/engine/test_backbone.py"],
         ["in_a_fresh_process", "is_the_gguf_model"],
     ),
 }

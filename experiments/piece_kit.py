@@ -2,7 +2,7 @@
 an evaluation table, a seed's policies and their tables, for the default team or a trained one
 (experiments/teams.py)."""
 
-from experiments.llm_pieces import PY, RUNS
+from experiments.llm_pieces import PY, RUNS, committed
 from experiments.teams import team_adapters, team_flags
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
@@ -47,7 +47,7 @@ def trained(name, script, args):
     return {
         "command": [PY, script, *args, "--out-dir", str(out)],
         "copies": {
-            out / "policy.safetensors": f"results/policies/{name}.pt",
+            out / "policy.safetensors": committed(f"results/policies/{name}.pt"),
             out / "summary.json": f"results/training/{name}.json",
             out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl",
         },
@@ -72,7 +72,7 @@ def run_prefix(task, seed, team=""):
 
 
 def table_policy(task, algo, seed, team=""):
-    return f"results/policies/{run_prefix(task, seed, team)}-{algo}.pt"
+    return committed(f"results/policies/{run_prefix(task, seed, team)}-{algo}.pt")
 
 
 def policy_pieces(task, seed, algos, team=""):

@@ -9,12 +9,11 @@ The rings, imports pointing inward (tests/test_layout.py checks them):
   spine    the scripts and the modules they share (deliberate.py, softrank.py, stats.py): all a
            method learns with; imports no lab, and no script imports another
   lab      experiments/: the studies; imports the spine's shared modules and the library
-The limits: every script's reading set at most 3 files and 1,500 non-blank lines; every script at
-most 500.
+Sizes are advice, never a test: a reading set past about 4 files or 2,000 lines, or a script past
+about 600 lines of its own, is worth a second look at its shape.
 """
 
 import ast
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +27,7 @@ SCRIPTS = (
     "view.py",
 )
 LIBRARY = ("llm", "data", "common")
-MAX_FILES, MAX_LINES, MAX_SCRIPT = 3, 1500, 500
+ABOUT_FILES, ABOUT_LINES, ABOUT_SCRIPT = 4, 2000, 600
 
 
 def lines(path):
@@ -62,18 +61,22 @@ def reading_set(script):
     return sorted(seen)
 
 
-def rules():
-    """(what, holds) for each limit."""
+def advice():
+    """(what, within) for each size worth a look: every script's reading set and its own lines."""
     size = {name: lines(ROOT / f"{name}.py") for name in spine_modules()}
-    checks = []
+    notes = []
     for script in SCRIPTS:
         names = reading_set(script)
         total = sum(size[n] for n in names)
-        checks.append((f"{script}: {len(names)} files <= {MAX_FILES}", len(names) <= MAX_FILES))
-        checks.append((f"{script}: {total} lines <= {MAX_LINES}", total <= MAX_LINES))
+        notes.append(
+            (f"{script}: {len(names)} files (about {ABOUT_FILES})", len(names) <= ABOUT_FILES)
+        )
+        notes.append((f"{script}: {total} lines (about {ABOUT_LINES})", total <= ABOUT_LINES))
         own = size[script.removesuffix(".py")]
-        checks.append((f"{script}: {own} lines of its own <= {MAX_SCRIPT}", own <= MAX_SCRIPT))
-    return checks
+        notes.append(
+            (f"{script}: {own} lines of its own (about {ABOUT_SCRIPT})", own <= ABOUT_SCRIPT)
+        )
+    return notes
 
 
 def main():
@@ -84,11 +87,9 @@ def main():
         shown = ", ".join(f"{n}.py ({size[n]})" for n in names)
         print(f"{script:<17}{len(names):>6}{sum(size[n] for n in names):>7}  {shown}")
     print()
-    checks = rules()
-    for text, ok in checks:
-        print(f"{'ok  ' if ok else 'OVER'} {text}")
-    return all(ok for _, ok in checks)
+    for text, within in advice():
+        print(f"{'ok  ' if within else 'look'} {text}")
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    main()

@@ -25,10 +25,8 @@ import torch
 import data
 import deliberate
 from common import machine, parse_config, write_result
-from data import TaskConfig
 from deliberate import GameConfig, MetaPolicy, adopted_agent, concede, make_policy, peers_of
 from experiments.refine_value import study_setup
-from llm.team import EngineConfig
 from stats import paired_difference
 
 STATE_CLASSES = ("own right, a peer wrong", "own wrong, a peer right", "all wrong", "all right")
@@ -37,7 +35,49 @@ OUTCOMES = ("refine", "persist", "concede")
 
 
 @dataclass
-class Config(EngineConfig, GameConfig, TaskConfig):
+class Config:
+    # the task
+    task: str = "arith"
+    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    path: str = ""
+    """the data file of a file task"""
+    level: int = 0
+    """arith difficulty 1..4 (0: the task's default, easy)"""
+    # the game
+    seed: int = 0
+    """seeds every LLM call (with the question id, agent and round), every sampled action, the
+    questions, the data order and the initialization"""
+    agents: int = 3
+    """agents in the team"""
+    rounds: int = 3
+    """deliberation rounds after round 0"""
+    temperature: float = 0.5
+    """the agents' sampling temperature (the temperature study on validation questions)"""
+    top_p: float = 1.0
+    """nucleus sampling's probability mass"""
+    max_new_tokens: int = 192
+    """token budget of each LLM call"""
+    trailer: bool = False
+    """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    critic: bool = False
+    """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
+    vote: str = "mean_prob"
+    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
+    # the engine
+    model: str = ""
+    """HF checkpoint directory of the agents; empty: the embedded default backbone"""
+    models: str = ""
+    """one model per agent, comma-separated: an HF directory or `default`, + an adapter file
+    (train_solver.py, train_magrpo.py) or not, e.g. default+a0.pt,default+a1.pt,default; agents on
+    one base share its engine (empty: --model for every agent)"""
+    engine_batch_size: int = 128
+    """engine slots (sequences decoded together; docs/design.md §11)"""
+    cache_dir: str = "cache/generations"
+    """the generation cache (empty: off); an identical run a second time makes no LLM call"""
+    # the study's own
     policy: str = "persist"
     """the policy that decides (a policy file, or a fixed one) and picks the peer to CONCEDE to"""
     split: str = "test"
@@ -129,7 +169,7 @@ def main(cfg):
     cfg, dtype_reason, examples, engine = study_setup(cfg)
     policy = make_policy(cfg.policy)
     # one decision round: the first decision reads the same state whatever --rounds says
-    first = dataclasses.replace(cfg, rounds=1)
+    first = dataclasses.replace(GameConfig.of(cfg), rounds=1)
     games = deliberate.play(engine, examples, policy, first, refine_all=True, refine_cost=1000.0)
     rows = first_decisions(games, policy)
     return write_result(

@@ -44,12 +44,16 @@ def outputs(piece):
 def keep(source, target):
     """A run's file committed as its piece's target: a PEFT adapter folder or a safetensors policy
     in the .pt form that piece's target has always had (the runner skips a piece whose target
-    exists), anything else (an adapter folder included) copied."""
+    exists), or as it is where the target is in that form too (a safetensors policy with its
+    settings' JSON); anything else (an adapter folder included) copied."""
     if target.suffix == ".pt" and source.is_dir():
         torch.save(read_adapter(source), target)
     elif target.suffix == ".pt" and source.suffix == ".safetensors":
         tensors, settings = load_tensors(source, "policy")
         torch.save({**settings, "state_dict": tensors}, target)
+    elif target.suffix == source.suffix == ".safetensors":
+        shutil.copyfile(source, target)
+        shutil.copyfile(source.with_suffix(".json"), target.with_suffix(".json"))
     elif source.is_dir():
         shutil.copytree(source, target, dirs_exist_ok=True)
     else:

@@ -2,7 +2,7 @@
 MLPO leader over a competent team, the revision turn measured and trained, and the leader as an
 aggregator; experiments/pieces.py holds them with every other piece."""
 
-from experiments.llm_pieces import LORA_LR, MAGRPO_LORA, PY, RUNS, llm_run
+from experiments.llm_pieces import LORA_LR, MAGRPO_LORA, PY, RUNS, committed, llm_run
 from experiments.piece_kit import (
     TABLE_GAME,
     TABLE_SEEDS,
@@ -77,9 +77,8 @@ def team_pieces(team, seed):
 LEADER_FLAGS = (
     "train_mlpo.py --algo magrpo --agents 3 --task arith --level 1 --group 8 "
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --steps 24 "
-    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4 "
-    "--init-adapter results/agents/worked-L1-r8-seed0.pt"
-).split()
+    "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 8 --lr 5e-4"
+).split() + ["--init-adapter", committed("results/agents/worked-L1-r8-seed0.pt")]
 
 
 def leader_pieces(team, seed):

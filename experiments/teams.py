@@ -2,7 +2,7 @@
 pieces), and the flags that make each one: their pieces are built in experiments/team_pieces.py,
 their tables read in experiments/team_tables.py."""
 
-from experiments.llm_pieces import LORA_LR
+from experiments.llm_pieces import LORA_LR, committed
 
 # issue 35: teams whose agents were trained (adapters on the default base, committed by the LLM
 # pieces): three agents trained to revise (MAGRPO on debate, seed 0), and a mixed team of the
@@ -13,11 +13,11 @@ TEAMS = {
     "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
     "default+results/agents/magrpo-debate-L1-seed0.pt",
     # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
-    "worked": ",".join(["default+results/agents/worked-L1-r8-seed0.pt"] * 3),
+    "worked": ",".join(["default+" + committed("results/agents/worked-L1-r8-seed0.pt")] * 3),
     # and three members that differ in skill and specialty: the adapter continued on REFINE
     # examples, the worked-solution adapter, and the sweep's rank-4 adapter
     "varied": ",".join(
-        f"default+results/agents/{run}.pt"
+        "default+" + committed(f"results/agents/{run}.pt")
         for run in ("worked-refine-L1-r8-seed0", "worked-L1-r8-seed0", "worked-L1-r4-seed0")
     ),
     # team varied's three agents after MAGRPO with the revision reward (seed 0's run at lr 1e-4,

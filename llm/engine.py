@@ -1,7 +1,7 @@
 """The engine: batched text generation over any HF causal LM, with an on-disk cache of generations.
 
 A short hand-written sampling loop with a KV cache and continuous batching, tested token for token
-against HF `generate` (tests/test_engine.py). Every script makes it through llm/team.py
+against HF `generate` (tests/engine/test_engine.py). Every script makes it through llm/team.py
 (`make_engine`, from the script's flags); backbone.py loads the model itself. Read top to bottom:
   Completion, Sample  - one generated text (what generate returns), one sampled row (sample's)
   Engine              - generate (continuous batching) and teacher-forced log-probs

@@ -6,7 +6,7 @@ call per model (docs/design.md §10).
   Member    - an agent's engine and adapter (None: the engine's model as it is)
   Team      - generate() routes each prompt to its agent's member
   as_team   - an Engine as the team whose every agent is that engine
-From a script's engine flags (EngineConfig, checked by check_engine):
+From a script's engine settings (EngineConfig's fields, checked by check_engine):
   team_name                         - what a run's files call its team
   resolve_engine_dtype, make_engine - the engine (or team) of one rank
 """
@@ -24,7 +24,9 @@ from llm.engine import Engine
 
 @dataclass
 class EngineConfig:
-    """The engine flags of every script that generates (`common.only` takes some)."""
+    """What make_engine builds an engine from. The scripts that play the game (sft.py, train_rl.py,
+    eval.py) take every one of these as a flag of the same name and pass their flags themselves;
+    the LLM-weight trainers build one for the engines they sample from."""
 
     model: str = ""
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
@@ -42,17 +44,15 @@ class EngineConfig:
 
 
 def check_engine(cfg, agents, max_new_tokens):
-    """The engine flags that `cfg` has (EngineConfig, or a trainer's share of it), before anything
-    is loaded: a mistake is one line (UsageError)."""
-    if hasattr(cfg, "dtype"):
-        check_choice("--dtype", cfg.dtype, ("auto", *backbone.DTYPES))
-    check_at_least(cfg, 1, "engine_batch_size")
-    models = getattr(cfg, "models", "")
-    if models and cfg.model:
+    """The engine settings `cfg` (an EngineConfig, or a script's flags of the same names), before
+    anything is loaded: a mistake is one line (UsageError)."""
+    check_choice("--dtype", cfg.dtype, ("auto", *backbone.DTYPES))
+    check_at_least(1, engine_batch_size=cfg.engine_batch_size)
+    if cfg.models and cfg.model:
         raise UsageError("--model and --models: pass one (--models names every agent's model)")
     check_model("--model", cfg.model, max_new_tokens)
-    if models:
-        check_models("--models", models, agents, max_new_tokens)
+    if cfg.models:
+        check_models("--models", cfg.models, agents, max_new_tokens)
 
 
 def check_model(flag_name, path, max_new_tokens):
@@ -190,7 +190,7 @@ def adapter_rank(state):
 
 
 def make_engine(cfg, agents, rank, device="cpu"):
-    """The generation engine of one rank on its device, from the EngineConfig flags `cfg`: the cache
+    """The generation engine of one rank on its device, from the engine settings `cfg`: the cache
     file that every rank shares, a progress bar on rank 0. With --models, a Team of `agents`: one
     engine per distinct base model, each agent's adapter loaded into its base's engine (the file
     read as data: common.load_file), the engine wrapped at the highest rank among them."""

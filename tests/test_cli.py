@@ -1,5 +1,6 @@
-"""Every script's command line explains itself: each flag has a one-line description (its config
-field's docstring) and its default in --help."""
+"""Every script's command line explains itself: each flag is declared in the script's own flat
+config class, with a one-line description (its field's docstring) and its default in --help; and a
+flag's name keeps one meaning across the scripts that take it (the same type, default and help)."""
 
 import dataclasses
 import importlib
@@ -90,3 +91,63 @@ def test_parse_config_reads_docstrings_types_and_booleans():
     Config.POSITIONAL = ("name",)
     cfg = parse_config(Config, ["c", "--steps", "6"])
     assert (cfg.name, cfg.steps, cfg.on) == ("c", 6, True)
+
+
+# the stage scripts, whose flags a user carries from one command to the next
+STAGES = [script for script in SCRIPTS if not script.startswith("experiments/")]
+# flags that name the same kind of setting in every script, with each stage's own value and words:
+# where the stage writes, and its own optimization (type kept, default and help the stage's)
+STAGE_OWN = {
+    "out_dir": "what the stage writes there",
+    "out": "what the stage writes there",
+    "epochs": "passes over that stage's own data",
+    "batch_size": "states (the policy) or sequences (the solver) per step",
+    "lr": "each stage's measured rate",
+    "algo": "the policy's full-action-set algorithms, or the LLM trainers' group advantages",
+    "beta": "the study's KL weight for the policy; 0 in the MAGRPO and MLPO papers",
+    "loss_agg": "each paper's aggregation: CoMLRL's sum for MAGRPO, Dr.GRPO's const for MLPO",
+}
+
+
+def flags_of(scripts):
+    """{flag name: {script: (type, default, help)}} over `scripts`."""
+    flags = {}
+    for script in scripts:
+        config = config_of(script)
+        docs = field_docs(config)
+        for f in dataclasses.fields(config):
+            flags.setdefault(f.name, {})[script] = (type(f.default), f.default, docs[f.name])
+    return flags
+
+
+def inconsistent(flags):
+    """The flags declared differently in two scripts: another type, or (but for STAGE_OWN)
+    another default or help."""
+    found = []
+    for name, declared in flags.items():
+        kept = {d[:1] if name in STAGE_OWN else d for d in declared.values()}
+        if len(kept) > 1:
+            found.append(name)
+    return found
+
+
+def test_a_flag_name_keeps_one_meaning_across_the_scripts():
+    """Every flag two stage scripts share has one type, default and help (but for STAGE_OWN, each
+    stage's own value and words for the same kind of setting); and the check sees one script's
+    default moved."""
+    flags = flags_of(STAGES)
+    assert inconsistent(flags) == []
+    shared = {name for name, declared in flags.items() if len(declared) > 1}
+    assert {"seed", "agents", "max_new_tokens", "lora_rank", "group", "tau"} <= shared
+    assert set(STAGE_OWN) <= shared
+    for name, script, change in (
+        ("seed", "train_magrpo.py", 1),
+        ("micro_batch", "train_solver.py", 1),
+        ("lr", "train_rl.py", "0.001"),
+    ):
+        moved = {k: dict(v) for k, v in flags.items()}
+        kind, default, text = moved[name][script]
+        moved[name][script] = (
+            (type(change), change, text) if name == "lr" else (kind, default + change, text)
+        )
+        assert inconsistent(moved) == [name]

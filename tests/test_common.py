@@ -5,13 +5,12 @@ temperature, token budget, vote, dtype, --model / --models, checkpoint directori
 team_entries, the training pool and its validation / iteration slices, make_engine's arguments (and
 a team's engines and adapters), rows as tensors, the settings a corpus is saved with and refused
 under, the data order of every epoch and the rows each rank takes, a script's config made of
-shared flags (common.only). Fast, so the mutation runs of common.py and llm/ use them
+its own flags (common.field_docs). Fast, so the mutation runs of common.py and llm/ use them
 (experiments/mutation.py)."""
 
 import dataclasses
 import json
 import random
-import re
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -79,7 +78,7 @@ def refused(cfg, message, **kw):
 # ---------------------------------------------------------- check_task, check_game, check_engine
 def test_check_game_accepts_the_edges(tmp_path):
     """Levels 0 and 4, 2 agents and 1 round (the defaults' minimums), temperature and val_n 0, one
-    token below the context, each dtype, a config without val_n or models."""
+    token below the context, each dtype; a trainer's game and engine settings."""
     for kw in (
         {},
         {"level": 4},
@@ -93,12 +92,13 @@ def test_check_game_accepts_the_edges(tmp_path):
     data_file = tmp_path / "q.jsonl"
     data_file.write_text("")
     check_flags(game(tmp_path, task="gsm8k", path=str(data_file)))
-    # a trainer's share of the flags: no rounds, temperature, top-p, vote, dtype or models
-    share = SimpleNamespace(agents=1, max_new_tokens=63, model=str(tmp_path / "model"))
-    deliberate.check_game(share, min_agents=1)
-    teams.check_engine(SimpleNamespace(**vars(share), engine_batch_size=1), 1, 63)
+    # a trainer's share of the flags (no rounds, temperature, top-p, vote, dtype or models): the
+    # game's and the engine's settings it builds, the others at their defaults
+    model = str(tmp_path / "model")
+    deliberate.check_game(GameConfig(agents=1, max_new_tokens=63), min_agents=1)
+    teams.check_engine(teams.EngineConfig(model=model, engine_batch_size=1), 1, 63)
     with pytest.raises(UsageError, match="^--engine-batch-size 0: must be at least 1$"):
-        teams.check_engine(SimpleNamespace(**vars(share), engine_batch_size=0), 1, 63)
+        teams.check_engine(teams.EngineConfig(model=model, engine_batch_size=0), 1, 63)
 
 
 def test_check_game_refuses_in_one_line(tmp_path):
@@ -345,16 +345,16 @@ def test_stack_rows():
 
 # ------------------------------------------------------------------------- saving and loading one
 def test_corpus_settings_save_and_load(tmp_path):
-    """The settings of a corpus: the task, every game flag, the agents' models and dtype (not the
-    engine's batch size or cache), and the names a script adds; a missing file is None; a file
-    without settings, or with a setting changed, is refused in one line; a setting the file does
-    not have (an older script's) is not compared; only rank 0 writes."""
-    flags = {**vars(data.TaskConfig()), **vars(GameConfig(seed=1)), **vars(teams.EngineConfig())}
-    cfg = SimpleNamespace(**flags, questions=4, crash_at_step=3)
-    settings = deliberate.corpus_settings(cfg, "questions")
-    game = [*vars(data.TaskConfig()), *vars(GameConfig()), "model", "models", "dtype"]
+    """The settings of a corpus: the task, every game setting, the agents' models and dtype (not
+    the engine's batch size or cache), and the settings a script adds; a missing file is None; a
+    file without settings, or with a setting changed, is refused in one line; a setting the file
+    does not have (an older script's) is not compared; only rank 0 writes."""
+    task = {"task": "arith", "path": "", "level": 2}
+    cfg = SimpleNamespace(**task, **vars(teams.EngineConfig()), questions=4, crash_at_step=3)
+    settings = deliberate.corpus_settings(cfg, GameConfig(seed=1), questions=cfg.questions)
+    game = [*task, *vars(GameConfig()), "model", "models", "dtype"]
     assert list(settings) == game + ["questions"] and settings["seed"] == 1
-    assert settings["questions"] == 4 and settings["temperature"] == 0.5
+    assert settings["questions"] == 4 and settings["temperature"] == 0.5 and settings["level"] == 2
     path = tmp_path / "corpus.pt"
     assert common.load_made_under(path, settings, "corpus") is None
     common.save_made_under([{"key": 1}], path, settings, 1)
@@ -425,73 +425,50 @@ def test_rows_shard_over_ranks_without_dropping_any():
 
 # --------------------------------------------------------------------------- the rest of common.py
 @dataclass
-class Sub(teams.EngineConfig, GameConfig, data.TaskConfig):
-    agents: int = 4
-    """the subclass's own words"""
+class Flags:
+    seed: int = 0
+    """the seed"""
     extra: bool = False
     """a flag of the script"""
 
 
 @dataclass
-class Share(common.only(common.RunConfig, "val_n", "save_every"), GameConfig):
-    rounds: int = 2
-    extra: bool = False
-    """a flag of the script"""
+class Sub(Flags):
+    agents: int = 4
+    """the subclass's own words"""
 
 
-def test_a_scripts_config_extends_the_game_and_its_docstrings():
-    """field_docs reads the base classes' docstrings too, a subclass's winning; parse_config makes a
-    flag of every field, the shared ones included, in the bases' order first."""
-    docs = common.field_docs(Sub)
-    assert docs["agents"] == "the subclass's own words" and docs["extra"] == "a flag of the script"
-    assert docs["task"].startswith("arith (built-in)") and docs["cache_dir"].startswith("the gen")
-    assert set(docs) == {f for f in vars(Sub())}
-    cfg = common.parse_config(
-        Sub, ["--task", "gsm8k", "--extra", "--agents", "2", "--top-p", "0.5"]
-    )
-    assert (cfg.task, cfg.extra, cfg.agents, cfg.top_p, cfg.rounds) == ("gsm8k", True, 2, 0.5, 3)
-    assert common.parse_config(Sub, []) == Sub()
-    assert list(vars(Sub()))[:4] == ["task", "path", "level", "seed"]
+def test_a_script_declares_every_flag_in_its_own_class():
+    """field_docs reads a flat class's docstrings; a class whose flags come from a base class (a
+    flag declared away from the script) is refused, naming it."""
+    assert common.field_docs(Flags) == {"seed": "the seed", "extra": "a flag of the script"}
+    with pytest.raises(TypeError, match="^Sub: a script declares every flag in its own class$"):
+        common.field_docs(Sub)
+    cfg = common.parse_config(Flags, ["--seed", "3", "--extra"])
+    assert cfg == Flags(seed=3, extra=True) and common.parse_config(Flags, []) == Flags()
 
 
-def test_only_takes_the_flags_a_script_uses_with_their_texts():
-    """common.only: the named flags of a shared class, their defaults, types and docstrings, and
-    no other; a subclass may change a default without saying the text again; a name the class
-    lacks is refused."""
-    assert list(vars(Share())) == [*vars(GameConfig()), "val_n", "save_every", "extra"]
-    assert (Share().rounds, Share().val_n, Share().save_every) == (2, 64, 50)
-    docs = common.field_docs(Share)
-    run_docs = common.field_docs(common.RunConfig)
-    assert (
-        docs["val_n"] == run_docs["val_n"]
-        and docs["rounds"] == common.field_docs(GameConfig)["rounds"]
-    )
-    assert "questions" not in docs and "crash_at_step" not in docs
-    subset = common.only(common.RunConfig, "crash_at_step", "val_n")
-    assert [f.name for f in dataclasses.fields(subset)] == ["crash_at_step", "val_n"]
-    run = common.RunConfig()
-    assert (subset().crash_at_step, subset().val_n) == (run.crash_at_step, run.val_n)
-    assert {f.name: f.type for f in dataclasses.fields(subset)} == {
-        "crash_at_step": int,
-        "val_n": int,
-    }
-    cfg = common.parse_config(Share, ["--val-n", "3", "--no-extra"])
-    assert (cfg.val_n, cfg.save_every, cfg.extra) == (3, 50, False)
-    with pytest.raises(SystemExit):
-        common.parse_config(Share, ["--questions", "3"])
-    with pytest.raises(TypeError, match=r"^RunConfig has no flags \['steps'\]$"):
-        common.only(common.RunConfig, "val_n", "steps")
+def test_the_game_of_a_scripts_flags():
+    """GameConfig.of: every setting of the game from the flag of the same name, and no other flag;
+    a script without one of them cannot use it (AttributeError names the missing one)."""
+    flags = {f.name: f.default for f in dataclasses.fields(GameConfig)}
+    changed = flags | {"rounds": 1, "vote": "index", "whole_solutions": True, "seed": 7}
+    game = GameConfig.of(SimpleNamespace(**changed, questions=3))
+    assert dataclasses.asdict(game) == changed
+    with pytest.raises(AttributeError, match="top_p"):
+        GameConfig.of(SimpleNamespace(**{k: v for k, v in flags.items() if k != "top_p"}))
 
 
 def test_checks_name_the_flag_and_the_value():
-    cfg = SimpleNamespace(steps=0, lr=0.0, tau=-1.0, ok=1)
     with pytest.raises(UsageError, match=r"^--steps 0: must be at least 1$"):
-        common.check_at_least(cfg, 1, "ok", "steps")
-    common.check_at_least(cfg, 0, "steps")
+        common.check_at_least(1, ok=1, steps=0)
+    common.check_at_least(0, steps=0)
     with pytest.raises(UsageError, match=r"^--lr 0\.0: must be > 0$"):
-        common.check_positive(cfg, "ok", "lr")
+        common.check_positive(ok=1, lr=0.0)
     with pytest.raises(UsageError, match=r"^--tau -1\.0: must be > 0$"):
-        common.check_positive(cfg, "tau")
+        common.check_positive(tau=-1.0)
+    with pytest.raises(UsageError, match=r"^--questions-per-step 0: must be at least 2$"):
+        common.check_at_least(2, questions_per_step=0)
     with pytest.raises(UsageError, match=r"^unknown --x 'c': choose one of a, 1$"):
         common.check_choice("--x", "c", ("a", 1))
     common.check_choice("--x", 1, ("a", 1))
@@ -832,23 +809,3 @@ def test_files_are_written_whole_and_read_back_named(tmp_path, monkeypatch):
     del state["config"]
     torch.save(state, tmp_path / "checkpoint.pt")
     assert common.load_checkpoint(tmp_path, model, optimizer, 1, Run(seed=5)) == {"step": 2}
-
-
-def test_check_run_refuses_each_run_flag_below_its_minimum_and_takes_the_minimum():
-    """--questions and --save-every at least 1, --val-n, --eval-every and --weight-decay at least
-    0; a config without some of them (a script that takes fewer) checks the ones it has."""
-    run = common.RunConfig
-    common.check_run(run(questions=1, save_every=1, val_n=0, eval_every=0, weight_decay=0.0))
-    for name, bad, minimum in (
-        ("questions", 0, 1),
-        ("save_every", 0, 1),
-        ("val_n", -1, 0),
-        ("eval_every", -1, 0),
-        ("weight_decay", -0.5, 0),
-    ):
-        flag = "--" + name.replace("_", "-")
-        with pytest.raises(
-            UsageError, match=f"^{re.escape(f'{flag} {bad!r}: must be at least {minimum}')}$"
-        ):
-            common.check_run(run(**{name: bad}))
-    common.check_run(common.only(run, "val_n")())

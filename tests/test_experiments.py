@@ -12,6 +12,7 @@ import torch
 import common
 from experiments import (
     dtype_tables,
+    llm_pieces,
     piece_kit,
     revision_tables,
     studies,
@@ -701,7 +702,9 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             policy = next((a for a in command if str(a).startswith("mpdf=")), "")
             if policy:
                 algo = name.split("seed0-")[1]
-                assert policy == f"mpdf=results/policies/arith-team-{team}-seed0-{algo}.pt"
+                # the policy's committed file (its one copy: llm_pieces.CONVERTED)
+                old = f"results/policies/arith-team-{team}-seed0-{algo}.pt"
+                assert policy == f"mpdf={llm_pieces.committed(old)}"
                 assert policy[5:] in piece["needs"]
         rl = mine[f"train-arith-team-{team}-seed0-softrank"]["command"]
         assert rl[rl.index("--init") + 1] == f"results/policies/arith-team-{team}-seed0-sft.pt"
@@ -714,9 +717,14 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             assert f"leader=default+{adapter}" in leader["command"] and adapter in leader["needs"]
             assert leader["command"][leader["command"].index("--rounds") + 1] == "0"
             assert mine[f"llm-mlpo-team-{team}-seed0"]["copies"]
-    # the default team's pieces keep their names and files
+    # the default team's pieces keep their names and files, each weight committed once
     policy = piece_kit.table_policy("arith", "softrank", 1)
     assert policy == "results/policies/arith-seed1-softrank.pt"
+    policy = piece_kit.table_policy("arith", "softrank", 0)
+    assert policy == "results/policies/arith-seed0-softrank.safetensors"
+    assert "default+results/agents/worked-L1-r8-seed0," in teams.TEAMS["varied"]
+    for old, new in llm_pieces.CONVERTED.items():
+        assert (ROOT / new).exists() and not (ROOT / old).exists(), old
     assert "--models" not in runner.PIECES["train-arith-seed0-sft"]["command"]
 
 

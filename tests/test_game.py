@@ -1,6 +1,6 @@
-"""The deliberation game: parsing and state features, the vote, the shaped reward, the policies, and
-play() driven by a scripted engine (exact, fast) and by a tiny random model (the real engine
-path)."""
+"""The deliberation game: parsing and state features, the prompts, the policies, and play() driven
+by a scripted engine (exact, fast) and by a tiny random model (the real engine path). The vote and
+the shaped reward, worked by hand: tests/method/test_vote_and_reward.py."""
 
 import dataclasses
 import math
@@ -180,68 +180,6 @@ def test_a_policy_with_a_copy_per_agent_plays_only_its_own_team_size():
         "p.pt: a policy with one copy per agent for 3 agents cannot play 2 agents: pass "
         "--agents 3, or train a shared policy"
     )
-
-
-# ---------------------------------------------------------------- the vote
-def test_vote_majority():
-    assert D.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
-
-
-def test_vote_unparseable_never_wins():
-    assert D.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
-    assert D.majority_vote([sol(None), sol(None)]) == (None, None)
-
-
-def test_vote_tie_goes_to_confidence_then_index():
-    assert D.majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
-    assert D.majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
-    # two-vs-two tie: the group with the single most confident member wins
-    team = [sol("1", 0.6), sol("1", 0.6), sol("2", 0.1), sol("2", 0.95)]
-    assert D.majority_vote(team) == ("2", 3)
-
-
-def test_vote_without_agent():
-    team = [sol("1"), sol("2"), sol("2")]
-    assert D.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
-    assert D.majority_vote(team, exclude=0)[0] == "2"
-
-
-# ---------------------------------------------------------------- the shaped reward
-GOLD = "5"
-
-
-@pytest.mark.parametrize(
-    "before, after, agent, expected",
-    [
-        # i fixes its own answer and flips the vote: +1 own,
-        # +1 consensus (without i: 5 vs 4 vs 4 -> wrong)
-        (["3", "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
-        # i fixes its own answer, but the others alone
-        # already vote right (5 vs 4 tie -> lower index): +1
-        (["3", "5", "4"], ["5", "5", "4"], 0, 1 + (1 - 1)),
-        # i already right and persists; the vote is right with or without i: 0
-        (["5", "5", "4"], ["5", "5", "4"], 0, 0),
-        # i breaks a right answer and flips the vote to
-        # wrong: -1 own, and vote wrong vs without-i right
-        (["5", "5", "4"], ["4", "5", "4"], 0, -1 + (0 - 1)),
-        # consensus without i: the others alone tie 5 vs
-        # 4 -> lower index (agent 1, "5") wins -> right
-        (["5", "5", "4"], ["5", "5", "4"], 2, 0 + (1 - 1)),
-        # i is wrong before and after; others right: 0 + (1 - 1)
-        (["3", "5", "5"], ["3", "5", "5"], 0, 0),
-        # an unparseable answer is wrong: going from None to right is +1
-        ([None, "5", "4", "4"], ["5", "5", "4", "4"], 0, 1 + (1 - 0)),
-    ],
-)
-def test_shaped_reward(before, after, agent, expected):
-    r = D.shaped_reward([sol(a) for a in before], [sol(a) for a in after], agent, GOLD, "arith")
-    assert r == expected
-
-
-def test_reward_two_agents_consensus_without_i_is_the_peer():
-    # N = 2: the vote without i is the peer's answer alone
-    r = D.shaped_reward([sol("3"), sol("5")], [sol("5"), sol("5")], 0, GOLD, "arith")
-    assert r == 1 + (1 - 1)
 
 
 # ---------------------------------------------------------------- policies

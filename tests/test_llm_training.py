@@ -1,7 +1,6 @@
-"""softrank.policy_loss in process (llm/logprobs.py under it, the trained weights an
-llm.training.Learner), on a tiny random model: the completion log-probs of padded batches, and the
-token-level loss's gradient (prompt, peers' text and padding masked out, micro-batches, the KL per
-sequence, flat groups)."""
+"""llm_step.policy_step's loss in process (llm/logprobs.py under it), on a tiny random model: the
+completion log-probs of padded batches, and the token-level loss's gradient (prompt, peers' text
+and padding masked out, micro-batches, the KL per sequence, flat groups)."""
 
 import copy
 
@@ -9,10 +8,12 @@ import pytest
 import torch
 
 import softrank
+from common import Ranks
 from deliberate import GameConfig
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
-from llm.training import Learner, Objective
-from softrank import policy_loss
+from llm_step import Sequence, policy_step
+
+ALONE = Ranks(0, 1, torch.device("cpu"))
 
 
 def test_completion_batch_masks_prompt_and_padding(tiny_model):
@@ -67,18 +68,40 @@ def rollout_batch(tokenizer):
     return completion_batch(rollout_sequences(tokenizer), tokenizer.pad_token_id, "cpu")
 
 
-def learner(model, reference=None):
-    """The model's whole weights as policy_loss trains them (`reference`: the KL's)."""
-    return Learner(model, list(model.parameters()), None, reference)
+class CaptureGradients:
+    """An optimizer that keeps the gradients policy_step steps with (clipped) instead of
+    stepping."""
+
+    def __init__(self, model):
+        self.model, self.grads = model, None
+
+    def step(self):
+        self.grads = [p.grad.clone() for p in self.model.parameters()]
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=set_to_none)
 
 
-def policy_grads(model, batches, advantages, agg, beta, normalizer, reference=None):
-    model.zero_grad()
-    for batch, adv in zip(batches, advantages):
-        objective = Objective(agg, beta, 1.0)
-        loss, _ = policy_loss(learner(model, reference), batch, adv, objective, normalizer)
-        loss.backward()
-    return [p.grad.clone() for p in model.parameters()]
+def step(model, pairs, advantages, *, agg="sum", beta=0.0, micro_batch=8, pad=0, **kw):
+    """policy_step on the model's whole weights over (prompt, completion) pairs, pair b the only
+    rollout of question b at advantages[b]; returns (its statistics, the gradient it stepped
+    with)."""
+    sequences = [Sequence(b, 0, 0, p, c) for b, (p, c) in enumerate(pairs)]
+    optimizer = CaptureGradients(model)
+    kw = {"temperature": 1.0, "max_len": GameConfig.max_new_tokens, "ranks": ALONE} | kw
+    stats = policy_step(
+        [model],
+        optimizer,
+        sequences,
+        torch.as_tensor(advantages)[:, None],
+        agg=agg,
+        beta=beta,
+        micro_batch=micro_batch,
+        pad=pad,
+        bf16=False,
+        **kw,
+    )
+    return stats, optimizer.grads
 
 
 def test_policy_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
@@ -90,36 +113,28 @@ def test_policy_loss_prompt_peers_and_padding_get_no_gradient(tiny_model):
     loss.backward()
     completion = completion.bool()
     assert (logp.grad[~completion] == 0).all() and (logp.grad[completion] != 0).all()
-    # whatever sits in the padding, the parameter gradients are the same, bit for bit (MAGRPO's
-    # sum, no KL)
-    other = ids.clone()
-    other[attention == 0] = 17
-    a = policy_grads(model, [(ids, attention, mask)], [torch.tensor([1.0, -0.5])], "sum", 0.0, 10.0)
-    b = policy_grads(
-        model, [(other, attention, mask)], [torch.tensor([1.0, -0.5])], "sum", 0.0, 10.0
-    )
+    # whatever sits in the padding, the step's gradient is the same, bit for bit (MAGRPO's sum, no
+    # KL)
+    pairs = rollout_sequences(tokenizer)
+    _, a = step(model, pairs, [1.0, -0.5], pad=tokenizer.pad_token_id)
+    _, b = step(model, pairs, [1.0, -0.5], pad=17)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("agg", softrank.PG_KINDS)
 def test_policy_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_model, agg):
+    """The whole batch in one micro-batch, or each sequence in its own (each padded to its own
+    widths): the same gradient, the normalizer counted once over the step."""
     model, tokenizer = tiny_model
     model = model.double()
     try:
-        sequences = rollout_sequences(tokenizer)
-        beta = 0.1
-        advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
-        whole = completion_batch(sequences, tokenizer.pad_token_id, "cpu")
-        normalizer = softrank.pg_normalizer(whole[2], agg, max_len=GameConfig.max_new_tokens)
+        pairs = rollout_sequences(tokenizer)
         reference = copy_model(model)
-        # each micro-batch is built from its own sequences (its own padding widths), as in training
-        halves = [
-            completion_batch(sequences[k : k + 1], tokenizer.pad_token_id, "cpu") for k in (0, 1)
-        ]
-        whole = policy_grads(model, [whole], [advantages], agg, beta, normalizer, reference)
-        split = policy_grads(
-            model, halves, [advantages[:1], advantages[1:]], agg, beta, normalizer, reference
-        )
+        pad = tokenizer.pad_token_id
+        kw = {"agg": agg, "beta": 0.1, "pad": pad, "references": [reference]}
+        _, whole = step(model, pairs, [1.0, -0.5], micro_batch=2, **kw)
+        _, split = step(model, pairs, [1.0, -0.5], micro_batch=1, **kw)
+        assert any(x.abs().max() > 0 for x in whole)
         for x, y in zip(whole, split):
             torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
     finally:
@@ -129,16 +144,24 @@ def test_policy_loss_gradient_does_not_depend_on_the_micro_batch_split(tiny_mode
 def test_policy_loss_averages_the_kl_per_sequence_under_seq(tiny_model):
     """--loss-agg seq with --beta (TRL's grpo): the policy-gradient term and the KL term are both
     each sequence's token mean, then the mean over sequences; the logged kl is that mean of k3;
-    the log-probs of both at the objective's temperature."""
+    the log-probs of both at the rollouts' temperature."""
     model, tokenizer = tiny_model
-    batch = rollout_batch(tokenizer)  # completions of different lengths
+    pairs = rollout_sequences(tokenizer)  # completions of different lengths
+    batch = rollout_batch(tokenizer)
     reference = copy_model(model)
     beta = 0.2
     A = torch.tensor([1.0, -0.5])
-    # both terms' log-probs at the rollouts' temperature
-    objective = Objective("seq", beta, 0.7)
+    stats, _ = step(
+        model,
+        pairs,
+        A,
+        agg="seq",
+        beta=beta,
+        pad=tokenizer.pad_token_id,
+        temperature=0.7,
+        references=[reference],
+    )
     with torch.no_grad():
-        loss, kl = policy_loss(learner(model, reference), batch, A, objective, 2.0)
         logp, mask = completion_logprobs(model, batch, 0.7)
         ref_logp, _ = completion_logprobs(reference, batch, 0.7)
     k3 = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
@@ -146,9 +169,9 @@ def test_policy_loss_averages_the_kl_per_sequence_under_seq(tiny_model):
     def per_sequence_mean(x):
         return torch.stack([x[b][mask[b].bool()].mean() for b in range(len(x))]).mean()
 
-    assert kl == pytest.approx(per_sequence_mean(k3).item(), rel=1e-5)
+    assert stats["kl"] == pytest.approx(per_sequence_mean(k3).item(), rel=1e-5)
     expected = per_sequence_mean(-A.unsqueeze(-1) * logp + beta * k3)
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert stats["loss"] == pytest.approx(expected.item(), rel=1e-5)
 
 
 def copy_model(model):
@@ -163,12 +186,25 @@ def copy_model(model):
 def test_policy_one_step_changes_parameters_and_flat_groups_do_not(tiny_model):
     model, tokenizer = tiny_model
     model = copy.deepcopy(model)
-    batch = rollout_batch(tokenizer)
+    pairs = rollout_sequences(tokenizer)
     # an all-equal group: advantages 0
-    grads = policy_grads(model, [batch], [torch.zeros(2)], "sum", 0.0, 10.0)
+    _, grads = step(model, pairs, [0.0, 0.0], pad=tokenizer.pad_token_id)
     assert all(g.abs().max() == 0 for g in grads)
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    policy_grads(model, [batch], [torch.tensor([1.0, -1.0])], "sum", 0.0, 10.0)
-    optimizer.step()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    sequences = [Sequence(b, 0, 0, p, c) for b, (p, c) in enumerate(pairs)]
+    policy_step(
+        [model],
+        optimizer,
+        sequences,
+        torch.tensor([[1.0], [-1.0]]),
+        agg="sum",
+        beta=0.0,
+        temperature=1.0,
+        max_len=16,
+        micro_batch=8,
+        pad=tokenizer.pad_token_id,
+        bf16=False,
+        ranks=ALONE,
+    )
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))

@@ -1,6 +1,6 @@
 """llm/training.py's plumbing in process, on the tiny random model (tests/conftest.py): the flags'
 refusals (through the scripts' check), the trained weights and their rollout engines, sampling and
-prompts, the Learners, the learning rate, resume, the step (softrank.policy_step in an Updater) and
+prompts, the weights the loss runs, the learning rate, resume, the step (llm_step.policy_step) and
 its statistics (rollout_stats), validation's log and the saved weights. The scripts
 (train_solver.py, train_magrpo.py, train_mlpo.py) run all of it as subprocesses, which mutation
 testing cannot follow: each function's contract is pinned here, with values computed by hand.
@@ -17,24 +17,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import llm_step
 import softrank
 import train_magrpo
 import train_mlpo
 import train_solver
-from common import (
-    FileRefused,
-    MetricsLog,
-    Ranks,
-    UsageError,
-    load_file,
-    parse_config,
-    save_checkpoint,
-)
+from common import FileRefused, Ranks, UsageError, load_file, parse_config, save_checkpoint
 from llm import backbone, lora, training
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs
 from llm.team import Member, Team, read_adapter
-from llm.training import Learner, Objective, Sequence, Updater
+from llm_step import Sequence, policy_step
 
 CPU = torch.device("cpu")
 ALONE = Ranks(0, 1, CPU)  # a run of one process
@@ -62,9 +55,9 @@ def adapted(tiny_model, rank=2, alpha=4.0, adapters=1, seed=0):
 # The flags' checks
 # --------------------------------------------------------------------------------------------------
 def test_check_refuses_each_shared_flag_in_one_line(tmp_path):
-    """A trainer's check (train_magrpo.check, world 1: check_game, check_run, check_trainer and the
-    rest): a game of fewer than 1 agent or rounds below 0, a --train-dtype other than float32 /
-    bfloat16, the counts below their minimum (micro-batch and save-every 1, the rest 0), alpha 0,
+    """A trainer's check (train_magrpo.check, world 1: check_game, check_trainer and the rest): a
+    game of fewer than 1 agent or rounds below 0, a --train-dtype other than float32 / bfloat16,
+    the counts below their minimum (micro-batch and save-every 1, the rest 0), alpha 0,
     --eval-every without --val-n, and an --init-adapter without --lora-rank or of another rank or
     alpha: each refused with its one line; the boundary values (1 agent, 0 rounds, the minima
     themselves) accepted. train_mlpo.check likewise (it has --questions, at least 1)."""
@@ -497,36 +490,26 @@ def test_prompt_ids_read_the_prompt_in_its_agents_chat_format(tiny_model):
 
 
 # --------------------------------------------------------------------------------------------------
-# Learners and resume
+# The weights the loss runs, and resume
 # --------------------------------------------------------------------------------------------------
-def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
-    """learners_of: one Learner per adapter (the shared model, that adapter's parameters, no
-    reference even with a KL term: the base is the KL's), or per whole model (DDP-wrapped on the
-    run's device, every parameter used; every parameter trained; with a KL term (`kl` True) a frozen
-    eval-mode copy as reference, without one none)."""
+def test_loss_modules_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
+    """loss_modules: adapters train as they are, the base their KL's reference (None); whole models
+    are DDP-wrapped on the run's device, and with a KL term (`kl` True) each gets a frozen eval-mode
+    copy of its weights as they are now, without one none; gradient checkpointing as asked."""
     wrapped = record_wrap_ddp(monkeypatch)
     model = adapted(tiny_model, adapters=2)
-    cfg = SimpleNamespace(lora_rank=2)
-    learners = training.learners_of([model], cfg, True, CPU)
-    assert [(ln.module, ln.adapter, ln.reference) for ln in learners] == [
-        (model, 0, None),
-        (model, 1, None),
-    ]
-    for k, ln in enumerate(learners):
-        assert [id(p) for p in ln.parameters] == [id(p) for p in lora.adapter_parameters(model, k)]
+    cfg = SimpleNamespace(lora_rank=2, gradient_checkpointing=True)
+    assert training.loss_modules([model], cfg, CPU, kl=True) == ([model], None)
+    assert wrapped == [] and model.is_activation_checkpointing
     whole = [copy.deepcopy(tiny_model[0]).train() for _ in range(2)]
-    cfg = SimpleNamespace(lora_rank=0)
-    learners = training.learners_of(whole, cfg, False, CPU)
+    cfg = SimpleNamespace(lora_rank=0, gradient_checkpointing=False)
+    modules, references = training.loss_modules(whole, cfg, CPU, kl=False)
     assert wrapped == [(whole[0], CPU, False), (whole[1], CPU, False)]
-    assert [(ln.module, ln.adapter, ln.reference) for ln in learners] == [
-        (whole[0], None, None),
-        (whole[1], None, None),
-    ]
-    assert [id(p) for p in learners[1].parameters] == [id(p) for p in whole[1].parameters()]
-    learners = training.learners_of(whole, cfg, True, CPU)
-    for ln, m in zip(learners, whole):
-        reference = ln.reference
-        assert ln.module is m and reference is not None and reference is not m
+    assert modules == whole and references is None
+    assert not any(m.is_activation_checkpointing for m in whole)
+    _, references = training.loss_modules(whole, cfg, CPU, kl=True)
+    for reference, m in zip(references, whole):
+        assert reference is not m
         assert not reference.training and m.training
         assert not any(p.requires_grad for p in reference.parameters())
         assert all(p.requires_grad for p in m.parameters())
@@ -534,19 +517,14 @@ def test_learners_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
             assert torch.equal(a, b) and a is not b
 
 
-def test_resumed_fresh_adapters(tiny_model, tmp_path):
+def test_checkpointed_fresh_adapters(tiny_model, tmp_path):
     """A fresh run of adapters: AdamW over the adapters' parameters alone at the given lr and
-    --weight-decay, the adapters' ParameterList as the checkpoint's holder, step 0, the metrics
-    log in the out dir, gradient checkpointing as asked, a Learner per adapter; all of it a
-    training.Resumed, by name."""
+    --weight-decay, the adapters' ParameterList as the checkpoint's holder, step 0."""
     model = adapted(tiny_model, adapters=2)
-    cfg = train_magrpo.Config(
-        lora_rank=2, lora_alpha=4.0, weight_decay=0.25, gradient_checkpointing=True
+    cfg = train_magrpo.Config(lora_rank=2, lora_alpha=4.0, weight_decay=0.25)
+    optimizer, holder, counters = training.checkpointed(
+        [model], cfg, tmp_path, ALONE, lr=3e-4, extendable="steps"
     )
-    result = training.resumed([model], cfg, tmp_path, ALONE, lr=3e-4)
-    assert isinstance(result, training.Resumed)
-    assert result._fields == ("optimizer", "holder", "counters", "log", "learners")
-    optimizer, holder, counters, log, learners = result
     assert type(optimizer) is torch.optim.AdamW and len(optimizer.param_groups) == 1
     group = optimizer.param_groups[0]
     assert group["lr"] == 3e-4 and group["weight_decay"] == 0.25
@@ -556,9 +534,6 @@ def test_resumed_fresh_adapters(tiny_model, tmp_path):
     assert isinstance(holder, torch.nn.ParameterList)
     assert [id(p) for p in holder] == [id(p) for p in group["params"]]
     assert counters == {"step": 0}
-    assert isinstance(log, MetricsLog) and log.path == tmp_path / "metrics.jsonl" and log.rank == 0
-    assert model.is_activation_checkpointing
-    assert [(ln.module, ln.adapter) for ln in learners] == [(model, 0), (model, 1)]
 
 
 def record_wrap_ddp(monkeypatch):
@@ -573,37 +548,32 @@ def record_wrap_ddp(monkeypatch):
     return calls
 
 
-def test_resumed_fresh_whole_models(tiny_model, tmp_path, monkeypatch):
+def test_checkpointed_fresh_whole_models(tiny_model, tmp_path):
     """Whole weights: every parameter of every model in the optimizer, the models' ModuleList as
-    the holder, no gradient checkpointing unless asked, a Learner per model (with the KL's
-    reference when the loss has a KL term, `kl`)."""
+    the holder."""
     models = [copy.deepcopy(tiny_model[0]) for _ in range(2)]
     cfg = train_magrpo.Config(lora_rank=0)
-    wrapped = record_wrap_ddp(monkeypatch)
-    optimizer, holder, counters, _, learners = training.resumed(
-        models, cfg, tmp_path, ALONE, lr=1e-5, kl=True
+    optimizer, holder, counters = training.checkpointed(
+        models, cfg, tmp_path, ALONE, lr=1e-5, extendable="steps"
     )
     params = [p for m in models for p in m.parameters()]
     assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in params]
     assert optimizer.param_groups[0]["weight_decay"] == 0.0
     assert isinstance(holder, torch.nn.ModuleList) and list(holder) == models
     assert counters == {"step": 0}
-    assert not any(m.is_activation_checkpointing for m in models)
-    assert [ln.module for ln in learners] == models
-    assert [(module, device) for module, device, _ in wrapped] == [(m, CPU) for m in models]
-    assert all(ln.reference is not None and ln.adapter is None for ln in learners)
-    # without a KL term (the default): no reference
-    _, _, _, _, learners = training.resumed(models, cfg, tmp_path, ALONE, lr=1e-5)
-    assert all(ln.reference is None and ln.adapter is None for ln in learners)
 
 
-def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, tmp_path, capsys):
+def test_checkpointed_restores_the_checkpoint_weights_optimizer_and_rngs(
+    tiny_model, tmp_path, capsys
+):
     """A checkpoint in the out dir: the adapters' weights, AdamW's state, the step and the RNGs
-    come back, the metrics log loses the lines past the checkpoint's step, --steps may grow (the
-    `extendable` field) but not shrink, another setting is refused; rank 1 writes no log."""
+    come back, --steps may grow (the `extendable` flag) but not shrink, another setting is
+    refused; rank 1 says nothing."""
     cfg = train_magrpo.Config(lora_rank=2, lora_alpha=4.0, steps=2)
     model = adapted(tiny_model, adapters=2)
-    optimizer, holder, _, _, _ = training.resumed([model], cfg, tmp_path, ALONE, lr=1e-2)
+    optimizer, holder, _ = training.checkpointed(
+        [model], cfg, tmp_path, ALONE, lr=1e-2, extendable="steps"
+    )
     for p in holder:
         p.grad = torch.ones_like(p)
     optimizer.step()
@@ -611,14 +581,12 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
     moments = [optimizer.state[p]["exp_avg"].clone() for p in holder]
     save_checkpoint(tmp_path, holder, optimizer, {"step": 3}, cfg, 0)
     after_save = torch.rand(4)
-    lines = "".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(1, 6))
-    (tmp_path / "metrics.jsonl").write_text(lines)
     torch.rand(100)  # the RNG moves on
 
     fresh = adapted(tiny_model, adapters=2, seed=5)
     longer = dataclasses.replace(cfg, steps=4, save_every=9)
     capsys.readouterr()
-    optimizer, holder, counters, log, _ = training.resumed(
+    optimizer, holder, counters = training.checkpointed(
         [fresh], longer, tmp_path, ALONE, lr=1e-2, extendable="steps"
     )
     assert capsys.readouterr().err.startswith(f"resuming from {tmp_path / 'checkpoint.pt'}")
@@ -629,24 +597,22 @@ def test_resumed_restores_the_checkpoint_weights_optimizer_and_rngs(tiny_model, 
         torch.equal(optimizer.state[p]["exp_avg"], m) and optimizer.state[p]["step"] == 1
         for p, m in zip(holder, moments)
     )
-    steps = [json.loads(line)["step"] for line in log.path.read_text().splitlines()]
-    assert steps == [1, 2, 3]
-    log.write(step=4, loss=0.5)
-    assert json.loads(log.path.read_text().splitlines()[-1]) == {"step": 4, "loss": 0.5}
-    # rank 1: the same weights, no log written
-    _, _, counters, log, _ = training.resumed(
-        [adapted(tiny_model, adapters=2)], longer, tmp_path, Ranks(1, 2, CPU), lr=1e-2
+    # rank 1: the same weights, nothing said
+    _, _, counters = training.checkpointed(
+        [adapted(tiny_model, adapters=2)],
+        longer,
+        tmp_path,
+        Ranks(1, 2, CPU),
+        lr=1e-2,
+        extendable="steps",
     )
-    assert capsys.readouterr().err == ""
-    log.write(step=5, loss=0.5)
-    assert counters == {"step": 3} and log.rank == 1
-    assert len(log.path.read_text().splitlines()) == 4
+    assert capsys.readouterr().err == "" and counters == {"step": 3}
     for changed, difference in (
         ({"steps": 1}, "steps: 2 there, 1 now"),
         ({"questions_per_step": 16}, "questions_per_step: 8 there, 16 now"),
     ):
         with pytest.raises(UsageError, match=re.escape(difference)):
-            training.resumed(
+            training.checkpointed(
                 [adapted(tiny_model, adapters=2)],
                 dataclasses.replace(cfg, **changed),
                 tmp_path,
@@ -667,39 +633,29 @@ FOUR_SEQUENCES = [
 ]
 
 
-def on_rank_0(optimizer, cfg, pad, world=1):
-    """The Updater a script makes from its flags (Updater.of), on rank 0 of `world`, on the CPU."""
-    return Updater.of(optimizer, cfg, pad, Ranks(0, world, CPU))
-
-
-def test_updater_of_reads_the_trainer_flags():
-    """Updater.of: --micro-batch, the pad id, the ranks, --max-new-tokens as the completions'
-    budget, and bf16 autocast exactly under --train-dtype bfloat16."""
-    optimizer, ranks = object(), Ranks(1, 2, CPU)
-    cfg = train_magrpo.Config(micro_batch=3, max_new_tokens=40)
-    assert Updater.of(optimizer, cfg, 7, ranks) == Updater(optimizer, 3, 7, ranks, 40, False)
-    bf16 = dataclasses.replace(cfg, train_dtype="bfloat16")
-    assert Updater.of(optimizer, bf16, 7, ranks) == Updater(optimizer, 3, 7, ranks, 40, True)
-    assert Updater(optimizer, 3, 7, ranks, 40).bf16 is False
+def step(models, optimizer, sequences, advantages, *, pad, world=1, **kw):
+    """llm_step.policy_step on rank 0 of `world` on the CPU, MAGRPO's defaults (the sum, no KL,
+    micro-batches of 8, the rollouts' temperature 1, a budget of 16 tokens) unless `kw` says."""
+    kw = dict(agg="sum", beta=0.0, temperature=1.0, max_len=16, micro_batch=8, bf16=False) | kw
+    ranks = Ranks(0, world, CPU)
+    return policy_step(models, optimizer, sequences, advantages, pad=pad, ranks=ranks, **kw)
 
 
 def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     tiny_model, monkeypatch
 ):
-    """softrank.policy_step's statistics, one shared model (every agent's sequences), one sequence
-    per micro-batch (the Updater's), on rank 0 of 2 (the other rank's counts summed in): the loss
-    over the step's sequences of every rank (each aggregation's normalizer from the global counts,
-    divided by the world), the flat group's sequences counted but not trained on, the tokens of
-    every rank; with every group flat one sequence still runs (at advantage 0: no gradient); a rank
-    with no sequence runs the filler at advantage 0; with a KL term nothing is skipped and the KL
-    is that of every sequence; the gradient is clipped to norm 1."""
+    """llm_step.policy_step's statistics, one shared model (every agent's sequences), one sequence
+    per micro-batch, on rank 0 of 2 (the other rank's counts summed in): the loss over the step's
+    sequences of every rank (each aggregation's normalizer from the global counts, divided by the
+    world), the flat group's sequences counted but not trained on, the tokens of every rank; with
+    every group flat one sequence still runs (at advantage 0: no gradient); a rank with no sequence
+    runs the filler at advantage 0; with a KL term nothing is skipped and the KL is that of every
+    sequence; the gradient is clipped to norm 1."""
     model, tokenizer = tiny_model
     model = copy.deepcopy(model).train()
     pad = tokenizer.pad_token_id
     sequences = FOUR_SEQUENCES
     advantages = torch.tensor([[0.0, 0.0], [0.5, -0.25]])
-    cfg = train_magrpo.Config(micro_batch=1, max_new_tokens=16)
-    learners = [Learner(model, list(model.parameters()))]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     with torch.no_grad():
@@ -714,57 +670,55 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     trained = -(0.5 * summed[2] - 0.25 * summed[3])
     # the other rank: 4 sequences of 14 tokens in all; world 2
     devices = []
-    monkeypatch.setattr(training, "all_reduce_sum", two_ranks([4, 14], devices))
+    monkeypatch.setattr(llm_step, "all_reduce_sum", two_ranks([4, 14], devices))
+    one = dict(pad=pad, world=2, micro_batch=1)
     # sum: / 8 sequences; const: / 8 x 16; token: / 28 tokens; each / world 2
     for agg, normalizer in (("sum", 4), ("const", 64), ("token", 14)):
-        objective = Objective(agg, 0.0, 1.0)
-        updater = on_rank_0(optimizer, cfg, pad, world=2)
-        step = softrank.policy_step(learners, sequences, advantages, objective, updater)
-        assert step["loss"] == pytest.approx((trained / normalizer).item(), rel=1e-5)
-        assert step["kl"] == 0.0 and step["trained"] == 2 and step["tokens"] == 28
-        assert step["grad_norm"] > 0 and all(p.grad is None for p in model.parameters())
+        stats = step([model], optimizer, sequences, advantages, agg=agg, **one)
+        assert stats["loss"] == pytest.approx((trained / normalizer).item(), rel=1e-5)
+        assert stats["kl"] == 0.0 and stats["trained"] == 2 and stats["tokens"] == 28
+        assert stats["grad_norm"] > 0 and all(p.grad is None for p in model.parameters())
     assert devices == [CPU] * 3
-    objective = Objective("sum", 0.0, 1.0)
-    updater = on_rank_0(optimizer, cfg, pad, world=2)
-    flat = softrank.policy_step(learners, sequences, torch.zeros(2, 2), objective, updater)
+    flat = step([model], optimizer, sequences, torch.zeros(2, 2), **one)
     assert flat == {"loss": 0.0, "kl": 0.0, "trained": 1, "tokens": 28, "grad_norm": 0.0}
-    empty = softrank.policy_step(learners, [], advantages, objective, updater)
+    empty = step([model], optimizer, [], advantages, **one)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
-    with_kl = [Learner(model, list(model.parameters()), None, reference)]
     held = []
 
     def accumulating(module, last):
         held.append((module, last))
         return contextlib.nullcontext()
 
-    monkeypatch.setattr(training, "accumulating", accumulating)
+    monkeypatch.setattr(llm_step, "accumulating", accumulating)
     # the filler still runs its backward (the all-reduce's), but adds nothing, its KL term neither
     # (the reference differs: its KL is not 0)
-    empty = softrank.policy_step(with_kl, [], advantages, Objective("sum", 0.1, 1.0), updater)
+    with_kl = dict(beta=0.1, references=[reference])
+    empty = step([model], optimizer, [], advantages, **one, **with_kl)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
     assert held == [(model, True)]
     held.clear()
     # micro-batches of 3 and 1: DDP's all-reduce held back until the last one's backward
-    updater = on_rank_0(optimizer, dataclasses.replace(cfg, micro_batch=3), pad, world=2)
-    step = softrank.policy_step(with_kl, sequences, advantages, Objective("sum", 0.1, 1.0), updater)
+    stats = step(
+        [model], optimizer, sequences, advantages, pad=pad, world=2, micro_batch=3, **with_kl
+    )
     assert held == [(model, False), (model, True)]
-    assert step["trained"] == 4
-    assert step["kl"] == pytest.approx((k3.sum() / 4).item(), rel=1e-4)
-    assert step["loss"] == pytest.approx((trained / 4 + 0.1 * k3.sum() / 4).item(), rel=1e-4)
+    assert stats["trained"] == 4
+    assert stats["kl"] == pytest.approx((k3.sum() / 4).item(), rel=1e-4)
+    assert stats["loss"] == pytest.approx((trained / 4 + 0.1 * k3.sum() / 4).item(), rel=1e-4)
     # large advantages: the gradient is clipped to norm 1 (SGD at lr 1 moves the weights by it)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    updater = dataclasses.replace(updater, optimizer=optimizer)
-    step = softrank.policy_step(learners, sequences, 400 * advantages, objective, updater)
+    stats = step([model], optimizer, sequences, 400 * advantages, **one)
     moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
-    assert step["grad_norm"] > 1.5 and moved.norm().item() == pytest.approx(1.0, rel=1e-3)
+    assert stats["grad_norm"] > 1.5 and moved.norm().item() == pytest.approx(1.0, rel=1e-3)
 
 
-def test_policy_step_with_a_learner_per_agent_averages_their_losses(tiny_model):
-    """Two learners (--separate-agents): learner e trains on agent e's sequences alone, normalized
-    by their own count; the logged loss is the learners' mean, the tokens every sequence's."""
+def test_policy_step_with_a_model_per_agent_averages_their_losses(tiny_model):
+    """Two whole models (--separate-agents): model e trains on agent e's sequences alone,
+    normalized by their own count; the logged loss is the models' mean, the tokens every
+    sequence's."""
     model, tokenizer = tiny_model
-    model = copy.deepcopy(model).train()
+    models = [copy.deepcopy(model).train() for _ in range(2)]
     pad = tokenizer.pad_token_id
     sequences = FOUR_SEQUENCES
     with torch.no_grad():
@@ -773,25 +727,22 @@ def test_policy_step_with_a_learner_per_agent_averages_their_losses(tiny_model):
         summed = torch.where(mask.bool(), logp, 0).sum(-1)
     # agent 0: (q1, g0) at 0.5, its flat (q0, g0) skipped; agent 1: (q1, g1) at -0.25; each / 2
     expected = (-0.5 * summed[2] / 2 + 0.25 * summed[3] / 2) / 2
-    learners = [Learner(model, list(model.parameters())) for _ in range(2)]
-    step = softrank.policy_step(
-        learners,
+    parameters = [p for m in models for p in m.parameters()]
+    stats = step(
+        models,
+        torch.optim.SGD(parameters, lr=0.0),
         sequences,
         torch.tensor([[0.0, 0.0], [0.5, -0.25]]),
-        Objective("sum", 0.0, 1.0),
-        on_rank_0(
-            torch.optim.SGD(model.parameters(), lr=0.0),
-            train_magrpo.Config(micro_batch=2, max_new_tokens=16),
-            pad,
-        ),
+        pad=pad,
+        micro_batch=2,
     )
-    assert step["loss"] == pytest.approx(expected.item(), rel=1e-5)
-    assert step["trained"] == 2 and step["tokens"] == 14 and step["kl"] == 0.0
+    assert stats["loss"] == pytest.approx(expected.item(), rel=1e-5)
+    assert stats["trained"] == 2 and stats["tokens"] == 14 and stats["kl"] == 0.0
 
 
 def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, monkeypatch):
-    """Adapters (learners_of, --separate-agents): adapter e's loss runs with adapter e on agent e's
-    sequences; an adapter whose agent's groups are all flat gets no update, the frozen base none."""
+    """Adapters (--separate-agents): adapter e's loss runs with adapter e on agent e's sequences;
+    an adapter whose agent's groups are all flat gets no update, the frozen base none."""
     model, tokenizer = tiny_model
     model = adapted(tiny_model, adapters=2).train()
     pad = tokenizer.pad_token_id
@@ -802,22 +753,19 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
         batch = completion_batch([(s.prompt_ids, s.completion_ids) for s in sequences], pad, CPU)
         logp, mask = completion_logprobs(model, batch)
         summed = torch.where(mask.bool(), logp, 0).sum(-1)
-    objective = Objective("sum", 0.0, 1.0)
-    learners = training.learners_of([model], SimpleNamespace(lora_rank=2), False, CPU)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     # DDP cannot wrap adapters: each adapter's gradients averaged over the ranks by hand
     averaged = []
     monkeypatch.setattr(
-        training, "average_gradients", lambda params, world: averaged.append((params, world))
+        llm_step, "average_gradients", lambda params, world: averaged.append((params, world))
     )
-    updater = on_rank_0(optimizer, train_magrpo.Config(), pad)
-    step = softrank.policy_step(learners, sequences, advantages, objective, updater)
-    assert averaged == [(learner.parameters, 1) for learner in learners]
+    stats = step([model], optimizer, sequences, advantages, pad=pad)
+    assert averaged == [(lora.adapter_parameters(model, e), 1) for e in (0, 1)]
     monkeypatch.undo()
     # adapter 0: -(0.5 x its summed log-prob) over agent 0's 2 sequences; adapter 1: 0; the mean
-    assert step["loss"] == pytest.approx((-0.5 * summed[2] / 2 / 2).item(), rel=1e-5)
-    assert step["trained"] == 2
+    assert stats["loss"] == pytest.approx((-0.5 * summed[2] / 2 / 2).item(), rel=1e-5)
+    assert stats["trained"] == 2
     changed = {
         name
         for (name, p), b in zip(model.named_parameters(), before)
@@ -825,7 +773,7 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
     }
     assert changed and all(re.search(r"\.lora_[AB]\.0$", name) for name in changed)
     # with a KL term (to the base, adapter off), both agents trained: the logged kl is the
-    # learners' mean, the gradient norm that of both adapters' gradients together
+    # adapters' mean, the gradient norm that of both adapters' gradients together
     advantages = torch.tensor([[0.0, 0.0], [0.5, -0.25]])
     beta, norms, kls = 0.2, [], []
     for e in range(2):
@@ -842,49 +790,32 @@ def test_policy_step_trains_each_adapter_on_its_agents_sequences(tiny_model, mon
         norms.append(torch.cat([g.flatten() for g in grads]).norm())
         kls.append(torch.where(own, k3, 0).sum().item() / 2)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
-    step = softrank.policy_step(
-        learners,
-        sequences,
-        advantages,
-        Objective("sum", beta, 1.0),
-        on_rank_0(optimizer, train_magrpo.Config(), pad),
-    )
-    assert step["trained"] == 4 and min(kls) > 0
-    assert step["kl"] == pytest.approx(sum(kls) / 2, rel=1e-4)
-    assert step["grad_norm"] == pytest.approx(torch.stack(norms).norm().item(), rel=1e-4)
+    stats = step([model], optimizer, sequences, advantages, pad=pad, beta=beta)
+    assert stats["trained"] == 4 and min(kls) > 0
+    assert stats["kl"] == pytest.approx(sum(kls) / 2, rel=1e-4)
+    assert stats["grad_norm"] == pytest.approx(torch.stack(norms).norm().item(), rel=1e-4)
 
 
 def test_policy_step_under_bfloat16_takes_the_loss_of_a_bf16_autocast_forward(tiny_model):
-    """--train-dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights (the
-    Updater's), so the step's loss is that forward's (not the fp32 one's, which differs)."""
+    """--train-dtype bfloat16: the loss's forward runs in bf16 autocast on the fp32 weights, so
+    the step's loss is that forward's (not the fp32 one's, which differs)."""
     model, tokenizer = tiny_model
     model = copy.deepcopy(model).train()
     pad = tokenizer.pad_token_id
     # question 0's group is flat: sequences 2 and 3 alone are trained, in one micro-batch
     advantages = torch.tensor([[0.0, 0.0], [0.5, -0.25]])
     trained = [(s.prompt_ids, s.completion_ids) for s in FOUR_SEQUENCES[2:]]
-    learners = [Learner(model, list(model.parameters()))]
     losses = []
-    for dtype in ("float32", "bfloat16"):
-        bf16 = dtype == "bfloat16"
+    for bf16 in (False, True):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logp, mask = completion_logprobs(model, completion_batch(trained, pad, CPU))
         summed = torch.where(mask.bool(), logp.float(), 0).sum(-1)
         # sum: over the step's 4 sequences
         expected = (-(0.5 * summed[0] - 0.25 * summed[1]) / 4).item()
-        step = softrank.policy_step(
-            learners,
-            FOUR_SEQUENCES,
-            advantages,
-            Objective("sum", 0.0, 1.0),
-            on_rank_0(
-                torch.optim.SGD(model.parameters(), lr=0.0),
-                train_magrpo.Config(micro_batch=4, max_new_tokens=16, train_dtype=dtype),
-                pad,
-            ),
-        )
-        assert step["loss"] == pytest.approx(expected, rel=1e-6)
-        losses.append(step["loss"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        stats = step([model], optimizer, FOUR_SEQUENCES, advantages, pad=pad, bf16=bf16)
+        assert stats["loss"] == pytest.approx(expected, rel=1e-6)
+        losses.append(stats["loss"])
     assert abs(losses[0] - losses[1]) > 1e-5 * abs(losses[0])
 
 

@@ -305,14 +305,35 @@ def test_a_script_refuses_a_crafted_file_with_status_2_and_one_line(tmp_path, sc
     ids=lambda path: path.name,
 )
 def test_every_committed_policy_loads(path):
-    """A policy file of results/policies/ (a .pt, or the safetensors and JSON converted from one:
-    the same tensors and settings) plays."""
+    """A policy file of results/policies/ (a .pt, or safetensors and their JSON) plays; each
+    weight is committed once: no .pt beside its safetensors copy."""
     policy = D.load_policy(path)
     if path.suffix == ".safetensors":
-        settings = json.loads(path.with_suffix(".json").read_text())
-        old = common.load_file(path.parent / settings.pop("converted_from"), "policy")
-        assert {k: v for k, v in old.items() if k != "state_dict"} == settings
-        a, b = old["state_dict"], policy.state_dict()
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert not path.with_suffix(".pt").exists()
     own, peers = torch.zeros(2, len(D.OWN_FEATURES)), torch.zeros(2, 2, len(D.PEER_FEATURES))
     assert policy(own, peers, torch.zeros(2, dtype=torch.long)).shape == (2, 4)
+
+
+def test_an_old_policy_file_plays_and_saves_as_the_same_safetensors(tmp_path):
+    """A policy of the project's older layout (the fixture: a .pt of a random MetaPolicy, hidden 8,
+    its config, state_dict, training config and summary) loads as data and plays; saved again it is
+    safetensors plus its settings' JSON, the same tensors and settings, the same logits."""
+    old_path = ROOT / "tests" / "fixtures" / "old-policy.pt"
+    stored = common.load_file(old_path, "policy")
+    policy = D.load_policy(old_path)
+    assert policy.config == stored["config"] == {**policy.config, "hidden": 8, "heads": 2}
+    D.save_policy(
+        policy, tmp_path / "p.safetensors", **{k: stored[k] for k in ("train_config", "summary")}
+    )
+    again = D.load_policy(tmp_path / "p.safetensors")
+    a, b = stored["state_dict"], again.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    settings = json.loads((tmp_path / "p.json").read_text())
+    assert {k: settings[k] for k in ("train_config", "summary")} == {
+        "train_config": {"seed": 0, "algo": "softrank"},
+        "summary": {"val_accuracy": 0.5},
+    }
+    own, peers = torch.randn(2, len(D.OWN_FEATURES)), torch.randn(2, 2, len(D.PEER_FEATURES))
+    agent = torch.zeros(2, dtype=torch.long)
+    with torch.no_grad():
+        assert torch.equal(policy(own, peers, agent), again(own, peers, agent))

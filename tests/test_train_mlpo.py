@@ -211,7 +211,7 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
         "kept_vote_right": 0,
         "peer_accuracy": (2 / 3 + 2 / 3 + 0) / 3,
     }
-    assert stats == expected and built == [(0, "cpu")] and asked == [("peers", cfg)]
+    assert stats == expected and built == [(0, "cpu")] and asked == [("peers", cfg.game())]
     assert capsys.readouterr().err == f"peer pool: {json.dumps(expected)}\n"
     train_mlpo.peer_pool(dataclasses.replace(cfg, filter_easy=0), Ranks(1, 1, "cpu"))
     assert built[-1] == (1, "cpu") and capsys.readouterr().err == ""

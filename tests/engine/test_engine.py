@@ -3,7 +3,7 @@ token counts, the on-disk GenerationCache and pick_next_tokens. Public behaviour
 
 Most tests run on the tiny random model from conftest.py (milliseconds per call); the greedy
 comparison with HF `generate` also runs once on the default backbone.
-Run: python -m pytest -q tests/test_engine.py
+Run: python -m pytest -q tests/engine/test_engine.py
 """
 
 import json

@@ -18,7 +18,7 @@ from conftest import lab_command
 import llm.cache
 from llm.cache import GenerationCache, call_seed, switch_to_wal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def writer(code, *args):

@@ -2,8 +2,8 @@
 
 The converted checkpoint must be the GGUF model itself (same weights, same tokenizer, same greedy
 text); the default backbone must load with the hub offline; paths and dtypes behave as documented.
-Run: python -m pytest -q tests/test_backbone.py  (about 50 s, most of it load_gguf parsing the GGUF
-file, in this process and in a subprocess that runs while the other tests do).
+Run: python -m pytest -q tests/engine/test_backbone.py  (about 50 s, most of it load_gguf parsing
+the GGUF file, in this process and in a subprocess that runs while the other tests do).
 """
 
 import collections
@@ -25,7 +25,7 @@ from llm import backbone
 from llm.backbone import default_gguf_path, default_model_path, load_model
 from llm.engine import Engine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # one worker runs the module under pytest-xdist: its background subprocesses start once
 pytestmark = pytest.mark.xdist_group("backbone")
 

@@ -2,8 +2,8 @@
 aggregation's value and gradient, split into micro-batches over two simulated ranks; MAGRPO's
 default against CoMLRL's formula; the KL penalty's expected gradient on a small categorical
 distribution; and --separate-agents, each agent's gradient that of its own objective
-(softrank.policy_step, in the micro-batches of an llm.training.Updater).
-Run: python -m pytest -q tests/test_llm_losses.py"""
+(llm_step.policy_step, in its micro-batches).
+Run: python -m pytest -q tests/method/test_llm_losses.py"""
 
 import copy
 
@@ -15,8 +15,8 @@ import train_mlpo
 import train_solver
 from common import Ranks
 from llm.logprobs import completion_batch, completion_logprobs
-from llm.training import Learner, Objective, Sequence, Updater
-from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss, policy_step
+from llm_step import Sequence, policy_step
+from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
 
 MAX_LEN = 20  # the generation budget, above every completion's length
 
@@ -62,7 +62,7 @@ def by_hand(logp, ref, A, lengths, kind, beta):
 
 
 def step_loss(logp, ref, A, mask, kind, beta, normalizer):
-    """The loss softrank.policy_loss builds from one micro-batch's log-probs."""
+    """The loss llm_step.policy_step builds from one micro-batch's log-probs."""
     loss, _ = policy_gradient_loss(logp, A, mask, kind, normalizer)
     return loss + beta * aggregate(kl_k3(logp, ref), mask, kind, normalizer)
 
@@ -134,7 +134,7 @@ def test_magrpo_default_is_comlrl_loss():
     kinds = {
         "agents": train_magrpo.Config().loss_agg,
         "leader": train_mlpo.Config().loss_agg,
-        "sft": train_solver.CROSS_ENTROPY.agg,
+        "sft": train_solver.CROSS_ENTROPY["agg"],
     }
     assert kinds == {"agents": "sum", "leader": "const", "sft": "token"}
     logp, _, A, mask, lengths = padded_batch(seed=43)
@@ -225,10 +225,20 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
         agents=2, separate_agents=True, loss_agg=kind, micro_batch=3, beta=0.0
     )
     optimizer = CaptureGradients(models)
-    learners = [Learner(m, list(m.parameters())) for m in models]
-    objective = Objective(cfg.loss_agg, cfg.beta, 1.0)
-    updater = Updater.of(optimizer, cfg, tokenizer.pad_token_id, Ranks(0, 1, torch.device("cpu")))
-    update = policy_step(learners, sequences, advantages, objective, updater)
+    update = policy_step(
+        models,
+        optimizer,
+        sequences,
+        advantages,
+        agg=cfg.loss_agg,
+        beta=cfg.beta,
+        temperature=1.0,
+        max_len=cfg.max_new_tokens,
+        micro_batch=cfg.micro_batch,
+        pad=tokenizer.pad_token_id,
+        bf16=False,
+        ranks=Ranks(0, 1, torch.device("cpu")),
+    )
     assert update["grad_norm"] < 1.0
 
     for e, m in enumerate(models):

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import softrank
 from common import Ranks, load_file
 from llm import lora
 from llm.engine import Engine
@@ -340,7 +339,7 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     state = lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny")
     state["base_fingerprint"] = "0123456789abcdef"
     torch.save(state, tmp_path / "elsewhere.pt")
@@ -374,14 +373,14 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     over its own sequences, as whole separate models get (test_llm_losses), here summed on one
     model."""
     import train_magrpo
-    from llm import training
     from llm.logprobs import completion_batch, completion_logprobs
+    from llm_step import Sequence, policy_step
 
     model = adapted(tiny_model, adapters=2)
     pad = tiny_model[1].pad_token_id
     g = torch.Generator().manual_seed(45)
     sequences = [
-        training.Sequence(
+        Sequence(
             q,
             k,
             a,
@@ -394,19 +393,30 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     ]
     advantages = torch.tensor([[0.02, -0.01], [-0.03, 0.01]])
     cfg = train_magrpo.Config(agents=2, separate_agents=True, micro_batch=3)
-    learners = [training.Learner(model, lora.adapter_parameters(model, e), e) for e in (0, 1)]
+    learners = [lora.adapter_parameters(model, e) for e in (0, 1)]
 
     class Capture:  # the optimizer: keeps the clipped gradients
         def step(self):
-            self.grads = [[p.grad.clone() for p in learner.parameters] for learner in learners]
+            self.grads = [[p.grad.clone() for p in learner] for learner in learners]
 
         def zero_grad(self, set_to_none=True):
             model.zero_grad(set_to_none=set_to_none)
 
     optimizer = Capture()
-    objective = training.Objective(cfg.loss_agg, cfg.beta, 1.0)
-    updater = training.Updater.of(optimizer, cfg, pad, Ranks(0, 1, torch.device("cpu")))
-    update = softrank.policy_step(learners, sequences, advantages, objective, updater)
+    update = policy_step(
+        [model],
+        optimizer,
+        sequences,
+        advantages,
+        agg=cfg.loss_agg,
+        beta=cfg.beta,
+        temperature=1.0,
+        max_len=cfg.max_new_tokens,
+        micro_batch=cfg.micro_batch,
+        pad=pad,
+        bf16=False,
+        ranks=Ranks(0, 1, torch.device("cpu")),
+    )
     assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
     for e in (0, 1):
         own = [s for s in sequences if s.agent == e]
@@ -477,7 +487,7 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
     models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'a0.pt'}"
     game = [
@@ -574,7 +584,7 @@ def default_base(default_model_dir):
     return load_model(default_model_dir)[0]
 
 
-COMMITTED = Path(__file__).resolve().parents[1] / "results" / "agents"
+COMMITTED = Path(__file__).resolve().parents[2] / "results" / "agents"
 # a team's run is a folder of agent<i> adapter folders
 ADAPTERS = sorted(
     agent
@@ -593,17 +603,11 @@ ADAPTERS = sorted(
 def test_every_committed_adapter_loads(path, default_base):
     """Each adapter in results/agents/ (a PEFT folder, a team run's agent<i> folder, or an older
     .pt file) is read as plain data and fits the default backbone it was trained on; loaded, it
-    changes the model's output (its B is not all zero). A folder converted from a .pt holds the
-    same tensors and settings."""
+    changes the model's output (its B is not all zero). Each weight is committed once: no .pt
+    beside a folder converted from it."""
     state = read_adapter(path)
-    extras = json.loads((path / lora.EXTRAS).read_text()) if path.is_dir() else {}
-    if "converted_from" in extras:
-        old = read_adapter(COMMITTED / extras["converted_from"])
-        assert all(torch.equal(old["tensors"][k], t) for k, t in state["tensors"].items())
-        same = ("rank", "alpha", "base_fingerprint")
-        assert old["tensors"].keys() == state["tensors"].keys()
-        assert [old[k] for k in same] == [state[k] for k in same]
-        assert sorted(old["targets"]) == state["targets"]
+    if path.is_dir():
+        assert not path.with_suffix(".pt").exists()
     model = copy.deepcopy(default_base)
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
@@ -612,6 +616,26 @@ def test_every_committed_adapter_loads(path, default_base):
         with lora.selecting(model, k):
             adapted_logits = model(ids).logits
     assert k == 0 and not torch.equal(plain, adapted_logits)
+
+
+OLD_ADAPTER = Path(__file__).resolve().parents[1] / "fixtures" / "old-adapter.pt"
+
+
+def test_an_old_adapter_file_converts_to_a_peft_folder_of_the_same_weights(tmp_path, capsys):
+    """`python -m llm.lora OLD.pt FOLDER` on an adapter file of the project's older layout (the
+    fixture: lora.adapter_state of a random 1-layer Llama, rank 2, saved with torch.save): the
+    folder holds the same tensors and settings, and names the file it was converted from."""
+    old = read_adapter(OLD_ADAPTER)
+    lora.main([str(OLD_ADAPTER), str(tmp_path / "adapter")])
+    assert capsys.readouterr().out.strip() == str(tmp_path / "adapter")
+    state = read_adapter(tmp_path / "adapter")
+    assert old["tensors"].keys() == state["tensors"].keys() and len(old["tensors"]) == 14
+    assert all(torch.equal(old["tensors"][k], t) for k, t in state["tensors"].items())
+    same = ("rank", "alpha", "base_fingerprint")
+    assert [old[k] for k in same] == [state[k] for k in same] == [2, 4.0, "66a3abd3a3b91232"]
+    assert sorted(old["targets"]) == state["targets"]
+    extras = json.loads((tmp_path / "adapter" / lora.EXTRAS).read_text())
+    assert extras["converted_from"] == "old-adapter.pt"
 
 
 def test_add_lora_settings_names_and_initial_adapters(tiny_model):

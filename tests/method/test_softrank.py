@@ -1,6 +1,6 @@
 """Tests for softrank.py: properties of the advantages, exactness of the losses' gradients, masking,
 and gradient accumulation. Seeded random inputs; scipy is the independent reference for ranks and
-quantiles. Run: python -m pytest -q tests/test_softrank.py"""
+quantiles. Run: python -m pytest -q tests/method/test_softrank.py"""
 
 import math
 import sys
@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.stats import norm, rankdata
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from softrank import (
     PG_KINDS,
     flat_groups,
