@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from handmade import sol
 from scripted import ScriptedEngine, played
 
 import data
@@ -16,14 +17,6 @@ from common import UsageError
 from deliberate import PERSIST, REFINE, GameConfig
 from llm.cache import call_seed
 from llm.engine import Engine
-
-
-def sol(answer, confidence=0.5, text=None):
-    """A hand-built Solution for vote / reward tests; `confidence` is what breaks vote ties."""
-    text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    s = D.parse_solution(text, "arith", completion_tokens=10)
-    s.confidence = confidence
-    return s
 
 
 # ---------------------------------------------------------------- parsing and state features

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import Ranks, load_file
+from common import load_file
 from llm import lora
 from llm.engine import Engine
 from llm.team import read_adapter
@@ -372,9 +372,11 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
     """--separate-agents on adapters: policy_step gives adapter e the gradient of agent e's loss
     over its own sequences, as whole separate models get (test_llm_losses), here summed on one
     model."""
+    from handmade import magrpo_step
+
     import train_magrpo
     from llm.logprobs import completion_batch, completion_logprobs
-    from llm_step import Sequence, policy_step
+    from llm_step import Sequence
 
     model = adapted(tiny_model, adapters=2)
     pad = tiny_model[1].pad_token_id
@@ -403,20 +405,7 @@ def test_each_adapter_gets_the_gradient_of_its_own_objective(tiny_model):
             model.zero_grad(set_to_none=set_to_none)
 
     optimizer = Capture()
-    update = policy_step(
-        [model],
-        optimizer,
-        sequences,
-        advantages,
-        agg=cfg.loss_agg,
-        beta=cfg.beta,
-        temperature=1.0,
-        max_len=cfg.max_new_tokens,
-        micro_batch=cfg.micro_batch,
-        pad=pad,
-        bf16=False,
-        ranks=Ranks(0, 1, torch.device("cpu")),
-    )
+    update = magrpo_step([model], optimizer, sequences, advantages, cfg, pad)
     assert update["grad_norm"] < 1.0  # no clipping: the comparison is exact
     for e in (0, 1):
         own = [s for s in sequences if s.agent == e]

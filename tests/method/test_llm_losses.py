@@ -9,13 +9,13 @@ import copy
 
 import pytest
 import torch
+from handmade import magrpo_step
 
 import train_magrpo
 import train_mlpo
 import train_solver
-from common import Ranks
 from llm.logprobs import completion_batch, completion_logprobs
-from llm_step import Sequence, policy_step
+from llm_step import Sequence
 from softrank import PG_KINDS, aggregate, kl_k3, pg_normalizer, policy_gradient_loss
 
 MAX_LEN = 20  # the generation budget, above every completion's length
@@ -225,20 +225,7 @@ def test_separate_agents_each_get_their_own_objective_gradient(tiny_model, kind)
         agents=2, separate_agents=True, loss_agg=kind, micro_batch=3, beta=0.0
     )
     optimizer = CaptureGradients(models)
-    update = policy_step(
-        models,
-        optimizer,
-        sequences,
-        advantages,
-        agg=cfg.loss_agg,
-        beta=cfg.beta,
-        temperature=1.0,
-        max_len=cfg.max_new_tokens,
-        micro_batch=cfg.micro_batch,
-        pad=tokenizer.pad_token_id,
-        bf16=False,
-        ranks=Ranks(0, 1, torch.device("cpu")),
-    )
+    update = magrpo_step(models, optimizer, sequences, advantages, cfg, tokenizer.pad_token_id)
     assert update["grad_norm"] < 1.0
 
     for e, m in enumerate(models):

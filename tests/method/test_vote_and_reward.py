@@ -7,16 +7,9 @@ row by row, with the arithmetic of each expected value written beside it.
 Run: python -m pytest -q tests/method/test_vote_and_reward.py"""
 
 import pytest
+from handmade import sol
 
 import deliberate as D
-
-
-def sol(answer, confidence=0.5, text=None):
-    """A hand-built Solution for vote / reward tests; `confidence` is what breaks vote ties."""
-    text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    s = D.parse_solution(text, "arith", completion_tokens=10)
-    s.confidence = confidence
-    return s
 
 
 # ---------------------------------------------------------------- the vote
