@@ -7,7 +7,8 @@ bottom in one function:
                      backward
     average the adapters' gradients over the ranks, clip, step
 
-MAGRPO and MLPO reach it through rollout_update (their rewards -> group advantages -> policy_step).
+MAGRPO and MLPO reach it through rollout_update (their rewards -> the truncation rule -> group
+advantages -> policy_step).
 The loss is the token-level policy gradient, -A_b log pi(o_bt), aggregated by `agg`
 (softrank.aggregate: the bias of each choice is documented there), + beta x the k3 estimate of
 KL(pi || the initial weights) (softrank.kl_k3). The solver's cross-entropy is the same step with
@@ -36,6 +37,12 @@ class Sequence:
     agent: int  # which agent wrote it (0 for the leader): with one learner per agent, whose it is
     prompt_ids: list
     completion_ids: list  # the sampled ids, the EOS included
+    # cut off at the token budget before it ended (the engine's finish "length"): the rollout it
+    # belongs to earns what --truncated says (rollout_update)
+    truncated: bool = False
+    # its answer is right as the lenient reader of the evaluation reads it, and not as the strict
+    # reader of the training reward does (data.strict_answer): logged, a sign of format drift
+    lenient_only: bool = False
 
 
 # a rank without sequences runs this one at advantage 0 (a token of each: any ids the model knows),
@@ -90,10 +97,10 @@ def policy_step(
         module, adapter = (models[0], e) if adapters else (models[e], None)
         params = lora.adapter_parameters(module, e) if adapters else list(module.parameters())
         learners.append(params)
-        # DDP averages the gradients over the ranks: each rank's share is 1 / world of the loss
-        normalizer = (
-            softrank.step_normalizer(agg, *counts[2 * e : 2 * e + 2], max_len) / ranks.world
-        )
+        # DDP averages the gradients over the ranks: each rank's share is 1 / world of the loss. A
+        # step with no sequence at all (every rollout dropped) divides its filler's 0 by 1, not 0
+        normalizer = softrank.step_normalizer(agg, *counts[2 * e : 2 * e + 2], max_len)
+        normalizer = max(normalizer, 1.0) / ranks.world
         if not beta:
             # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skipped
             group = [s for s in group if advantages[s.question, s.sample] != 0] or group[:1]
@@ -146,12 +153,31 @@ def policy_step(
     }
 
 
+# what a rollout with a truncated completion earns (--truncated): nothing, or no place in the step
+TRUNCATED_RULES = ("zero", "drop")
+
+
 def rollout_update(modules, optimizer, sequences, rewards, cfg, *, pad, ranks, references):
     """MAGRPO's and MLPO's update from one step of rollouts: `rewards` (rows, G), a row per group of
     G rollouts, become each rollout's group advantage (softrank.group_advantages by --algo), which
     every sequence of the rollout shares; then policy_step under the rollouts' flags (`cfg`).
-    Returns what the step logs."""
-    advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau)
+    Returns what the step logs.
+
+    A completion cut off at --max-new-tokens earns nothing by accident, before the advantages: its
+    rollout's reward is 0 (--truncated zero: 0 is the least any rollout earns), or the rollout
+    leaves the step (drop: out of its group's mean and spread, its sequences out of the loss and
+    its normalizer), as OpenRLHF's stop-properly penalty and DAPO's overlong filtering do."""
+    cut = torch.zeros_like(rewards, dtype=torch.bool)
+    for s in sequences:
+        if s.truncated:
+            cut[s.question, s.sample] = True
+    kept = None
+    if cfg.truncated == "zero":
+        rewards = rewards.masked_fill(cut, 0.0)
+    else:
+        kept = ~cut
+        seen = [s for s in sequences if not cut[s.question, s.sample]]
+    advantages = softrank.group_advantages(rewards, cfg.algo, cfg.tau, mask=kept)
     # the loss scores the tokens as the sampler drew them: train mode for gradient checkpointing,
     # dropout off
     for m in modules:
@@ -159,7 +185,7 @@ def rollout_update(modules, optimizer, sequences, rewards, cfg, *, pad, ranks, r
     update = policy_step(
         modules,
         optimizer,
-        sequences,
+        sequences if kept is None else seen,
         advantages,
         agg=cfg.loss_agg,
         beta=cfg.beta,
@@ -171,4 +197,19 @@ def rollout_update(modules, optimizer, sequences, rewards, cfg, *, pad, ranks, r
         ranks=ranks,
         references=references,
     )
-    return rollout_stats(update, rewards, softrank.flat_groups(rewards), ranks)
+    counted, flat = rewards, softrank.flat_groups(rewards)
+    if kept is not None:
+        # a group whose every rollout left has nothing to teach either
+        counted, flat = rewards[kept], softrank.flat_groups(rewards, kept) | ~kept.any(-1, True)
+    completions = all_reduce_sum(
+        [
+            len(sequences),
+            sum(s.truncated for s in sequences),
+            sum(s.lenient_only for s in sequences),
+        ],
+        ranks.device,
+    )
+    return rollout_stats(update, counted, flat, ranks) | {
+        "truncated": completions[1] / max(completions[0], 1),
+        "lenient_only": completions[2] / max(completions[0], 1),
+    }

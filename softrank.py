@@ -142,12 +142,14 @@ def rloo_advantages(rewards, mask=None):
 GROUP_ADVANTAGES = ("magrpo", "grpo", "softrank")
 
 
-def group_advantages(rewards, algo, tau=0.5):
+def group_advantages(rewards, algo, tau=0.5, mask=None):
     """(questions, G) rewards -> each rollout's advantage by `algo` (GROUP_ADVANTAGES): magrpo
-    (reward - group mean, the paper's), grpo (z-score) or softrank (at temperature tau)."""
+    (reward - group mean, the paper's), grpo (z-score) or softrank (at temperature tau). `mask`
+    (False: a rollout left out) keeps a rollout out of its group's statistics; its advantage is 0.
+    """
     if algo == "softrank":
-        return softrank_advantages(rewards, tau)
-    return {"magrpo": mean_baseline_advantages, "grpo": grpo_advantages}[algo](rewards)
+        return softrank_advantages(rewards, tau, mask=mask)
+    return {"magrpo": mean_baseline_advantages, "grpo": grpo_advantages}[algo](rewards, mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,6 +12,12 @@ SCoRe's shaped reward of its revision (revision_reward), its advantage among its
 On-policy: one optimizer step per batch of rollouts, no ratio, no clip. A step reads:
 joint_rollouts -> llm_step.rollout_update (softrank.group_advantages, then llm_step.policy_step).
 
+The reward rules: the reward reads only the one `Answer:` field the prompt asks for, on the
+completion's last line (data.strict_answer; the evaluation keeps its lenient reader), and a rollout
+with a completion cut off at --max-new-tokens earns 0 (--truncated zero) or leaves the step (drop),
+before the advantages (llm_step.rollout_update). Each step logs the truncated share and the share
+of completions right only by the evaluation's leniency (lenient_only).
+
 LoRA adapters by default (llm/lora.py; the base frozen): one for every agent, or one per agent
 (--separate-agents), saved as small PEFT folders (adapter/ or agent<i>/) that eval.py --models
 default+<folder>,... plays (and PEFT and vLLM load); --lora-rank 0 fine-tunes every weight
@@ -66,7 +72,7 @@ from llm.training import (
     trained_team,
     validate,
 )
-from llm_step import Sequence, rollout_update
+from llm_step import TRUNCATED_RULES, Sequence, rollout_update
 
 
 @dataclass
@@ -142,8 +148,8 @@ class Config:
     """SoftRank temperature of the quantiles (softrank.softrank_advantages, with --algo softrank;
     the study's choice, the paper's best: 0.8)"""
     format_reward: float = 0.0
-    """+ this times the share of the rollout's final answers that parse (MAGRPO: the team's, MLPO:
-    the leader's)"""
+    """+ this times the share of the rollout's final answers that the training reward reads (one
+    `Answer:` field; MAGRPO: the team's, MLPO: the leader's)"""
     questions_per_step: int = 8
     """questions per optimizer step, over all ranks (whole groups per rank); the training pool
     cycles"""
@@ -158,6 +164,10 @@ class Config:
     """token (DAPO) | seq (GRPO) | const (Dr.GRPO, MLPO's) | sum (CoMLRL's MAGRPO: each completion's
     token log-probs summed, times its advantage, averaged over completions), see softrank.aggregate
     """
+    truncated: str = "zero"
+    """a rollout with a completion cut off at --max-new-tokens before its end: zero (its reward is
+    0, the least a rollout earns) | drop (out of the loss and of its group's statistics); the reward
+    reads only the one `Answer:` field the prompt asks for (data.strict_answer)"""
     # the script's own
     protocol: str = "debate"
     """parallel (independent answers, then the vote) | debate (--rounds REFINE rounds)"""
@@ -186,14 +196,19 @@ def revision_reward(first, final, example, bonus):
     return right[0] + right[1] + bonus * (right[1] - right[0])
 
 
-def joint_rollouts(team, examples, cfg, step):
+def joint_rollouts(team, examples, cfg, step, read=data.strict_answer):
     """G rollouts of the protocol for each example. Returns (sequences, rewards): every agent's
     Sequences and a tensor of rewards, G columns and a row per example: the team vote's correctness
     (+ format_reward x the fraction of final answers that parse). With --reward revision, a row
     per example and agent (q * agents + i): that reward + the agent's revision_reward. A
-    sequence's `question` is its row, so each agent's group is its own G rollouts."""
+    sequence's `question` is its row, so each agent's group is its own G rollouts.
+    The rewards read each answer with `read`: the training reward's strict reader (the one
+    `Answer:` field, data.strict_answer), or the evaluation's lenient one (the held-out accuracy);
+    the game itself (the peers' answers a REFINE prompt shows, the sampling) reads as eval.py's."""
     per_agent = cfg.reward == "revision"
     teams = {(q, g): [None] * cfg.agents for q in range(len(examples)) for g in range(cfg.group)}
+    # each rollout's solutions as the reward reads them
+    graded = {key: [None] * cfg.agents for key in teams}
     sequences = []
 
     def run_round(t, prompt_of):
@@ -205,12 +220,17 @@ def joint_rollouts(team, examples, cfg, step):
         seeds = [call_seed(cfg.seed, "agents", step, examples[q].id, g, i, t) for q, g, i in calls]
         completions = sample(team, prompts, seeds, [i for _, _, i in calls], cfg)
         for (q, g, i), prompt, c in zip(calls, prompts, completions):
-            row = q * cfg.agents + i if per_agent else q
-            sequences.append(Sequence(row, g, i, prompt_ids(team, prompt, i), c.token_ids))
-            task = examples[q].task
-            solutions[(q, g, i)] = parse_solution(
-                c.text, task, token_logprobs=c.token_logprobs, vote=cfg.vote
+            ex = examples[q]
+            solution = parse_solution(
+                c.text, ex.task, token_logprobs=c.token_logprobs, vote=cfg.vote
             )
+            lenient_only = data.lenient_only(c.text, ex.answer, ex.task)
+            row = q * cfg.agents + i if per_agent else q
+            ids = prompt_ids(team, prompt, i)
+            truncated = c.finish == "length"
+            sequences.append(Sequence(row, g, i, ids, c.token_ids, truncated, lenient_only))
+            solutions[(q, g, i)] = solution
+            graded[(q, g)][i] = dataclasses.replace(solution, answer=read(c.text, ex.task))
         for (q, g, i), solution in solutions.items():
             teams[(q, g)][i] = solution
 
@@ -218,11 +238,11 @@ def joint_rollouts(team, examples, cfg, step):
         return refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer, cfg.whole_solutions)
 
     run_round(0, lambda q, g, i: solve_prompt(examples[q], cfg.trailer))
-    first = {key: list(team) for key, team in teams.items()}
+    first = {key: list(team) for key, team in graded.items()}
     for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
         run_round(t, refine)
     rewards = torch.zeros(len(examples) * (cfg.agents if per_agent else 1), cfg.group)
-    for (q, g), team in teams.items():
+    for (q, g), team in graded.items():
         ex, (vote, _) = examples[q], majority_vote(team)
         joint = float(data.is_correct(vote, ex.answer, ex.task))
         joint += cfg.format_reward * sum(s.answer is not None for s in team) / len(team)
@@ -236,8 +256,10 @@ def joint_rollouts(team, examples, cfg, step):
 
 
 def vote_rollouts(team, examples, cfg, step):
-    """joint_rollouts rewarded by the team vote whatever --reward says: the held-out accuracy."""
-    return joint_rollouts(team, examples, dataclasses.replace(cfg, reward="vote"), step)
+    """joint_rollouts rewarded by the team vote whatever --reward says, read as eval.py reads it:
+    the held-out accuracy."""
+    cfg = dataclasses.replace(cfg, reward="vote")
+    return joint_rollouts(team, examples, cfg, step, read=data.extract_answer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,6 +320,7 @@ def check(cfg, world):
     check_engine(engine, cfg.agents, cfg.max_new_tokens)
     check_trainer(cfg)
     check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
+    check_choice("--truncated", cfg.truncated, TRUNCATED_RULES)
     check_choice("--protocol", cfg.protocol, ("parallel", "debate"))
     check_choice("--reward", cfg.reward, ("vote", "revision"))
     check_at_least(0, revision_bonus=cfg.revision_bonus)

@@ -12,6 +12,12 @@ leader reads a question and its peers' solutions and answers, G samples per prom
 correctness. On-policy: one optimizer step per batch of samples, no ratio, no clip. A step reads:
 leader_rollouts -> llm_step.rollout_update (softrank.group_advantages, then llm_step.policy_step).
 
+The reward rules: the reward reads only the one `Answer:` field the prompt asks for, on the
+completion's last line (data.strict_answer; the evaluation keeps its lenient reader), and a rollout
+with a completion cut off at --max-new-tokens earns 0 (--truncated zero) or leaves the step (drop),
+before the advantages (llm_step.rollout_update). Each step logs the truncated share and the share
+of completions right only by the evaluation's leniency (lenient_only).
+
 The leader trains a LoRA adapter by default (llm/lora.py; the base frozen), saved as the PEFT
 folder adapter/; --lora-rank 0 fine-tunes every weight instead (an HF directory, model/).
 """
@@ -32,6 +38,7 @@ from common import (
     UsageError,
     all_gather_list,
     check_at_least,
+    check_choice,
     crash_if_asked,
     distributed,
     launch_world_size,
@@ -46,7 +53,6 @@ from deliberate import (
     check_game,
     leader_prompt,
     majority_vote,
-    parse_solution,
     per_question,
     run_llm,
     solve_calls,
@@ -66,7 +72,7 @@ from llm.training import (
     trained_team,
     validate,
 )
-from llm_step import Sequence, rollout_update
+from llm_step import TRUNCATED_RULES, Sequence, rollout_update
 
 
 @dataclass
@@ -149,8 +155,8 @@ class Config:
     """SoftRank temperature of the quantiles (softrank.softrank_advantages, with --algo softrank;
     the study's choice, the paper's best: 0.8)"""
     format_reward: float = 0.0
-    """+ this times the share of the rollout's final answers that parse (MAGRPO: the team's, MLPO:
-    the leader's)"""
+    """+ this times the share of the rollout's final answers that the training reward reads (one
+    `Answer:` field; MAGRPO: the team's, MLPO: the leader's)"""
     questions_per_step: int = 8
     """questions per optimizer step, over all ranks (whole groups per rank); the training pool
     cycles"""
@@ -165,6 +171,10 @@ class Config:
     """token (DAPO) | seq (GRPO) | const (Dr.GRPO, MLPO's) | sum (CoMLRL's MAGRPO: each completion's
     token log-probs summed, times its advantage, averaged over completions), see softrank.aggregate
     """
+    truncated: str = "zero"
+    """a rollout with a completion cut off at --max-new-tokens before its end: zero (its reward is
+    0, the least a rollout earns) | drop (out of the loss and of its group's statistics); the reward
+    reads only the one `Answer:` field the prompt asks for (data.strict_answer)"""
     # the script's own
     peers_model: str = ""
     """the frozen peers' HF directory; empty: the same as --model"""
@@ -268,23 +278,30 @@ def balanced(pool, vote_right):
     return [item for pair in pairs for item in pair], [False, True] * len(pairs)
 
 
-def leader_rollouts(team, items, cfg, step):
+def leader_rollouts(team, items, cfg, step, read=data.strict_answer):
     """G samples of the leader (the team's agent 0) per (example, peer solutions) item. Returns
     (sequences, rewards): the leader's Sequences and a (len(items), G) tensor of rewards, its
-    correctness (+ format_reward if it parses)."""
+    correctness (+ format_reward if it parses), its answer read with `read`: the training reward's
+    strict reader (data.strict_answer), or the evaluation's lenient one (the held-out accuracy)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
     prompts = [leader_prompt(*items[q][:2], cfg.trailer, cfg.whole_solutions) for q, _ in calls]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
     completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)
     for (q, g), prompt, c in zip(calls, prompts, completions):
-        example = items[q][0]
-        sequences.append(Sequence(q, g, 0, prompt_ids(team, prompt, 0), c.token_ids))
-        answer = parse_solution(c.text, example.task).answer
-        rewards[q, g] = float(
-            data.is_correct(answer, example.answer, example.task)
-        ) + cfg.format_reward * (answer is not None)
+        ex = items[q][0]
+        ids, truncated = prompt_ids(team, prompt, 0), c.finish == "length"
+        lenient_only = data.lenient_only(c.text, ex.answer, ex.task)
+        sequences.append(Sequence(q, g, 0, ids, c.token_ids, truncated, lenient_only))
+        answer = read(c.text, ex.task)
+        reward = float(data.is_correct(answer, ex.answer, ex.task))
+        rewards[q, g] = reward + cfg.format_reward * (answer is not None)
     return sequences, rewards
+
+
+def held_out_rollouts(team, items, cfg, step):
+    """leader_rollouts read as eval.py reads the leader's answer: the held-out accuracy."""
+    return leader_rollouts(team, items, cfg, step, read=data.extract_answer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -308,7 +325,7 @@ def train(cfg, ranks):
     pad = team.first.tokenizer.pad_token_id
 
     def validated(step):
-        validate(models, team, leader_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
+        validate(models, team, held_out_rollouts, validation, cfg, step=step, ranks=ranks, log=log)
 
     if cfg.eval_every and counters["step"] == 0:
         validated(0)
@@ -347,6 +364,7 @@ def check(cfg, world):
     check_at_least(1, questions=cfg.questions)
     check_trainer(cfg)
     check_rollouts(cfg, world, softrank.GROUP_ADVANTAGES, softrank.PG_KINDS)
+    check_choice("--truncated", cfg.truncated, TRUNCATED_RULES)
     if not 0 <= cfg.filter_easy <= 1:
         raise UsageError(f"--filter-easy {cfg.filter_easy}: a share of the peers, in [0, 1]")
     if cfg.peers:

@@ -130,7 +130,8 @@ class Config:
     # the script's own
     solutions: str = "worked"
     """worked (the task's own worked solutions, data/worked.py: arith, gsm8k) | sampled (rejection
-    sampling: the backbone's own right answers)"""
+    sampling: the backbone's own right answers, ended by themselves, their one `Answer:` field read
+    strictly, data.strict_answer)"""
     refine_contexts: str = ""
     """--solutions worked: also one REFINE example per training question, its own solution and its
     peers' answers sampled from the base model with this adapter file (e.g. one trained on worked
@@ -215,9 +216,10 @@ def refine_examples(engine, cfg, ranks):
 
 def right_solutions(engine, cfg, ranks):
     """--solutions sampled (rejection sampling): cfg.samples solutions of the backbone to each
-    training question, kept where right and ended by the EOS (with --trailer, also well-formatted),
-    as (prompt ids, completion ids + EOS). Each rank samples its shard; every rank gets all of them,
-    sorted, whatever the world size."""
+    training question, kept where right as the training reward reads it (data.strict_answer: the
+    one `Answer:` field, on the last line) and ended by the EOS, never cut off at the token budget
+    (with --trailer, also well-formatted), as (prompt ids, completion ids + EOS). Each rank samples
+    its shard; every rank gets all of them, sorted, whatever the world size."""
     questions, _ = training_questions(cfg)
     calls = [(ex, k) for ex in questions[ranks.rank :: ranks.world] for k in range(cfg.samples)]
     prompts = [engine.chat(solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
@@ -229,7 +231,8 @@ def right_solutions(engine, cfg, ranks):
     kept = []
     for (ex, _), prompt, c in zip(calls, prompts, completions):
         s = parse_solution(c.text, ex.task)
-        right = data.is_correct(s.answer, ex.answer, ex.task)
+        # the training reward's reading: the one `Answer:` field, never the evaluation's fallbacks
+        right = data.is_correct(data.strict_answer(c.text, ex.task), ex.answer, ex.task)
         if c.finish == "eos" and right and (s.trailer_ok or not cfg.trailer):
             kept.append((engine.encode(prompt), engine.encode(c.text) + [eos]))
     kept = sorted(all_gather_list(kept))

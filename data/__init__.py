@@ -5,6 +5,7 @@ answers.
     examples = load_task("arith", split="test", n=64, seed=0, level=1)
     examples = load_task("gsm8k", path="/work/shared/data/gsm8k/train.jsonl")
     pred = extract_answer(completion, ex.task)          # "42", "B", "\\frac{3}{4}" or None
+    pred = strict_answer(completion, ex.task)           # the training reward's reading
     reward = float(is_correct(pred, ex.answer, ex.task))
 
 A script's task flags (--task, --path, --level) are checked by check_task. Modules: example.py
@@ -22,7 +23,9 @@ from .answers import (
     extract_answer,
     is_correct,
     last_boxed,
+    lenient_only,
     normalize_number,
+    strict_answer,
 )
 from .example import DataError, Example, split_of
 from .files import FILE_TASKS, load_stats, read_records
@@ -36,6 +39,8 @@ __all__ = [
     "ANSWER_TASKS",
     "load_task",
     "extract_answer",
+    "strict_answer",
+    "lenient_only",
     "is_correct",
     "normalize_number",
     "answer_kind",

@@ -1,9 +1,12 @@
 """Answer extraction and comparison (docs/design.md §2, §9).
 
-The reward, the game's majority vote and the evaluation all call these two functions, so a
-completion is judged the same way everywhere:
+Two readers of a completion's answer, named apart. The game's majority vote, the evaluation and
+every report read leniently; a training reward reads strictly, so that no text the prompt did not
+ask for earns a reward by accident (a model under RL finds such texts: repeating numbers until the
+token cap ends it, or hedging over several answer lines):
 
-    pred = extract_answer(completion, task)   # a canonical string, or None when nothing parses
+    pred = extract_answer(completion, task)   # lenient: a canonical string, or None
+    pred = strict_answer(completion, task)    # strict: the one `Answer:` field, or None
     ok = is_correct(pred, gold, task)         # numeric / letter / LaTeX-string comparison
 
 Numbers are read exactly (fractions.Fraction) and returned in one canonical form ("1,234.50" ->
@@ -330,6 +333,39 @@ def extract_answer(text: str | None, task: str) -> str | None:
     return _canon_token(last.group()) if last else None
 
 
+def strict_answer(text: str | None, task: str) -> str | None:
+    """The answer a training reward reads: the `Answer:` field the prompt asks for, and nothing
+    else. The completion must hold exactly one such field, on its last non-blank line, and the
+    field's value must be one answer of the task's kind as a whole: one number (a sign, currency,
+    thousands commas, a unit word after it, as _parse reads), one option letter (task "mc"), one
+    LaTeX expression (task "math", a \\boxed{} around it allowed). Else None: no field, several
+    ("Answer: 3" then "Answer: 5"), text after it, "the answer is 5" or a bare \\boxed{5}, a
+    computation ("Answer: 2 + 3 = 5"), a value followed by more values. Canonical as
+    extract_answer's."""
+    kind = answer_kind(task)
+    if not isinstance(text, str):
+        return None
+    fields = list(_ANSWER_RE.finditer(text))
+    if len(fields) != 1:
+        return None
+    line_end = text.find("\n", fields[0].end())
+    if line_end >= 0 and text[line_end:].strip():
+        return None
+    value = text[fields[0].end() : len(text) if line_end < 0 else line_end]
+    value = value.strip().strip("*_` \t").strip()
+    if kind == "mc":
+        m = _LETTER_WHOLE.fullmatch(value)
+        return m.group(1).upper() if m else None
+    if kind == "math":
+        boxed = last_boxed(value)
+        if boxed is not None and value.startswith("\\boxed"):
+            value = boxed
+        value = value.strip().strip("$").rstrip(".").strip()
+        return value or None
+    number = _parse(value, units=True)
+    return None if number is None else _canon(number)
+
+
 def _as_text(x) -> str | None:
     if x is None or isinstance(x, bool):
         return None
@@ -363,3 +399,10 @@ def is_correct(pred, gold, task: str) -> bool:
         return False
     key = _math_key(pred)
     return bool(key) and key == _math_key(gold)
+
+
+def lenient_only(text: str | None, gold, task: str) -> bool:
+    """Whether the evaluation's lenient reader scores a completion right and the training reward's
+    strict reader does not: right only by the reader's leniency (what a trainer logs)."""
+    lenient = is_correct(extract_answer(text, task), gold, task)
+    return lenient and not is_correct(strict_answer(text, task), gold, task)

@@ -15,6 +15,7 @@ MODULES = {
         "llm_step.py",
         [
             "tests/method/test_llm_losses.py",
+            "tests/method/test_reward_hacks.py",
             "tests/test_llm_training.py",
             "tests/test_llm_training_plumbing.py",
             "tests/engine/test_lora.py",
@@ -54,7 +55,12 @@ MODULES = {
     ),
     "answers": (
         "data/answers.py",
-        ["tests/test_data.py", "tests/method/test_meaning.py", "tests/test_answers.py"],
+        [
+            "tests/test_data.py",
+            "tests/method/test_meaning.py",
+            "tests/test_answers.py",
+            "tests/method/test_reward_hacks.py",
+        ],
         [],
     ),
     # the plumbing: what tests/test_common.py pins in process (the scripts' subprocess runs, resume
@@ -104,12 +110,20 @@ MODULES = {
     # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
     "train_solver": (
         "train_solver.py",
-        ["tests/test_train_solver.py"],
+        ["tests/test_train_solver.py", "tests/method/test_reward_hacks.py"],
         ["default_backbone", "sigkill", "lowers_the_loss"],
     ),
-    "train_mlpo": ("train_mlpo.py", ["tests/test_train_mlpo.py"], ["runs_"]),
+    "train_mlpo": (
+        "train_mlpo.py",
+        ["tests/test_train_mlpo.py", "tests/method/test_reward_hacks.py"],
+        ["runs_"],
+    ),
     # MAGRPO's rollouts and rewards against a scripted sampler (its loop: the subprocess runs)
-    "train_magrpo": ("train_magrpo.py", ["tests/test_magrpo_rollouts.py"], []),
+    "train_magrpo": (
+        "train_magrpo.py",
+        ["tests/test_magrpo_rollouts.py", "tests/method/test_reward_hacks.py"],
+        [],
+    ),
     # the lab's measurement of the revision skill (its main(): the pieces)
     "experiments.revision_skill": (
         "experiments/revision_skill.py",
@@ -210,8 +224,15 @@ STAGE_FUNCTIONS = {
         "validate",
     ),
     "sft": ("labelled_states",),
-    "train_solver": ("worked_solutions", "refine_examples"),
-    "train_mlpo": ("peer_solutions", "peer_pool", "balanced", "check"),
+    "train_solver": ("worked_solutions", "refine_examples", "right_solutions"),
+    "train_mlpo": (
+        "peer_solutions",
+        "peer_pool",
+        "balanced",
+        "leader_rollouts",
+        "held_out_rollouts",
+        "check",
+    ),
     "train_magrpo": ("revision_reward", "joint_rollouts", "vote_rollouts", "check"),
     "experiments.revision_skill": ("state_class", "concede_pick", "first_decisions", "skill_table"),
 }

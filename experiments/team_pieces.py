@@ -81,23 +81,21 @@ LEADER_FLAGS = (
 ).split() + ["--init-adapter", committed("results/agents/worked-L1-r8-seed0.pt")]
 
 
-def leader_pieces(team, seed):
+def leader_pieces(team, seed, strict=False):
     """A competent team's MLPO leader of one seed (its adapter committed), then its answer over
-    the team's round-0 solutions on the seed's 300 test questions (the table's `leader` row)."""
-    run = f"mlpo-team-{team}-seed{seed}"
-    adapter = f"results/agents/{run}.pt"
-    name = f"arith300-team-{team}-seed{seed}-leader"
+    the team's round-0 solutions on the seed's 300 test questions (the table's `leader` row); with
+    `strict`, the same trained under the reward rules (STRICT), its PEFT folder committed."""
+    variant, rule = STRICT if strict else ("", [])
+    run = f"mlpo-team-{team}{variant}-seed{seed}"
+    adapter = f"results/agents/{run}" if strict else f"results/agents/{run}.pt"
+    name = f"arith300-team-{team}-seed{seed}-leader{variant}"
     test = ["--split", "test", "--n", "300", "--seed", str(seed)]
+    flags = [*LEADER_FLAGS, *rule, "--questions", "256", "--peers", TEAMS[team]]
+    training = llm_run(run, flags + [*TEAM_GAME.get(team, []), "--seed", str(seed)], not strict)
+    if strict:
+        training["copies"][RUNS / run / "adapter"] = adapter
     return {
-        f"llm-{run}": {
-            **llm_run(
-                run,
-                [*LEADER_FLAGS, "--questions", "256", "--peers", TEAMS[team]]
-                + [*TEAM_GAME.get(team, []), "--seed", str(seed)],
-                True,
-            ),
-            "needs": team_adapters(team),
-        },
+        f"llm-{run}": {**training, "needs": team_adapters(team)},
         f"table-{name}": {
             **table(
                 name,
@@ -118,22 +116,31 @@ AGGREGATOR_FLAGS = [
 ]
 
 
+# the reward rules (train_mlpo.py's --help): the reward reads only the one `Answer:` field, and a
+# rollout with a completion cut off at the token budget earns 0. The runs without a `-strict` in
+# their name predate them: their reward read answers as the evaluation does (the last number of the
+# text when no answer line parses) and paid a cut-off completion as any other.
+STRICT = ("-strict", ["--truncated", "zero"])
+
+
 def at_rate(lr):
     """(name suffix, flags) of a run at learning rate `lr`: nothing at the preset's, else the rate
     in the run's name and its --lr (flags_once puts it in the preset's place)."""
     return ("", []) if lr == LORA_LR else (f"-lr{lr}", ["--lr", lr])
 
 
-def aggregator_pieces(seed, lr=LORA_LR):
+def aggregator_pieces(seed, lr=LORA_LR, strict=False):
     """The aggregator leader of one seed (its PEFT folder committed), then its answer over team
     varied's round-0 whole solutions on the seed's 300 test questions; at another learning rate
-    than the preset's, a run and a table named by it."""
+    than the preset's, or under the reward rules (`strict`), a run and a table named by it."""
     variant, rate = at_rate(lr)
+    rule_name, rule = STRICT if strict else ("", [])
+    variant += rule_name
     run = f"mlpo-aggregator-varied{variant}-seed{seed}"
     adapter = f"results/agents/{run}"
     name = f"arith300-team-varied-seed{seed}-aggregator{variant}"
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--whole-solutions"]
-    flags = [*AGGREGATOR_FLAGS, *rate, "--peers", TEAMS["varied"], "--seed", str(seed)]
+    flags = [*AGGREGATOR_FLAGS, *rate, *rule, "--peers", TEAMS["varied"], "--seed", str(seed)]
     training = llm_run(run, flags)
     training["copies"][RUNS / run / "adapter"] = adapter
     return {
@@ -223,4 +230,10 @@ TEAM_PIECES = {
     # the seeds run at a fifth of it
     **aggregator_pieces(0),
     **merged(aggregator_pieces(seed, lr="1e-4") for seed in TABLE_SEEDS),
+    # under the reward rules: the run that collapsed (the aggregator at the preset's rate, seed 0)
+    # and team varied's MLPO leader, whose seed 0 fell the same way at step 2 and recovered; then
+    # the aggregator at the rate that held, seed by seed
+    **aggregator_pieces(0, strict=True),
+    **leader_pieces("varied", 0, strict=True),
+    **merged(aggregator_pieces(seed, lr="1e-4", strict=True) for seed in TABLE_SEEDS),
 }

@@ -228,7 +228,7 @@ def rollout_stats(update, rewards, flat, ranks):
     return {
         "loss": sums[0] / ranks.world,
         "kl": sums[1] / ranks.world,
-        "mean_reward": sums[2] / sums[3],
+        "mean_reward": sums[2] / max(sums[3], 1),
         "frac_zero_std": sums[4] / sums[5],
         "zero_std_groups": sums[4],
         "grad_norm": update["grad_norm"],

@@ -672,8 +672,14 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
         # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
         competent = {"ranks", "loo", "leader"} if team in ("worked", "varied", "revised") else set()
-        # and team varied an aggregator leader over whole solutions, at two learning rates
-        competent |= {"aggregator", "aggregator-lr1e-4"} if team == "varied" else set()
+        # and team varied an aggregator leader over whole solutions, at two learning rates, each
+        # again under the reward rules (-strict), and its MLPO leader under them
+        competent |= (
+            {"aggregator", "aggregator-lr1e-4", "aggregator-strict", "aggregator-lr1e-4-strict"}
+            | {"leader-strict"}
+            if team == "varied"
+            else set()
+        )
         assert names == {
             *(f"vanilla-m{j}" for j in range(len(members))),
             "persist",

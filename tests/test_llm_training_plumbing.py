@@ -683,6 +683,12 @@ def test_policy_step_statistics_skip_flat_groups_and_keep_every_rank_in_step(
     assert flat == {"loss": 0.0, "kl": 0.0, "trained": 1, "tokens": 28, "grad_norm": 0.0}
     empty = step([model], optimizer, [], advantages, **one)
     assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 14, "grad_norm": 0.0}
+    monkeypatch.undo()
+    # no sequence on any rank (every rollout dropped): the filler's 0 over a normalizer of 1, no nan
+    for agg in ("sum", "token"):
+        empty = step([model], optimizer, [], advantages, agg=agg, pad=pad)
+        assert empty == {"loss": 0.0, "kl": 0.0, "trained": 0, "tokens": 0, "grad_norm": 0.0}
+    monkeypatch.setattr(llm_step, "all_reduce_sum", two_ranks([4, 14], devices))
     held = []
 
     def accumulating(module, last):

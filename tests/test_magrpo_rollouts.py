@@ -50,7 +50,11 @@ def scripted(monkeypatch, cfg, plan, step=0, logprob=None):
             logprobs = [logprob(*key)] * 4 if logprob else None
             out.append(
                 SimpleNamespace(
-                    text=text, token_ids=ids, completion_tokens=4, token_logprobs=logprobs
+                    text=text,
+                    token_ids=ids,
+                    completion_tokens=4,
+                    token_logprobs=logprobs,
+                    finish="eos",
                 )
             )
         return out

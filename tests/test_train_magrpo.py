@@ -93,8 +93,10 @@ def test_magrpo_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
 
 @pytest.mark.slow
 def test_magrpo_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
-    """MAGRPO on the default backbone (rewards vary: the format term), killed after step 1
-    of 2 and resumed: the same weights as an uninterrupted run, no metric step logged twice."""
+    """MAGRPO on the default backbone from the committed worked-solution adapter (its answers end
+    on their `Answer:` line within the budget, so the strict reward and its format term vary),
+    killed after step 1 of 2 and resumed: the same weights as an uninterrupted run, no metric step
+    logged twice."""
     args = [
         str(ROOT / "train_magrpo.py"),
         "--algo",
@@ -118,6 +120,10 @@ def test_magrpo_resumes_exactly_after_sigkill(tmp_path, default_model_dir):
         "--lr",
         "1e-4",
         "--val-n",
+        "4",
+        "--init-adapter",
+        str(ROOT / "results" / "agents" / "worked-L1-r4-seed0"),
+        "--lora-rank",
         "4",
     ]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path)

@@ -26,22 +26,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_rejection_sampling_sft_on_the_default_backbone(tmp_path):
-    """--solutions sampled keeps right, finished solutions, trains an adapter on them (its B
-    matrices, zero at the start, move) and writes it where a team loads it."""
+def test_rejection_sampling_on_the_default_backbone_keeps_only_strict_answers(tmp_path):
+    """--solutions sampled keeps right solutions as the training reward reads them (one `Answer:`
+    field, the last line) that ended by themselves: the untrained default backbone writes "The
+    answer is 12." or runs to the budget, so of 24 samples none is kept, and the run refuses in
+    one line, saying what to change (tests/method/test_reward_hacks.py: what is kept, and the
+    training of those kept is the worked solutions' loop)."""
     args = [
         str(ROOT / "train_solver.py"),
         *("--solutions", "sampled", "--questions", "6", "--val-n", "4", "--samples", "4"),
         *("--max-new-tokens", "96", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1"),
         *("--cache-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "llm")),
     ]
-    proc = run(args, tmp_path)
-    assert "kept 4 right solutions of 24 samples" in proc.stderr + proc.stdout
-    losses = [r["loss"] for r in metrics(tmp_path / "llm")]
-    assert len(losses) == 2 and all(0 < x < 10 for x in losses)
-    state = read_adapter(tmp_path / "llm" / "adapter")
-    moved = [n for n, t in state["tensors"].items() if n.endswith(".B") and t.abs().sum() > 0]
-    assert state["rank"] == 4 and moved
+    proc = run(args, tmp_path, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "kept 0 right solutions of 24 samples" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: only 0 training solutions for a --batch-size of 2: raise --questions (or "
+        "--samples), or lower --batch-size"
+    )
 
 
 def test_batches_of_one_sequence_under_torchrun_are_the_weights_of_one_process(
