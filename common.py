@@ -6,7 +6,7 @@ parse_config      - the command line from a script's flat config dataclass; each
 usage_error       - a user's mistake: one line on stderr, exit status 2, no traceback; the checks
                     of a flag's value (check_choice, check_at_least, check_positive)
 distributed       - DDP setup and teardown (torchrun: NCCL on CUDA, gloo on CPU), collectives, DDP
-                    wrapping
+                    wrapping, FSDP2 sharding (wrap_fsdp) and its whole state dicts
 shard_rows        - this rank's rows of a global batch, and the weight that makes ranks add up to
                     its mean
 load_file         - the one way a file is read back (policy, checkpoint, corpus): tensors and plain
@@ -48,6 +48,16 @@ import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file as load_safetensors
 from safetensors.torch import save_file as save_safetensors
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
@@ -236,6 +246,14 @@ def all_reduce_sum(values, device):
     return t.tolist()
 
 
+def all_reduce_max(values, device):
+    """The largest of each of a list of numbers over all ranks (every rank must call it)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def all_gather_list(items):
     """Every rank's list, concatenated in rank order, on every rank."""
     if not dist.is_initialized():
@@ -273,10 +291,87 @@ def wrap_ddp(module, device, find_unused):
     return DDP(module, device_ids=device_ids, find_unused_parameters=find_unused)
 
 
+def wrap_fsdp(model, device):
+    """The model's weights, gradients and optimizer state sharded over the processes with torch's
+    FSDP2 (fully_shard), in place: each transformer block its own unit (the classes the model
+    names in its _no_split_modules, as HF's own FSDP wrapping does), then the rest. Its parameters
+    become DTensors, this rank's 1/world of each; a forward gathers one block's whole weights at a
+    time, a backward reduce-scatters its gradients. Without a process group (plain python): the
+    model as it is."""
+    if not dist.is_initialized():
+        return model
+    mesh = init_device_mesh(device.type, (world_size(),))
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
 def accumulating(model, last):
-    """Gradient accumulation under DDP: no all-reduce until the optimizer step's last
-    micro-batch."""
+    """Gradient accumulation across processes: no gradient exchange until the optimizer step's last
+    micro-batch (DDP's all-reduce, FSDP2's reduce-scatter)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
     return model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
+
+
+def whole(tensor):
+    """A tensor whole on this rank: a DTensor (an FSDP2 shard, a replicated norm) gathered, any
+    other tensor as it is. Every rank must call it for a sharded one."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def clip_gradients(parameters, max_norm):
+    """clip_grad_norm_ over `parameters` (sharded or not), returning the norm before clipping as a
+    plain tensor."""
+    return whole(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
+
+
+def sharded(module):
+    """Whether `module` holds FSDP2-sharded parameters (itself or a submodule fully_shard wrapped):
+    its state dicts are gathered and scattered by every rank."""
+    return any(isinstance(m, FSDPModule) for m in module.modules())
+
+
+def state_dicts(module, optimizer):
+    """(the module's state dict, the optimizer's), to save: FSDP2's shards gathered whole onto rank
+    0's CPU (every rank must call it; the other ranks get empty dicts), else as they are."""
+    if not sharded(module):
+        return module.state_dict(), optimizer.state_dict()
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(module, options=options)
+    return model_state, get_optimizer_state_dict(module, optimizer, options=options)
+
+
+def load_state_dicts(module, optimizer, model_state, optimizer_state):
+    """state_dicts' inverse: whole state dicts into the module and optimizer, each rank taking its
+    shards where they are sharded."""
+    if not sharded(module):
+        module.load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+        return
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(module, model_state, options=options)
+    set_optimizer_state_dict(module, optimizer, optimizer_state, options=options)
+
+
+def state_bytes(parameters, optimizer):
+    """The bytes this rank holds of the trained parameters, their gradients and the optimizer's
+    state (an FSDP2 shard counts its local part): what sharding divides by the world size."""
+
+    def local(t):
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    tensors = [local(p) for p in parameters] + [
+        local(p.grad) for p in parameters if p.grad is not None
+    ]
+    tensors += [
+        local(v) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)
+    ]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def shard_rows(tensors, rows, rank, world, device):
@@ -479,8 +574,7 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
     }
     refused = {k: change for k, change in changed.items() if k not in extended}
     refuse_other_settings(path, "written", refused)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    load_state_dicts(model, optimizer, state["model"], state["optimizer"])
     set_rng_states(state["rng"])
     if rank == 0:
         print(f"resuming from {path} at {state['counters']}", file=sys.stderr)
@@ -490,11 +584,13 @@ def load_checkpoint(out_dir, model, optimizer, rank, cfg, extendable=()):
 
 
 def save_checkpoint(out_dir, model, optimizer, counters, cfg, rank):
-    """Rank 0 writes (the weights are the same on every rank); every rank waits for it."""
+    """Every rank calls it (FSDP2's shards are gathered by all of them); rank 0 writes (whole
+    weights are the same on every rank); every rank waits for it."""
+    model_state, optimizer_state = state_dicts(model, optimizer)
     if rank == 0:
         state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
             "counters": dict(counters),
             "rng": rng_states(),
             "config": dataclasses.asdict(cfg),

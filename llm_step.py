@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 import softrank
-from common import accumulating, all_reduce_sum, average_gradients
+from common import accumulating, all_reduce_max, all_reduce_sum, average_gradients, clip_gradients
 from llm import lora
 from llm.logprobs import completion_batch, completion_logprobs, without_dropout
 from llm.training import rollout_stats
@@ -70,10 +70,10 @@ def policy_step(
     advantages[s.question, s.sample]. Returns the step's statistics.
 
     models: the trained weights. One model carrying LoRA adapters, one learner per adapter (one
-        adapter for every agent, or one per agent); or whole models, one learner each (DDP-wrapped
-        when several processes run). With several learners, learner e trains on agent e's
-        sequences alone, with a normalizer of its own: each agent's gradient is that of its own
-        loss (CoMLRL's per-agent MAGRPO).
+        adapter for every agent, or one per agent); or whole models, one learner each (DDP-wrapped,
+        or sharded with FSDP2, when several processes run). With several learners, learner e
+        trains on agent e's sequences alone, with a normalizer of its own: each agent's gradient
+        is that of its own loss (CoMLRL's per-agent MAGRPO).
     agg, beta, temperature: the aggregation (softrank.PG_KINDS), the KL weight, and the temperature
         the completions were sampled at (their log-probs must be the sampler's).
     max_len: the completions' token budget (the `const` normalizer). micro_batch: sequences per
@@ -92,7 +92,13 @@ def policy_step(
     counts = all_reduce_sum(
         [c for g in groups for c in (len(g), sum(len(s.completion_ids) for s in g))], ranks.device
     )
-    loss_total, kl_total, trained, learners = 0.0, 0.0, 0, []
+    if not beta:
+        # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skipped
+        groups = [[s for s in g if advantages[s.question, s.sample] != 0] or g[:1] for g in groups]
+    # every rank runs as many micro-batches as the busiest one, fillers where it has no sequence
+    # left: the ranks' collectives pair up (DDP's last all-reduce; FSDP2's gathers in every pass)
+    chunks = all_reduce_max([-(-max(len(g), 1) // micro_batch) for g in groups], ranks.device)
+    loss_total, kl_total, learners = 0.0, 0.0, []
     for e, group in enumerate(groups):
         module, adapter = (models[0], e) if adapters else (models[e], None)
         params = lora.adapter_parameters(module, e) if adapters else list(module.parameters())
@@ -101,20 +107,15 @@ def policy_step(
         # step with no sequence at all (every rollout dropped) divides its filler's 0 by 1, not 0
         normalizer = softrank.step_normalizer(agg, *counts[2 * e : 2 * e + 2], max_len)
         normalizer = max(normalizer, 1.0) / ranks.world
-        if not beta:
-            # advantage 0 (a flat group) adds exactly 0 to the loss and its gradient: skipped
-            group = [s for s in group if advantages[s.question, s.sample] != 0] or group[:1]
-        trained += len(group)
-        starts = range(0, max(len(group), 1), micro_batch)
-        for k in starts:
-            chunk = group[k : k + micro_batch]
+        for k in range(int(chunks[e])):
+            chunk = group[k * micro_batch : (k + 1) * micro_batch]
             # prompts padded on the left, completions on the right; the mask: completion tokens
             pairs = [(s.prompt_ids, s.completion_ids) for s in chunk or [FILLER]]
             batch = completion_batch(pairs, pad, ranks.device)
             rows = [s.question for s in chunk], [s.sample for s in chunk]
             chunk_advantages = (advantages[rows] if chunk else torch.zeros(1)).to(ranks.device)
-            # DDP all-reduces the gradients in the last micro-batch's backward only
-            with accumulating(module, last=k == starts[-1]):
+            # the gradients are exchanged in the last micro-batch's backward only
+            with accumulating(module, last=k == chunks[e] - 1):
                 with torch.autocast(ranks.device.type, dtype=torch.bfloat16, enabled=bf16):
                     with lora.selecting(module, adapter):
                         logp, mask = completion_logprobs(module, batch, temperature)
@@ -130,7 +131,7 @@ def policy_step(
                         k3 = softrank.kl_k3(logp, ref_logp)
                         kl = softrank.aggregate(k3, mask, agg, normalizer)
                         loss = loss + beta * kl
-                # the filler counts for nothing: it runs for the all-reduce alone
+                # a filler counts for nothing: it runs for the collectives alone
                 if not chunk:
                     loss, kl = loss * 0.0, torch.zeros(())
                 loss.backward()
@@ -140,14 +141,14 @@ def policy_step(
         for parameters in learners:
             average_gradients(parameters, ranks.world)
     # each learner's gradient clipped on its own
-    norms = torch.stack([torch.nn.utils.clip_grad_norm_(p, 1.0) for p in learners])
+    norms = torch.stack([clip_gradients(p, 1.0) for p in learners])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return {
         # the learners' mean (each learner's loss over its own sequences)
         "loss": loss_total / n_learners,
         "kl": kl_total / n_learners,
-        "trained": trained,
+        "trained": sum(len(g) for g in groups),
         "tokens": sum(counts[1::2]),
         "grad_norm": float(norms.norm()),
     }

@@ -124,6 +124,11 @@ class Config:
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     gradient_checkpointing: bool = False
     """recompute activations in the backward (less memory, more time)"""
+    fsdp: bool = False
+    """--lora-rank 0 under several processes: shard the weights, gradients and optimizer state over
+    them with torch FSDP2 (each transformer block its own unit), each process holding 1/world of
+    them; the rollouts sample from a whole copy refreshed from the shards (default: DDP, every
+    process holds everything)"""
     train_dtype: str = "float32"
     """float32 | bfloat16 (autocast on fp32 master weights; rollouts and validation's answers from a
     bf16 copy)"""
@@ -329,8 +334,8 @@ def train(cfg, ranks):
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):
             save_checkpoint(out, holder, optimizer, {"step": step + 1}, cfg, ranks.rank)
         crash_if_asked(cfg, step + 1)
+    saved = save_trained(models, tokenizer, out, cfg, ranks.rank)
     if ranks.rank == 0:
-        saved = save_trained(models, tokenizer, out, cfg)
         print(json.dumps({"solutions": len(kept), "steps": len(batches), "saved": saved}))
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 PY = sys.executable
 RUNS = Path("runs/results")
-# The committed runs of the presets below predate the reward rules (train_magrpo.py's --help): their
-# reward read answers as the evaluation does and paid a completion cut off at the token budget as any
-# other; today's scripts read only the `Answer:` field and pay a cut-off rollout 0 (--truncated zero,
-# the default), so a rerun of these pieces trains under the rules (team_pieces.STRICT names the runs
-# made under them).
+# The committed runs of the presets below predate the reward rules (train_magrpo.py's --help):
+# their reward read answers as the evaluation does and paid a completion cut off at the token
+# budget as any other; today's scripts read only the `Answer:` field and pay a cut-off rollout 0
+# (--truncated zero, the default), so a rerun of these pieces trains under the rules
+# (team_pieces.STRICT names the runs made under them).
 # issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith,
 # G = 8 joint rollouts at T = 0.7 (about half the groups are flat there:
 # results/llm/flat_groups-L1-a3-T0.7.json), arith answers need far fewer than 192 tokens; the team's

@@ -72,6 +72,8 @@ MODULES = {
             "tests/test_safe_loading.py",
             "tests/test_cli.py",
             "tests/test_bad_input.py",
+            # FSDP2's sharding in process (over a process group of one)
+            "tests/test_fsdp.py",
         ],
         [
             "a_script_refuses",
@@ -79,6 +81,10 @@ MODULES = {
             "corpus_is_reused",
             "without_validation",
             "refusal_is_one_line",
+            # the torchrun runs
+            "each_trainer",
+            "solver_under",
+            "magrpo_and_mlpo",
         ],
     ),
     # the teams of adapters: make_engine over the tiny model (the scripts' runs left out)
@@ -104,8 +110,9 @@ MODULES = {
             "tests/test_llm_training_plumbing.py",
             "tests/method/test_llm_losses.py",
             "tests/test_train_mlpo.py",
+            "tests/test_fsdp.py",
         ],
-        ["runs_"],
+        ["runs_", "each_trainer", "solver_under", "magrpo_and_mlpo"],
     ),
     # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
     "train_solver": (

@@ -268,6 +268,20 @@ def resolve_dtype(dtype, device="cpu", model_path=None, rows=128):
     )
 
 
+def refusal(settings, name):
+    """Why the engine cannot run a model, from its config.json `settings`, in one line naming it
+    (`name`: the flag and path), or None: an encoder-decoder (T5, BART) or a model that reads images
+    beside text (a vision-language model): the engine decodes causal LMs of text alone."""
+    architecture = ", ".join(settings.get("architectures") or [settings.get("model_type", "?")])
+    if settings.get("is_encoder_decoder"):
+        kind = "an encoder-decoder model"
+    elif "vision_config" in settings:
+        kind = "a vision-language model"
+    else:
+        return None
+    return f"{name}: {architecture} is {kind}; the engine runs decoder-only causal LMs of text"
+
+
 def load_model(path=None, dtype="float32", device="cpu"):
     """(model, tokenizer) from any HF causal-LM directory; None means the embedded default; dtype
     `auto`: resolve_dtype."""
@@ -277,6 +291,9 @@ def load_model(path=None, dtype="float32", device="cpu"):
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)} or auto")
     if not Path(path).is_dir():
         raise FileNotFoundError(f"--model {path!r} is not a directory with an HF checkpoint")
+    refused = refusal(AutoConfig.from_pretrained(path).to_dict(), f"--model {str(path)!r}")
+    if refused:
+        raise ValueError(refused)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device).eval()
     if dtype == "int8":

@@ -68,6 +68,9 @@ def check_model(flag_name, path, max_new_tokens):
             f"{flag_name} {path!r}: no tokenizer files (tokenizer.json) in the directory"
         )
     settings = json.loads((folder / "config.json").read_text())
+    refused = backbone.refusal(settings, f"{flag_name} {path!r}")
+    if refused:
+        raise UsageError(refused)
     context = settings.get("max_position_embeddings") or settings.get("n_positions")
     if context and max_new_tokens >= context:
         raise UsageError(

@@ -31,7 +31,10 @@ from common import (
     check_choice,
     check_positive,
     load_checkpoint,
+    sharded,
+    whole,
     wrap_ddp,
+    wrap_fsdp,
 )
 from llm import backbone, lora
 from llm.engine import Engine
@@ -54,6 +57,11 @@ def check_trainer(cfg):
         raise UsageError("--eval-every: validation needs held-out questions (--val-n >= 1)")
     if cfg.init_adapter and not cfg.lora_rank:
         raise UsageError("--init-adapter: adapters train with --lora-rank >= 1")
+    if cfg.fsdp and cfg.lora_rank:
+        raise UsageError(
+            "--fsdp shards whole weights (--lora-rank 0): adapters train on a frozen base that "
+            "every process holds whole anyway"
+        )
     paths = init_adapters(cfg)
     for path in paths:
         state = read_adapter(path)
@@ -95,7 +103,10 @@ def trained_team(cfg, n_trained, device):
     one model, or `n_trained` (one per agent). Otherwise one frozen base with `n_trained` LoRA
     adapters that the engine runs in one batch. No generation cache: the weights change every
     step. With --train-dtype bfloat16 the rollouts come from a bf16 copy refreshed every step
-    (autocast on fp32 weights would cast every weight at every decoded token)."""
+    (autocast on fp32 weights would cast every weight at every decoded token); with --fsdp from a
+    whole copy on every rank, refreshed from the shards before each sampling
+    (refresh_rollout_weights): the engine decodes with whole weights, the trainer holds 1/world of
+    them and their gradients and optimizer state."""
     engines = [
         Engine(
             model_path=cfg.model or None,
@@ -124,10 +135,11 @@ def trained_team(cfg, n_trained, device):
     elif cfg.lora_rank:
         parts = [part for part in cfg.lora_targets.split(",") if part]
         lora.add_lora(models[0], cfg.lora_rank, cfg.lora_alpha, n_trained, cfg.seed, parts)
-    if cfg.train_dtype == "bfloat16":
+    if cfg.train_dtype == "bfloat16" or cfg.fsdp:
+        dtype = torch.bfloat16 if cfg.train_dtype == "bfloat16" else torch.float32
         engines = [
             Engine(
-                model=copy.deepcopy(m).to(torch.bfloat16),
+                model=copy.deepcopy(m).to(dtype),
                 tokenizer=e.tokenizer,
                 device=str(device),
                 batch_size=cfg.engine_batch_size,
@@ -141,14 +153,16 @@ def trained_team(cfg, n_trained, device):
 
 
 def refresh_rollout_weights(models, team):
-    """The rollout engines sample from the current weights (a bf16 copy gets them copied)."""
+    """The rollout engines sample from the current weights: a separate copy (bf16, or whole
+    weights beside FSDP2's shards) gets them copied, each sharded weight gathered whole first
+    (every rank takes part: each gathers every weight)."""
     for m, engine in zip(models, team.engines()):
         # generation: the KV cache (gradient checkpointing turns it off in train mode)
         m.eval()
         if engine.model is not m:
             with torch.no_grad():
                 for rollout_weight, weight in zip(engine.model.parameters(), m.parameters()):
-                    rollout_weight.copy_(weight)
+                    rollout_weight.copy_(whole(weight))
 
 
 def sample(team, prompts, seeds, agents, cfg):
@@ -175,16 +189,20 @@ def prompt_ids(team, prompt, agent):
 
 def loss_modules(models, cfg, device, kl):
     """(the modules the loss runs, the KL's references): the trained `models` as
-    llm_step.policy_step takes them. Whole weights are DDP-wrapped (under several processes), and
-    with a `kl` term each gets a frozen copy of its weights as they are now, before any step (with
-    adapters the KL's reference is the base itself: None). Gradient checkpointing as --gradient-
-    checkpointing asks."""
+    llm_step.policy_step takes them. Whole weights are DDP-wrapped, or sharded in place with FSDP2
+    (--fsdp), under several processes, and with a `kl` term each gets a frozen copy of its weights
+    as they are now, before any step, sharded alike (with adapters the KL's reference is the base
+    itself: None). Gradient checkpointing as --gradient-checkpointing asks. Call it before the
+    optimizer is made: sharding replaces the parameters."""
     for m in models:
         if cfg.gradient_checkpointing:
             m.activation_checkpointing_enable(GRADIENT_CHECKPOINTING)
     if cfg.lora_rank:
         return models, None
     references = [copy.deepcopy(m).eval().requires_grad_(False) for m in models] if kl else None
+    if cfg.fsdp:
+        references = references and [wrap_fsdp(r, device) for r in references]
+        return [wrap_fsdp(m, device) for m in models], references
     return [wrap_ddp(m, device, find_unused=False) for m in models], references
 
 
@@ -258,11 +276,12 @@ def log_accuracy(right, log, step, ranks):
         )
 
 
-def save_trained(models, tokenizer, out, cfg):
+def save_trained(models, tokenizer, out, cfg, rank):
     """The trained weights: LoRA adapters as PEFT folders that --models reads, and PEFT and vLLM too
     (adapter/, or agent0/, agent1/, ...; lora.write_peft, with the run's settings among this
-    project's extras), or whole models as HF directories --model reads (model/, or agent0/, ...).
-    Returns what was written."""
+    project's extras), or whole models as HF directories --model reads (model/, or agent0/, ...),
+    each one directory written by rank 0 (FSDP2's shards gathered whole first: every rank calls
+    it). Returns what was written."""
     if cfg.lora_rank:
         n = lora.n_adapters(models[0])
         base = cfg.model or backbone.DEFAULT_NAME
@@ -270,10 +289,15 @@ def save_trained(models, tokenizer, out, cfg):
         paths = [out / ("adapter" if n == 1 else f"agent{k}") for k in range(n)]
         for k, path in enumerate(paths):
             agent = {"agent": None if n == 1 else k}
-            lora.write_peft(lora.adapter_state(models[0], k, base), path, settings | agent)
+            if rank == 0:
+                lora.write_peft(lora.adapter_state(models[0], k, base), path, settings | agent)
         return [str(p) for p in paths]
     paths = [out / ("model" if len(models) == 1 else f"agent{e}") for e in range(len(models))]
     for model, path in zip(models, paths):
-        model.eval().save_pretrained(path)
-        tokenizer.save_pretrained(path)
+        state = None
+        if sharded(model):
+            state = {name: whole(t).cpu() for name, t in model.state_dict().items()}
+        if rank == 0:
+            model.eval().save_pretrained(path, state_dict=state)
+            tokenizer.save_pretrained(path)
     return [str(p) for p in paths]

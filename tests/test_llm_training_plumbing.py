@@ -498,11 +498,11 @@ def test_loss_modules_of_adapters_and_of_whole_models(tiny_model, monkeypatch):
     copy of its weights as they are now, without one none; gradient checkpointing as asked."""
     wrapped = record_wrap_ddp(monkeypatch)
     model = adapted(tiny_model, adapters=2)
-    cfg = SimpleNamespace(lora_rank=2, gradient_checkpointing=True)
+    cfg = SimpleNamespace(lora_rank=2, gradient_checkpointing=True, fsdp=False)
     assert training.loss_modules([model], cfg, CPU, kl=True) == ([model], None)
     assert wrapped == [] and model.is_activation_checkpointing
     whole = [copy.deepcopy(tiny_model[0]).train() for _ in range(2)]
-    cfg = SimpleNamespace(lora_rank=0, gradient_checkpointing=False)
+    cfg = SimpleNamespace(lora_rank=0, gradient_checkpointing=False, fsdp=False)
     modules, references = training.loss_modules(whole, cfg, CPU, kl=False)
     assert wrapped == [(whole[0], CPU, False), (whole[1], CPU, False)]
     assert modules == whole and references is None
@@ -952,7 +952,7 @@ def test_save_trained_writes_adapter_folders_that_load_back(tiny_model, tmp_path
     cfg = Saved()
     out = tmp_path / "one"
     out.mkdir()
-    assert training.save_trained([model], tiny_model[1], out, cfg) == [str(out / "adapter")]
+    assert training.save_trained([model], tiny_model[1], out, cfg, 0) == [str(out / "adapter")]
     assert sorted(p.name for p in out.iterdir()) == ["adapter"]
     assert sorted(p.name for p in (out / "adapter").iterdir()) == [
         "adapter_config.json",
@@ -972,7 +972,13 @@ def test_save_trained_writes_adapter_folders_that_load_back(tiny_model, tmp_path
     several = adapted(tiny_model, adapters=3)
     out = tmp_path / "three"
     out.mkdir()
-    paths = training.save_trained([several], tiny_model[1], out, Saved(model="m"))
+    # rank 1 names the folders and writes nothing: rank 0 writes
+    elsewhere = tmp_path / "rank1"
+    elsewhere.mkdir()
+    paths = training.save_trained([several], tiny_model[1], elsewhere, Saved(model="m"), 1)
+    assert paths == [str(elsewhere / f"agent{k}") for k in range(3)]
+    assert list(elsewhere.iterdir()) == []
+    paths = training.save_trained([several], tiny_model[1], out, Saved(model="m"), 0)
     assert paths == [str(out / f"agent{k}") for k in range(3)]
     for k, path in enumerate(paths):
         state = read_adapter(path)
@@ -991,7 +997,7 @@ def test_save_trained_writes_whole_models_as_hf_directories(tiny_model, tmp_path
     with torch.no_grad():
         models[1].lm_head.weight.add_(1.0)
     cfg = SimpleNamespace(lora_rank=0, model="")
-    paths = training.save_trained(models, tiny_model[1], tmp_path, cfg)
+    paths = training.save_trained(models, tiny_model[1], tmp_path, cfg, 0)
     assert paths == [str(tmp_path / "agent0"), str(tmp_path / "agent1")]
     assert not any(m.training for m in models)
     for m, path in zip(models, paths):
@@ -1000,6 +1006,6 @@ def test_save_trained_writes_whole_models_as_hf_directories(tiny_model, tmp_path
         assert torch.equal(loaded.lm_head.weight, m.lm_head.weight)
     one = tmp_path / "one"
     one.mkdir()
-    assert training.save_trained(models[:1], tiny_model[1], one, cfg) == [str(one / "model")]
+    assert training.save_trained(models[:1], tiny_model[1], one, cfg, 0) == [str(one / "model")]
     assert sorted(p.name for p in one.iterdir()) == ["model"]
     assert (Path(one / "model") / "config.json").is_file()

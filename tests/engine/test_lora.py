@@ -530,6 +530,7 @@ def test_training_can_start_from_an_adapter_file(tiny_model, tiny_model_dir, tmp
         lora_alpha=8.0,
         seed=0,
         train_dtype="float32",
+        fsdp=False,
         init_adapter=str(path),
     )
     models, team = training.trained_team(cfg, 3, "cpu")
