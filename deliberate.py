@@ -188,15 +188,16 @@ def answer_request(example, trailer):
     return f"End with 'Answer: <{hint(example.task)}>'."
 
 
-def solve_prompt(example, trailer=False):
-    """Round 0 of the game. With `trailer`, one worked example of the Steps / Confidence / Answer
+def solve_prompt(example, trailer=False, agent=None):
+    """Round 0 of the game, the question as `agent` sees it (task split: the values it holds;
+    Example.render). With `trailer`, one worked example of the Steps / Confidence / Answer
     trailer."""
     if trailer:
         return (
             f"Solve the problem. {answer_request(example, True)}\n\nExample:\n{WORKED_EXAMPLE}\n\n"
-            f"Problem: {example.render()}\n"
+            f"Problem: {example.render(agent)}\n"
         )
-    return f"{example.render()}\n{answer_request(example, False)}"
+    return f"{example.render(agent)}\n{answer_request(example, False)}"
 
 
 def shown(solution, whole):
@@ -219,14 +220,15 @@ def refine_prompt(example, solutions, agent, trailer=False, whole=False):
         ]
         others = f"Other agents' answers: {', '.join(answers)}.\n"
     return (
-        f"{example.render()}\n\nYour previous solution:\n{shown(solutions[agent], whole)}\n\n"
+        f"{example.render(agent)}\n\nYour previous solution:\n{shown(solutions[agent], whole)}\n\n"
         f"{others}Check the solutions and solve the problem again. "
         f"{answer_request(example, trailer)}"
     )
 
 
 def leader_prompt(example, solutions, trailer=False, whole=False):
-    """MLPO's leader (docs/design.md §8) reads every peer's solution (as `shown`) and answers."""
+    """MLPO's leader (docs/design.md §8) reads every peer's solution (as `shown`) and answers; told
+    the question as one outside the team is (task split: the values every agent holds)."""
     team = "\n\n".join(f"Agent {j + 1}:\n{shown(s, whole)}" for j, s in enumerate(solutions))
     return (
         f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{team}\n\n"
@@ -650,7 +652,7 @@ def run_critic(engine, items):
 def solve_calls(examples, cfg):
     """Round 0: every agent solves every example (question-major)."""
     return [
-        Call(ex, solve_prompt(ex, cfg.trailer), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
+        Call(ex, solve_prompt(ex, cfg.trailer, i), call_seed(cfg.seed, ex.id, i, 0, "solve"), i)
         for ex in examples
         for i in range(cfg.agents)
     ]

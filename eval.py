@@ -54,11 +54,17 @@ from stats import auroc, format_paired, paired_difference, pooled, sample_std
 class Config:
     # the task
     task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    """arith or split (built-in; split: its values dealt among the agents) or a file task: gsm8k,
+    mawps, svamp, mc, math (with --path)"""
     path: str = ""
     """the data file of a file task"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
+    split_questions: float = 0.5
+    """task split: the share of questions whose three values are dealt among the agents (the rest:
+    every agent holds every value)"""
+    values_held: int = 2
+    """task split: how many of a split question's three values each agent holds (1 or 2)"""
     # the game
     seed: int = 0
     """seeds every LLM call (with the question id, agent and round), every sampled action, the
@@ -121,13 +127,15 @@ class Config:
 # --------------------------------------------------------------------------------------------------
 # The protocols (docs/design.md §7)
 # --------------------------------------------------------------------------------------------------
-def vanilla_prompt(example):
-    return f"{example.render()}\nAnswer with {hint(example.task)}."
+def vanilla_prompt(example, agent=None):
+    """One answer to the question as `agent` sees it (task split: the values it holds)."""
+    return f"{example.render(agent)}\nAnswer with {hint(example.task)}."
 
 
-def cot_prompt(example):
+def cot_prompt(example, agent=None):
     return (
-        f"{example.render()}\nThink step by step, then end with 'Answer: <{hint(example.task)}>'."
+        f"{example.render(agent)}\nThink step by step, then end with 'Answer: "
+        f"<{hint(example.task)}>'."
     )
 
 
@@ -214,7 +222,12 @@ def run_protocol(engine, examples, protocol, game, leader=None):
         # k mod agents (a team's models take turns); single answers are greedy, agent 0's
         samples = game.agents * (game.rounds + 1) if protocol == "sc" else 1
         calls = [
-            Call(ex, prompt(ex), call_seed(game.seed, ex.id, k, protocol), k % game.agents)
+            Call(
+                ex,
+                prompt(ex, k % game.agents),
+                call_seed(game.seed, ex.id, k, protocol),
+                k % game.agents,
+            )
             for ex in examples
             for k in range(samples)
         ]
@@ -274,6 +287,9 @@ def summarize(results, wall_s):
         # per question, for paired comparisons on the same questions (also across seeds)
         "question_ids": [r["id"] for r in results],
         "correct": [bool(r["correct"]) for r in results],
+        # and each question's tokens, for reports over a part of the questions (task split:
+        # the questions dealt among the agents, or shared)
+        "question_tokens": [r["tokens"] for r in results],
     }
     # MLPO: the peers' own vote (paired with `correct`), then the leader after each round
     if "leader_correct" in results[0]:
@@ -288,6 +304,7 @@ def summarize(results, wall_s):
         counts = action_counts(results)
         total = sum(counts.values()) or 1
         summary["actions"] = {kind: c / total for kind, c in counts.items()}
+        summary["question_actions"] = [action_counts([r]) for r in results]
         max_rounds = max(len(r["rounds"]) for r in results)
         # the shares of each decision round (games that stopped early have no later decisions)
         summary["actions_by_round"] = [
@@ -385,9 +402,13 @@ def load_examples(cfg):
     are studied on it, never on the test questions)."""
     if cfg.split == "val":
         return data.training_pool(cfg)[: cfg.n]
-    kw = {"level": cfg.level} if cfg.level else {}
     return data.load_task(
-        cfg.task, path=cfg.path or None, split=cfg.split, n=cfg.n, seed=cfg.seed, **kw
+        cfg.task,
+        path=cfg.path or None,
+        split=cfg.split,
+        n=cfg.n,
+        seed=cfg.seed,
+        **data.task_options(cfg),
     )
 
 
@@ -439,9 +460,8 @@ def main(cfg):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     # a file may be a test set in itself, so it is taken whole unless a split is asked for
-    cfg = dataclasses.replace(
-        cfg, split=cfg.split or ("test" if cfg.task.startswith("arith") else "all")
-    )
+    generated = cfg.task.startswith("arith") or cfg.task == "split"
+    cfg = dataclasses.replace(cfg, split=cfg.split or ("test" if generated else "all"))
     examples = load_examples(cfg)
     engine = make_engine(cfg, cfg.agents, 0, device)
     summaries, details = {}, {}

@@ -65,11 +65,17 @@ from llm.team import check_engine, make_engine, resolve_engine_dtype, team_name
 class Config:
     # the task
     task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    """arith or split (built-in; split: its values dealt among the agents) or a file task: gsm8k,
+    mawps, svamp, mc, math (with --path)"""
     path: str = ""
     """the data file of a file task"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
+    split_questions: float = 0.5
+    """task split: the share of questions whose three values are dealt among the agents (the rest:
+    every agent holds every value)"""
+    values_held: int = 2
+    """task split: how many of a split question's three values each agent holds (1 or 2)"""
     # the game
     seed: int = 0
     """seeds every LLM call (with the question id, agent and round), every sampled action, the

@@ -79,11 +79,17 @@ from llm_step import TRUNCATED_RULES, Sequence, rollout_update
 class Config:
     # the task
     task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    """arith or split (built-in; split: its values dealt among the agents) or a file task: gsm8k,
+    mawps, svamp, mc, math (with --path)"""
     path: str = ""
     """the data file of a file task"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
+    split_questions: float = 0.5
+    """task split: the share of questions whose three values are dealt among the agents (the rest:
+    every agent holds every value)"""
+    values_held: int = 2
+    """task split: how many of a split question's three values each agent holds (1 or 2)"""
     # the game
     seed: int = 0
     """seeds every LLM call (with the question id, agent and round), every sampled action, the
@@ -242,7 +248,7 @@ def joint_rollouts(team, examples, cfg, step, read=data.strict_answer):
     def refine(q, g, i):
         return refine_prompt(examples[q], teams[(q, g)], i, cfg.trailer, cfg.whole_solutions)
 
-    run_round(0, lambda q, g, i: solve_prompt(examples[q], cfg.trailer))
+    run_round(0, lambda q, g, i: solve_prompt(examples[q], cfg.trailer, i))
     first = {key: list(team) for key, team in graded.items()}
     for t in range(1, cfg.rounds + 1 if cfg.protocol == "debate" else 1):
         run_round(t, refine)

@@ -68,11 +68,17 @@ CROSS_ENTROPY = {"agg": "token", "beta": 0.0, "temperature": 1.0}
 class Config:
     # the task
     task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    """arith or split (built-in; split: its values dealt among the agents) or a file task: gsm8k,
+    mawps, svamp, mc, math (with --path)"""
     path: str = ""
     """the data file of a file task"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
+    split_questions: float = 0.5
+    """task split: the share of questions whose three values are dealt among the agents (the rest:
+    every agent holds every value)"""
+    values_held: int = 2
+    """task split: how many of a split question's three values each agent holds (1 or 2)"""
     # the game
     seed: int = 0
     """seeds every LLM call (with the question id, agent and round), every sampled action, the
@@ -85,6 +91,9 @@ class Config:
     """token budget of each LLM call"""
     trailer: bool = False
     """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
+    whole_solutions: bool = False
+    """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
+    and its own last 300 characters, the leader each solution's last 300)"""
     # the engine
     model: str = ""
     """HF checkpoint directory of the agents; empty: the embedded default backbone"""
@@ -160,24 +169,33 @@ class Config:
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             trailer=self.trailer,
+            whole_solutions=self.whole_solutions,
         )
 
 
 # --------------------------------------------------------------------------------------------------
 # The training solutions: (prompt ids, solution ids + EOS) pairs
 # --------------------------------------------------------------------------------------------------
+def views(example, cfg):
+    """The agents whose view of the question differs (task split: each agent's values, dealt), or
+    [None]: every agent sees the one question."""
+    return list(range(cfg.agents)) if "views" in example.meta else [None]
+
+
 def worked_solutions(engine, cfg):
     """--solutions worked: (prompt ids, worked solution ids + EOS) of the training questions, the
-    solve prompt as the game asks it."""
+    solve prompt as the game asks it; task split: one per agent, its view of the question and the
+    solution from the values it holds (state them, say what it lacks, its best answer)."""
     questions, _ = training_questions(cfg)
     eos = engine.tokenizer.eos_token_id
     try:
         return [
             (
-                engine.encode(engine.chat(solve_prompt(ex))),
-                engine.encode(worked_solution(ex)) + [eos],
+                engine.encode(engine.chat(solve_prompt(ex, agent=agent))),
+                engine.encode(worked_solution(ex, agent)) + [eos],
             )
             for ex in questions
+            for agent in views(ex, cfg)
         ]
     except WorkedSolutionMissing as e:
         raise UsageError(f"--solutions worked: {e}; use --solutions sampled") from None
@@ -185,11 +203,13 @@ def worked_solutions(engine, cfg):
 
 def refine_examples(engine, cfg, ranks):
     """--refine-contexts: one REFINE example per training question. Its prompt is the game's refine
-    prompt with the agent's own solution and its cfg.agents - 1 peers' answers, all sampled (at
-    --temperature) from the base model with the adapter file --refine-contexts names; its target is
-    the worked solution, whether the sampled answer was right or wrong, so that an agent learns to
-    answer right after reading its peers. Each rank samples its shard; every rank gets them all,
-    in the questions' order."""
+    prompt with the agent's own solution and its cfg.agents - 1 peers' answers (their whole
+    solutions with --whole-solutions), all sampled (at --temperature) from the base model with the
+    adapter file --refine-contexts names, each from its own view of the question; its target is the
+    worked solution from every value, whether the sampled answer was right or wrong, so that an
+    agent learns to answer right after reading its peers (task split: to take the values it lacks
+    from their solutions). Each rank samples its shard; every rank gets them all, in the
+    questions' order."""
     try:
         adapter = lora.load_adapter(engine.model, read_adapter(cfg.refine_contexts))
     except lora.AdapterMismatch as e:
@@ -197,8 +217,10 @@ def refine_examples(engine, cfg, ranks):
     questions, _ = training_questions(cfg)
     mine = list(enumerate(questions))[ranks.rank :: ranks.world]
     calls = [(q, ex, i) for q, ex in mine for i in range(cfg.agents)]
+    # each agent answers the question as it sees it (task split: its values alone)
+    agent = [i if "views" in ex.meta else None for _, ex, i in calls]
     completions = engine.generate(
-        [engine.chat(solve_prompt(ex)) for _, ex, _ in calls],
+        [engine.chat(solve_prompt(ex, agent=a)) for (_, ex, _), a in zip(calls, agent)],
         [call_seed(cfg.seed, ex.id, i, "refine-context") for _, ex, i in calls],
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,
@@ -211,7 +233,7 @@ def refine_examples(engine, cfg, ranks):
     examples = [
         (
             q,
-            engine.encode(engine.chat(refine_prompt(ex, teams[q], 0))),
+            engine.encode(engine.chat(refine_prompt(ex, teams[q], 0, whole=cfg.whole_solutions))),
             engine.encode(worked_solution(ex)) + [eos],
         )
         for q, ex in mine
@@ -227,7 +249,8 @@ def right_solutions(engine, cfg, ranks):
     its shard; every rank gets all of them, sorted, whatever the world size."""
     questions, _ = training_questions(cfg)
     calls = [(ex, k) for ex in questions[ranks.rank :: ranks.world] for k in range(cfg.samples)]
-    prompts = [engine.chat(solve_prompt(ex, cfg.trailer)) for ex, _ in calls]
+    # as agent 0 sees each question (task split: its values)
+    prompts = [engine.chat(solve_prompt(ex, cfg.trailer, 0)) for ex, _ in calls]
     seeds = [call_seed(cfg.seed, ex.id, k, "sft-llm") for ex, k in calls]
     completions = engine.generate(
         prompts, seeds, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
@@ -252,11 +275,11 @@ def right_solutions(engine, cfg, ranks):
 
 def validate(models, team, shard, cfg, *, step, ranks, log):
     """Greedy accuracy on this rank's held-out questions: each one's answer alone (a team of one,
-    no deliberation), logged over every rank."""
+    no deliberation; agent 0's view of the question), logged over every rank."""
     refresh_rollout_weights(models, team)
     right = torch.zeros(0)
     if shard:
-        prompts = [solve_prompt(ex, cfg.trailer) for ex in shard]
+        prompts = [solve_prompt(ex, cfg.trailer, 0) for ex in shard]
         # greedy (no seed draws anything), by agent 0, the trained one
         zeros = [0] * len(shard)
         completions = team.generate(

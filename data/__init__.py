@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 
 from . import arith
+from . import split as split_task
 from .answers import (
     ANSWER_TASKS,
     answer_kind,
@@ -30,7 +31,7 @@ from .answers import (
 from .example import DataError, Example, split_of
 from .files import FILE_TASKS, load_stats, read_records
 
-TASKS = ("arith", "arith1", "arith2", "arith3", "arith4") + tuple(FILE_TASKS)
+TASKS = ("arith", "arith1", "arith2", "arith3", "arith4", "split") + tuple(FILE_TASKS)
 
 __all__ = [
     "Example",
@@ -51,6 +52,7 @@ __all__ = [
     "training_pool",
     "training_questions",
     "check_task",
+    "task_options",
 ]
 
 
@@ -67,6 +69,23 @@ def check_task(cfg):
         raise DataError(f"--path {cfg.path!r}: task {cfg.task} is generated and reads no file")
     if not 0 <= cfg.level <= 4:
         raise DataError(f"--level {cfg.level}: choose 1..4 (0: the task's default)")
+    if cfg.task == "split":
+        if not 0 <= cfg.split_questions <= 1:
+            raise DataError(f"--split-questions {cfg.split_questions}: a share, in [0, 1]")
+        if not 1 <= cfg.values_held < split_task.FACTS or cfg.agents * cfg.values_held < 3:
+            raise DataError(
+                f"--values-held {cfg.values_held} with --agents {cfg.agents}: each agent holds 1 "
+                f"or 2 of a question's {split_task.FACTS} values, and together they hold all"
+            )
+
+
+def task_options(cfg):
+    """What load_task takes from a script's flags beside the task: --level, and for task split the
+    deal (--agents, --values-held, --split-questions)."""
+    kw = {"level": cfg.level} if cfg.level else {}
+    if cfg.task == "split":
+        kw |= {"agents": cfg.agents, "held": cfg.values_held, "share": cfg.split_questions}
+    return kw
 
 
 def load_task(
@@ -75,7 +94,9 @@ def load_task(
     """The examples of a task, all of them (n=None) or a seeded random subset of n.
 
     name:  "arith" (built-in; level=1..4, or 0/"mix"; default 1), "arith1".."arith4" (a fixed
-           level), or a file task: "gsm8k", "mawps", "svamp", "mc", "math", which need path.
+           level), "split" (built-in, its values dealt among agents: level, agents=3, held=2,
+           share=0.5; data/split.py), or a file task: "gsm8k", "mawps", "svamp", "mc", "math",
+           which need path.
     split: "train" (the default) or "test" for arith. For a file task: "all" (the default) is the
            whole file; "train" / "test" divide it by a hash of each question's text (about 1 in 6
            to test, data.split_of), so a policy trained on a file's train split is evaluated on
@@ -99,6 +120,17 @@ def load_task(
                 f"unexpected option(s) for task {name!r}: {', '.join(sorted(kw))} (known: level)"
             )
         examples = arith.load(split or "train", level)
+    elif name == "split":
+        if path is not None:
+            raise ValueError(f"task {name!r} is generated, it takes no path (got path={path!r})")
+        deal = {"agents": 3, "held": 2, "share": 0.5} | kw
+        level = deal.pop("level", 1)
+        if set(deal) != {"agents", "held", "share"}:
+            raise ValueError(
+                f"unexpected option(s) for task {name!r}: "
+                f"{', '.join(sorted(set(deal) - {'agents', 'held', 'share'}))}"
+            )
+        examples = split_task.deal(split_task.load(split or "train", level), **deal)
     else:
         if path is None:
             raise ValueError(
@@ -128,10 +160,9 @@ def load_task(
 
 def training_pool(cfg):
     """The training split of a script's task (of a file: the ~5/6 that split_of puts in train) in a
-    seeded shuffle (cfg: task, path, level, seed); the first `val_n` are the validation
-    questions."""
-    kw = {"level": cfg.level} if cfg.level else {}
-    pool = load_task(cfg.task, path=cfg.path or None, split="train", **kw)
+    seeded shuffle (cfg: task, path, level, seed, and what task_options reads); the first `val_n`
+    are the validation questions."""
+    pool = load_task(cfg.task, path=cfg.path or None, split="train", **task_options(cfg))
     random.Random(cfg.seed).shuffle(pool)
     return pool
 

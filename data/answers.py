@@ -22,7 +22,17 @@ from fractions import Fraction
 REL_TOL = 1e-6  # numeric answers match when they agree to ~6 significant digits
 ABS_TOL = 1e-9  # ... or are both (almost) zero
 
-NUMERIC_TASKS = ("arith", "arith1", "arith2", "arith3", "arith4", "gsm8k", "mawps", "svamp")
+NUMERIC_TASKS = (
+    "arith",
+    "arith1",
+    "arith2",
+    "arith3",
+    "arith4",
+    "split",
+    "gsm8k",
+    "mawps",
+    "svamp",
+)
 ANSWER_TASKS = NUMERIC_TASKS + ("mc", "math")
 LETTERS = "ABCD"
 

@@ -39,9 +39,19 @@ class Example:
     id: str = ""
     meta: dict = field(default_factory=dict)
 
-    def render(self) -> str:
-        """The question as a prompt shows it: multiple-choice options appended as "A) ..." lines."""
+    def render(self, agent=None) -> str:
+        """The question as a prompt shows it: multiple-choice options appended as "A) ..." lines. A
+        question whose facts are dealt among the agents (task split: meta["views"]) shows `agent`
+        the facts it holds and the others as unknown; agent None, the facts every agent holds (what
+        one outside the team, the leader, is told)."""
+        question = self.question
+        if "views" in self.meta:
+            views = [set(view) for view in self.meta["views"]]
+            held = views[agent] if agent is not None else set.intersection(*views)
+            facts = self.meta["facts"]
+            shown = [known if k in held else unknown for k, (known, unknown) in enumerate(facts)]
+            question = " ".join([*shown, self.meta["query"]])
         if not self.choices:
-            return self.question
+            return question
         options = "\n".join(f"{letter}) {text}" for letter, text in zip("ABCD", self.choices))
-        return f"{self.question}\n{options}"
+        return f"{question}\n{options}"

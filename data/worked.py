@@ -8,6 +8,8 @@ The format is the one the solve prompt asks for: short steps, then `Answer: n` o
 - arith: derived from the question's expression (meta["expr"]), one line per operation, in the
   order Python evaluates it (innermost first, left to right).
 - gsm8k: the file's own rationale with its calculator annotations (`<<48/2=24>>`) removed.
+- split: the values the agent holds stated, each one it lacks counted as 0, then the steps
+  (data/split.py worked); with every value, the gold answer.
 Other tasks carry no solution: WorkedSolutionMissing says so.
 """
 
@@ -57,8 +59,13 @@ def expression_steps(expr: str) -> tuple[list[str], str]:
     return steps, _number(value)
 
 
-def worked_solution(example) -> str:
-    """The worked solution of one example, ending in `Answer: <gold>`."""
+def worked_solution(example, agent=None) -> str:
+    """The worked solution of one example, ending in `Answer: <gold>`; task split: from the values
+    `agent` holds (None: every one; data/split.py worked)."""
+    if example.task == "split":
+        from .split import worked
+
+        return worked(example, agent)
     if example.task == "arith":
         steps, value = expression_steps(example.meta["expr"])
         return "\n".join([*steps, f"Answer: {value}"])

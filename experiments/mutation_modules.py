@@ -196,6 +196,9 @@ MODULES = {
         ["tests/test_data.py", "tests/test_common.py"],
         ["a_script_refuses", "every_flag_has"],
     ),
+    # the split-information task and the per-agent views of a question (Example.render)
+    "data.split": ("data/split.py", ["tests/test_split.py"], ["solvers_examples"]),
+    "data.example": ("data/example.py", ["tests/test_split.py", "tests/test_data.py"], []),
     "llm.kvcache": ("llm/kvcache.py", ["tests/engine/test_engine.py"], []),
     # the static decode step, on CPU without capture (the CUDA graphs themselves: experiments/
     # cuda_scale.py on a GPU)

@@ -40,14 +40,14 @@ RL_FLAGS = {
 }
 
 
-def trained(name, script, args):
-    """A training piece: the script writes runs/results/<name>; policy, summary and metrics go to
-    results/."""
+def trained(name, script, args, policy=""):
+    """A training piece: the script writes runs/results/<name>; policy (as `policy` names it, by
+    default the .pt the earlier pieces wrote), summary and metrics go to results/."""
     out = RUNS / name
     return {
         "command": [PY, script, *args, "--out-dir", str(out)],
         "copies": {
-            out / "policy.safetensors": committed(f"results/policies/{name}.pt"),
+            out / "policy.safetensors": policy or committed(f"results/policies/{name}.pt"),
             out / "summary.json": f"results/training/{name}.json",
             out / "metrics.jsonl": f"results/training/{name}.metrics.jsonl",
         },

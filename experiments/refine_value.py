@@ -39,11 +39,17 @@ from llm.team import check_models, make_engine, resolve_engine_dtype
 class Config:
     # the task
     task: str = "arith"
-    """arith (built-in) or a file task: gsm8k, mawps, svamp, mc, math (with --path)"""
+    """arith or split (built-in; split: its values dealt among the agents) or a file task: gsm8k,
+    mawps, svamp, mc, math (with --path)"""
     path: str = ""
     """the data file of a file task"""
     level: int = 0
     """arith difficulty 1..4 (0: the task's default, easy)"""
+    split_questions: float = 0.5
+    """task split: the share of questions whose three values are dealt among the agents (the rest:
+    every agent holds every value)"""
+    values_held: int = 2
+    """task split: how many of a split question's three values each agent holds (1 or 2)"""
     # the game
     seed: int = 0
     """seeds every LLM call (with the question id, agent and round), every sampled action, the
@@ -147,7 +153,8 @@ def study_setup(cfg):
     if cfg.models:
         check_models("--models", cfg.models, cfg.agents, cfg.max_new_tokens)
     cfg, dtype_reason = resolve_engine_dtype(cfg)
-    examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed)
+    options = data.task_options(cfg)
+    examples = data.load_task(cfg.task, split=cfg.split, n=cfg.n, seed=cfg.seed, **options)
     return cfg, dtype_reason, examples, make_engine(cfg, cfg.agents, 0)
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_meaning import Script
+from method.test_meaning import Script
 
 import deliberate as D
 import train_rl

@@ -15,8 +15,18 @@ from dataclasses import replace
 
 import pytest
 import torch
+from method.test_meaning import (
+    ACTIONS,
+    BEFORE,
+    GOLD,
+    REFINED,
+    Script,
+    example,
+    hand_vectors,
+    move_of,
+    sol,
+)
 from scripted import ScriptedEngine, played
-from test_meaning import ACTIONS, BEFORE, GOLD, REFINED, Script, example, hand_vectors, move_of, sol
 
 import deliberate as D
 import eval as E

@@ -91,7 +91,7 @@ def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_mo
 def test_worked_solutions_refuse_a_task_without_them_in_one_line(monkeypatch):
     """A task whose examples carry no worked solution: the flag named and the other way out."""
 
-    def missing(example):
+    def missing(example, agent=None):
         raise WorkedSolutionMissing("task 'mawps' carries no worked solution (arith and gsm8k do)")
 
     monkeypatch.setattr(train_solver, "worked_solution", missing)

@@ -1,0 +1,162 @@
+"""The pieces of the split-information task (data/split.py, docs/design.md §9), where the facts of
+half the questions are dealt among the agents: its agents trained on worked solutions of it (the
+first answer from the values an agent holds, then REFINE over the peers' whole solutions), their
+revision skill per state class (the agents' own acceptance: alone, and after one REFINE), and the
+team's table as every other claim is tested: the meta-policies, the fixed protocols, each member
+alone, the MLPO leader and MAGRPO on debate, 300 test questions, 3 seeds. experiments/pieces.py
+holds them with every other piece; new weights are committed in the ecosystem's formats (PEFT
+folders, safetensors policies)."""
+
+from experiments.llm_pieces import MAGRPO_LORA, PY, RUNS, WORKED_SFT, llm_run
+from experiments.piece_kit import RL_FLAGS, TABLE_SEEDS, flags_once, merged, table, trained
+from experiments.teams import COMPETENT_RL_ALGOS
+
+# the task, its mix (half the questions split, 2 of 3 values each) and the game: REFINE reads whole
+# solutions, which state the values an agent holds
+SPLIT_TASK = ["--task", "split", "--level", "1", "--split-questions", "0.5", "--values-held", "2"]
+SPLIT_GAME = ["--agents", "3", "--rounds", "3", "--whole-solutions"]
+# the worked-solution preset on the split task: 512 training questions (3 views of each: 1,536
+# first answers)
+SPLIT_SFT = flags_once([*WORKED_SFT, *SPLIT_TASK, "--agents", "3", "--questions", "512"])
+
+
+def agent_run(name, flags, needs=()):
+    """An agent's adapter trained on the split task, committed as its PEFT folder."""
+    training = llm_run(name, flags)
+    training["copies"][RUNS / name / "adapter"] = f"results/agents/{name}"
+    return {f"llm-{name}": {**training, "needs": list(needs)}}
+
+
+def refine_run(rank, seed):
+    """An agent continued from the worked-solution adapter of its rank on REFINE examples over
+    its peers' whole solutions (the worked solution from every value as the target)."""
+    first = f"results/agents/split-worked-L1-r{rank}-seed0"
+    flags = [*SPLIT_SFT, "--lora-rank", str(rank), "--seed", str(seed + 1)]
+    flags += ["--init-adapter", first, "--refine-contexts", first, "--whole-solutions"]
+    # at the fresh adapter's 2e-3 the continued arith one lost its solo accuracy (results/)
+    return agent_run(f"split-refine-L1-r{rank}-seed{seed}", [*flags, "--lr", "5e-4"], [first])
+
+
+MEMBERS = ("split-refine-L1-r8-seed0", "split-refine-L1-r8-seed1", "split-refine-L1-r4-seed0")
+TEAM = ",".join(f"default+results/agents/{m}" for m in MEMBERS)
+ADAPTERS = [f"results/agents/{m}" for m in MEMBERS]
+PREFIX = "split300-team-split"
+# the meta-policies of a competent team's table: SFT, then SoftRankPO (and with REFINE free of its
+# cost), GRPO, plain ranks and leave-one-out from it
+POLICIES = ("sft", *COMPETENT_RL_ALGOS)
+
+
+def seed_pieces(seed):
+    """One seed of the team's table: the revision skill at the first decision, the SFT policy and
+    each RL policy from it, then every protocol on the seed's 300 test questions."""
+    base = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--seed", str(seed)]
+    test = ["--split", "test", "--n", "300", "--seed", str(seed)]
+    name = f"{PREFIX}-seed{seed}"
+    policy = {algo: f"results/policies/{name}-{algo}.safetensors" for algo in POLICIES}
+    pieces = {
+        f"revision-{name}": {
+            "command": [PY, "-m", "experiments.revision_skill", *base, "--n", "300"]
+            + ["--policy", "persist", "--out", f"results/revision/{name}.json"],
+            "outputs": [f"results/revision/{name}.json"],
+            "needs": ADAPTERS,
+        },
+        f"train-{name}-sft": {
+            **trained(f"{name}-sft", "sft.py", base, policy["sft"]),
+            "needs": ADAPTERS,
+        },
+    }
+    for algo in POLICIES[1:]:
+        flags = [*base, *RL_FLAGS[algo], "--init", policy["sft"]]
+        pieces[f"train-{name}-{algo}"] = {
+            **trained(f"{name}-{algo}", "train_rl.py", flags, policy[algo]),
+            "needs": [policy["sft"], *ADAPTERS],
+        }
+    protocols = {
+        "persist": "mpdf-persist",
+        **{algo: f"mpdf={policy[algo]}" for algo in POLICIES},
+        "sc": "sc",
+        "debate": "debate",
+    }
+    for short, protocol in protocols.items():
+        needs = [protocol[5:]] if protocol.startswith("mpdf=") else []
+        pieces[f"table-{name}-{short}"] = {
+            **table(f"{name}-{short}", [*base, *test, "--protocols", protocol]),
+            "needs": needs + ADAPTERS,
+        }
+    # each member alone: its round-0 answer, three copies of it voting
+    for j, member in enumerate(MEMBERS):
+        alone = ",".join([f"default+results/agents/{member}"] * 3)
+        flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", alone, *test, "--protocols", "vanilla"]
+        pieces[f"table-{name}-vanilla-m{j}"] = {
+            **table(f"{name}-vanilla-m{j}", flags),
+            "needs": ADAPTERS,
+        }
+    return pieces
+
+
+# the MLPO leader over the team's whole solutions (it reads every value): MLPO's leader preset on
+# the split task, from the REFINE-trained adapter (it takes values from solutions), at the rate that
+# held for the aggregator (its preset's 5e-4 broke the aggregator in its first update)
+LEADER = flags_once(
+    [
+        *"train_mlpo.py --algo magrpo --agents 3 --group 8 --questions-per-step 8".split(),
+        *"--rollout-temperature 0.7 --max-new-tokens 96 --steps 24 --eval-every 6".split(),
+        *"--val-n 100 --save-every 6 --lora-rank 8 --lr 1e-4 --truncated zero".split(),
+        *SPLIT_TASK,
+        *("--whole-solutions", "--questions", "256", "--peers", TEAM),
+        *("--init-adapter", "results/agents/split-refine-L1-r8-seed0"),
+    ]
+)
+# MAGRPO on debate from the team (one adapter per agent, each from its member), the joint reward
+DEBATE = [
+    *flags_once([*MAGRPO_LORA, *SPLIT_TASK]),
+    *("--protocol", "debate", "--rounds", "1", "--separate-agents", "--whole-solutions"),
+    *(
+        "--lora-rank",
+        "8",
+        "--lr",
+        "1e-4",
+        "--truncated",
+        "zero",
+        "--init-adapter",
+        ",".join(ADAPTERS),
+    ),
+]
+
+
+def trained_pieces(seed):
+    """The seed's MLPO leader and MAGRPO team, each then on the seed's 300 test questions."""
+    name, test = f"{PREFIX}-seed{seed}", ["--split", "test", "--n", "300", "--seed", str(seed)]
+    leader, team = f"mlpo-split-seed{seed}", f"magrpo-debate-split-seed{seed}"
+    pieces = {
+        **agent_run(leader, [*LEADER, "--seed", str(seed)], ADAPTERS),
+        **{f"llm-{team}": {**llm_run(team, [*DEBATE, "--seed", str(seed)], agents=3)}},
+    }
+    pieces[f"llm-{team}"]["needs"] = ADAPTERS
+    adapter = f"results/agents/{leader}"
+    lead = [*SPLIT_TASK, "--agents", "3", "--rounds", "0", "--whole-solutions", "--models", TEAM]
+    pieces[f"table-{name}-leader"] = {
+        **table(f"{name}-leader", [*lead, *test, "--protocols", f"leader=default+{adapter}"]),
+        "needs": [adapter, *ADAPTERS],
+    }
+    debated = ",".join(f"default+results/agents/{team}/agent{i}" for i in range(3))
+    flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", debated, *test, "--protocols", "debate"]
+    pieces[f"table-{name}-magrpo-debate"] = {
+        **table(f"{name}-magrpo-debate", flags),
+        "needs": [f"results/agents/{team}/agent{i}" for i in range(3)],
+    }
+    return pieces
+
+
+SPLIT_PIECES = {
+    # the agents: worked solutions of the first answer (ranks 8 and 4), then REFINE over whole
+    # solutions (rank 8 twice, rank 4)
+    **agent_run("split-worked-L1-r8-seed0", [*SPLIT_SFT, "--lora-rank", "8", "--seed", "0"]),
+    **agent_run("split-worked-L1-r4-seed0", [*SPLIT_SFT, "--lora-rank", "4", "--seed", "0"]),
+    **refine_run(8, 0),
+    **refine_run(8, 1),
+    **refine_run(4, 0),
+    # the team's revision skill and table, seed by seed, then its trained leader and debaters
+    **merged(seed_pieces(seed) for seed in TABLE_SEEDS),
+    **merged(trained_pieces(seed) for seed in TABLE_SEEDS),
+}

@@ -1,0 +1,188 @@
+"""The split-information task (data/split.py): on a split question no agent's view holds every
+value and the union of the views does, the gold answer is computed from the values; each view
+reaches its own agent's prompts only (a scripted engine records every prompt of a game, REFINE and
+the leader's included); a shared question reads the same to every agent; the mix and the deal are
+deterministic; the worked solutions state what an agent holds; the flags are checked in one line."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+from scripted import ScriptedEngine
+
+import data
+import deliberate as D
+import eval as E
+import train_solver
+from common import Ranks
+from data import split as split_task
+from data.worked import expression_steps, worked_solution
+from deliberate import GameConfig
+from llm import lora
+from llm.engine import Engine
+
+
+def dealt(n=60, agents=3, held=2, share=0.5, split="test", seed=0):
+    return data.load_task(
+        "split", split=split, n=n, seed=seed, agents=agents, held=held, share=share
+    )
+
+
+def values_in(text, example):
+    """Which of the example's facts a text states with its value."""
+    return {k for k, (known, _) in enumerate(example.meta["facts"]) if known in text}
+
+
+@pytest.mark.parametrize("agents, held", [(3, 2), (3, 1), (2, 2), (4, 1)])
+def test_a_split_question_deals_every_value_and_no_agent_holds_all(agents, held):
+    examples = dealt(agents=agents, held=held)
+    split = [ex for ex in examples if ex.meta["dealt"]]
+    shared = [ex for ex in examples if not ex.meta["dealt"]]
+    assert split and shared
+    for ex in split:
+        views = [set(v) for v in ex.meta["views"]]
+        assert len(views) == agents and all(len(v) == held for v in views)
+        assert all(len(v) < split_task.FACTS for v in views)
+        assert set.union(*views) == set(range(split_task.FACTS))
+        # the text each agent reads holds its values and no other
+        for i, view in enumerate(views):
+            assert values_in(ex.render(i), ex) == view
+        assert values_in(ex.render(), ex) == set.intersection(*views)
+    for ex in shared:
+        assert all(set(v) == set(range(split_task.FACTS)) for v in ex.meta["views"])
+        assert {ex.render(i) for i in range(agents)} == {ex.question} == {ex.render()}
+
+
+def test_the_gold_answer_is_computed_from_the_values():
+    for ex in dealt(n=200, split="train") + data.load_task("split", split="test", level=4, n=50):
+        values = ex.meta["values"]
+        assert ex.meta["expr"] == ex.meta["form"].format(*values)
+        assert ex.answer == expression_steps(ex.meta["expr"])[1]
+        assert int(ex.answer) >= 0 and all(str(v) in ex.question for v in values)
+        assert ex.task == "split" and data.answer_kind("split") == "number"
+
+
+def test_the_mix_and_the_deal_are_deterministic_and_follow_the_settings():
+    a, b = dealt(n=400), dealt(n=400)
+    assert [ex.meta for ex in a] == [ex.meta for ex in b]
+    share = sum(ex.meta["dealt"] for ex in a) / len(a)
+    assert 0.4 < share < 0.6
+    assert not any(ex.meta["dealt"] for ex in dealt(share=0.0))
+    assert all(ex.meta["dealt"] for ex in dealt(share=1.0))
+    # a question's deal depends on its id and the settings, not on the subset loaded
+    subset = {ex.id: ex.meta for ex in dealt(n=40, seed=5)}
+    whole = {ex.id: ex.meta for ex in data.load_task("split", split="test")}
+    assert all(whole[k] == m for k, m in subset.items())
+    other = dealt(n=400, held=1)
+    assert [ex.meta["views"] for ex in other] != [ex.meta["views"] for ex in a]
+    # the split of a question: its text's hash, as arith's (no test question in train)
+    train = {ex.question for ex in data.load_task("split", split="train")}
+    assert not train & {ex.question for ex in data.load_task("split", split="test")}
+
+
+def test_each_agents_view_reaches_its_own_prompts_only():
+    """A game of 3 agents on split questions, every agent REFINEing: each agent's round-0 and
+    REFINE prompts state its own values and no other; the leader's states the values every agent
+    holds; eval's one-answer protocols ask agent k as agent k sees it."""
+    examples = [ex for ex in dealt(n=30, share=1.0)][:4]
+    asked = []
+
+    def script(prompt, seed):
+        asked.append(prompt)
+        return "Answer: 1"
+
+    game = GameConfig(agents=3, rounds=1, whole_solutions=True)
+    D.play(ScriptedEngine(script), examples, D.FixedPolicy("refine"), game)
+    for ex in examples:
+        for i, call in enumerate(D.solve_calls([ex], game)):
+            assert values_in(call.prompt, ex) == set(ex.meta["views"][i])
+        mine = [p for p in asked if ex.meta["query"] in p]
+        assert len(mine) == 6
+        for i in range(3):
+            prompt = D.refine_prompt(
+                ex, [D.parse_solution("Answer: 1", "split")] * 3, i, False, True
+            )
+            assert prompt in mine and values_in(prompt, ex) == set(ex.meta["views"][i])
+        leader = D.leader_prompt(ex, [D.parse_solution("Answer: 1", "split")] * 3)
+        assert values_in(leader, ex) == set.intersection(*map(set, ex.meta["views"]))
+        for k in range(3):
+            assert values_in(E.vanilla_prompt(ex, k), ex) == set(ex.meta["views"][k])
+
+
+def test_worked_solutions_state_what_the_agent_holds():
+    ex = next(e for e in dealt(n=30, share=1.0) if e.meta["template"] == "together")
+    for i, view in enumerate(ex.meta["views"]):
+        text = worked_solution(ex, i)
+        assert values_in(text, ex) == set(view)
+        missing = set(range(3)) - set(view)
+        assert text.count("Not known:") == len(missing) == 1 and "I count it as 0" in text
+        held = sum(ex.meta["values"][k] for k in view)
+        assert text.endswith(f"Answer: {held}") and data.strict_answer(text, "split") == str(held)
+    whole = worked_solution(ex)
+    assert values_in(whole, ex) == {0, 1, 2} and whole.endswith(f"Answer: {ex.answer}")
+    assert re.search(r"\n\d+ \+ \d+ = \d+\n", whole)
+
+
+def test_the_split_flags_are_checked_in_one_line():
+    def cfg(**kw):
+        flags = dict(task="split", path="", level=0, agents=3, split_questions=0.5, values_held=2)
+        return SimpleNamespace(**(flags | kw))
+
+    data.check_task(cfg())
+    data.check_task(cfg(agents=2, values_held=2))
+    for bad, message in (
+        (dict(split_questions=1.5), "--split-questions 1.5: a share, in [0, 1]"),
+        (
+            dict(values_held=3),
+            "--values-held 3 with --agents 3: each agent holds 1 or 2 of a question's 3 values, "
+            "and together they hold all",
+        ),
+        (
+            dict(agents=2, values_held=1),
+            "--values-held 1 with --agents 2: each agent holds 1 or 2 of a question's 3 values, "
+            "and together they hold all",
+        ),
+    ):
+        with pytest.raises(data.DataError) as refused:
+            data.check_task(cfg(**bad))
+        assert str(refused.value) == message
+    assert data.task_options(cfg(level=2)) == {"level": 2, "agents": 3, "held": 2, "share": 0.5}
+    assert data.task_options(cfg(task="arith")) == {}
+
+
+def test_the_solvers_examples_on_the_split_task_follow_each_agents_view(tiny_model_dir, tmp_path):
+    """train_solver.py on the split task: one first-answer example per agent, its view of the
+    question and the worked solution from its values; one REFINE example per question over the
+    peers' whole solutions, agent 0's view, the worked solution from every value as its target, the
+    peers' solutions sampled each from its own view."""
+    engine = Engine(model_path=tiny_model_dir)
+    flags = dict(task="split", questions=4, val_n=1, seed=1, split_questions=1.0)
+    cfg = train_solver.Config(**flags)
+    pairs = train_solver.worked_solutions(engine, cfg)
+    questions, _ = data.training_questions(cfg)
+    assert len(pairs) == 3 * len(questions)
+    for k, (prompt, completion) in enumerate(pairs):
+        ex, agent = questions[k // 3], k % 3
+        assert prompt == engine.encode(engine.chat(D.solve_prompt(ex, agent=agent)))
+        assert engine.tokenizer.decode(completion[:-1]) == worked_solution(ex, agent)
+    adapter = tmp_path / "a.pt"
+    model = lora.add_lora(Engine(model_path=tiny_model_dir).model, 2, 4.0, 1, 0)
+    torch.save(lora.adapter_state(model, 0, tiny_model_dir), adapter)
+    refine = train_solver.Config(
+        **flags, refine_contexts=str(adapter), whole_solutions=True, max_new_tokens=8
+    )
+    asked = []
+    generate = engine.generate
+
+    def spy(prompts, seeds, **kw):
+        asked.extend(prompts)
+        return generate(prompts, seeds, **kw)
+
+    engine.generate = spy
+    examples = train_solver.refine_examples(engine, refine, Ranks(0, 1, "cpu"))
+    assert asked == [engine.chat(D.solve_prompt(ex, agent=i)) for ex in questions for i in range(3)]
+    for ex, (prompt, target) in zip(questions, examples):
+        text = engine.tokenizer.decode(prompt)
+        assert "Other agents' solutions:" in text
+        assert ex.render(0) in text and engine.tokenizer.decode(target[:-1]) == worked_solution(ex)
