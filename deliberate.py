@@ -761,7 +761,7 @@ class Game:
 
     def transcript(self):
         ex, final = self.example, self.rounds[-1]
-        return {
+        record = {
             "id": ex.id,
             "question": ex.question,
             "gold": ex.answer,
@@ -771,6 +771,10 @@ class Game:
             "tokens": self.tokens,
             "calls": self.calls,
         }
+        if "views" in ex.meta:
+            # a question whose values are dealt: what each agent was told
+            record["views"] = [ex.render(i) for i in range(len(ex.meta["views"]))]
+        return record
 
 
 def ask(engine, games, calls, cfg, critic):

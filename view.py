@@ -240,6 +240,20 @@ def table(head, rows):
     )
 
 
+def views_of(games, names):
+    """What each agent was told of a question whose values are dealt among them (task split), one
+    line per agent; nothing where every agent was told the question whole."""
+    views = next((r["views"] for _, r in games if "views" in r), None)
+    if not views or len(set(views)) == 1:
+        return ""
+    rows = "".join(
+        f"<li><b>{escape(names[i] if i < len(names) else f'agent {i + 1}')}</b> was told: "
+        f"{escape(view)}</li>"
+        for i, view in enumerate(views)
+    )
+    return f'<ul class="views">{rows}</ul>'
+
+
 def page(results):
     config, details = results["config"], results["details"]
     protocols = list(details)
@@ -255,7 +269,7 @@ def page(results):
         gold = escape(str(games[0][1]["gold"]))
         sections.append(
             f'<section class="q"><h2>{q}. {escape(qid)} <small>gold {gold}</small></h2>'
-            f'<pre class="question">{escape(asked)}</pre>{cards}</section>'
+            f'<pre class="question">{escape(asked)}</pre>{views_of(games, names)}{cards}</section>'
         )
     team = config.get("models") or config.get("model") or "the default backbone"
     about = (

@@ -15,6 +15,7 @@ import data
 import deliberate as D
 import eval as E
 import train_solver
+import view
 from common import Ranks
 from data import split as split_task
 from data.worked import expression_steps, worked_solution
@@ -186,3 +187,26 @@ def test_the_solvers_examples_on_the_split_task_follow_each_agents_view(tiny_mod
         text = engine.tokenizer.decode(prompt)
         assert "Other agents' solutions:" in text
         assert ex.render(0) in text and engine.tokenizer.decode(target[:-1]) == worked_solution(ex)
+
+
+def test_the_page_of_a_split_game_shows_what_each_agent_was_told():
+    """A game's transcript keeps each agent's view of a dealt question, and view.py's page shows
+    them, one line per agent; a shared question's page shows the question alone."""
+    examples = dealt(n=40)
+    split = next(ex for ex in examples if ex.meta["dealt"])
+    shared = next(ex for ex in examples if not ex.meta["dealt"])
+    game = GameConfig(agents=3, rounds=1)
+    engine = ScriptedEngine(lambda prompt, seed: "Answer: 1")
+    games = D.play(engine, [split, shared], D.FixedPolicy("persist"), game)
+    transcripts = [g.transcript() for g in games]
+    assert transcripts[0]["views"] == [split.render(i) for i in range(3)]
+    results = {
+        "config": {"task": "split", "agents": 3, "models": "", "rounds": 1, "seed": 0},
+        "mpdf-persist": E.summarize(transcripts, 1.0),
+        "details": {"mpdf-persist": transcripts},
+    }
+    html = view.page(results)
+    told = re.findall(r"<li><b>(A\d)</b> was told: ([^<]*)</li>", html)
+    assert [a for a, _ in told] == ["A0", "A1", "A2"]
+    for i, (_, text) in enumerate(told):
+        assert values_in(text.replace("&#x27;", "'"), split) == set(split.meta["views"][i])
