@@ -47,8 +47,8 @@ def test_a_split_question_deals_every_value_and_no_agent_holds_all(agents, held)
         assert all(len(v) < split_task.FACTS for v in views)
         assert set.union(*views) == set(range(split_task.FACTS))
         # the text each agent reads holds its values and no other
-        for i, view in enumerate(views):
-            assert values_in(ex.render(i), ex) == view
+        for i, held_values in enumerate(views):
+            assert values_in(ex.render(i), ex) == held_values
         assert values_in(ex.render(), ex) == set.intersection(*views)
     for ex in shared:
         assert all(set(v) == set(range(split_task.FACTS)) for v in ex.meta["views"])
