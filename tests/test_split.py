@@ -113,12 +113,12 @@ def test_each_agents_view_reaches_its_own_prompts_only():
 
 def test_worked_solutions_state_what_the_agent_holds():
     ex = next(e for e in dealt(n=30, share=1.0) if e.meta["template"] == "together")
-    for i, view in enumerate(ex.meta["views"]):
+    for i, facts in enumerate(ex.meta["views"]):
         text = worked_solution(ex, i)
-        assert values_in(text, ex) == set(view)
-        missing = set(range(3)) - set(view)
+        assert values_in(text, ex) == set(facts)
+        missing = set(range(3)) - set(facts)
         assert text.count("Not known:") == len(missing) == 1 and "I count it as 0" in text
-        held = sum(ex.meta["values"][k] for k in view)
+        held = sum(ex.meta["values"][k] for k in facts)
         assert text.endswith(f"Answer: {held}") and data.strict_answer(text, "split") == str(held)
     whole = worked_solution(ex)
     assert values_in(whole, ex) == {0, 1, 2} and whole.endswith(f"Answer: {ex.answer}")
