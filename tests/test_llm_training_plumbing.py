@@ -1009,3 +1009,23 @@ def test_save_trained_writes_whole_models_as_hf_directories(tiny_model, tmp_path
     assert training.save_trained(models[:1], tiny_model[1], one, cfg, 0) == [str(one / "model")]
     assert sorted(p.name for p in one.iterdir()) == ["model"]
     assert (Path(one / "model") / "config.json").is_file()
+
+
+def test_policy_step_normalizes_each_of_three_learners_by_its_own_count(tiny_model):
+    """Three whole models, one sequence each (agents 0, 1, 2), MAGRPO's sum: each model's loss is
+    its sequence's -A x summed log-prob over a count of 1, and the logged loss their mean."""
+    model, tokenizer = tiny_model
+    models = [copy.deepcopy(model).train() for _ in range(3)]
+    pad = tokenizer.pad_token_id
+    sequences = [Sequence(0, e, e, [5, 6], list(range(20, 23 + e))) for e in range(3)]
+    advantages = torch.tensor([[0.5, -0.25, 1.0]])
+    expected = []
+    with torch.no_grad():
+        for s in sequences:
+            batch = completion_batch([(s.prompt_ids, s.completion_ids)], pad, CPU)
+            logp, mask = completion_logprobs(model, batch)
+            expected.append(-advantages[0, s.sample] * torch.where(mask.bool(), logp, 0).sum())
+    parameters = [p for m in models for p in m.parameters()]
+    stats = step(models, torch.optim.SGD(parameters, lr=0.0), sequences, advantages, pad=pad)
+    assert stats["loss"] == pytest.approx((sum(expected) / 3).item(), rel=1e-5)
+    assert stats["trained"] == 3 and stats["tokens"] == 3 + 4 + 5

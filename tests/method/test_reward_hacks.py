@@ -18,6 +18,7 @@ import torch
 import data
 import deliberate as D
 import llm_step
+import softrank
 import train_magrpo
 import train_mlpo
 import train_solver
@@ -82,14 +83,65 @@ def captured_update(monkeypatch, sequences, rewards, cfg):
     seen = {}
 
     def policy_step(models, optimizer, sequences, advantages, **kw):
+        seen.update(models=models, optimizer=optimizer, settings=kw)
         seen.update(sequences=sequences, advantages=advantages)
         return {"loss": 0.0, "kl": 0.0, "trained": len(sequences), "tokens": 0, "grad_norm": 0.0}
 
     monkeypatch.setattr(llm_step, "policy_step", policy_step)
     stats = llm_step.rollout_update(
-        [torch.nn.Linear(1, 1)], None, sequences, rewards, cfg, pad=0, ranks=ALONE, references=None
+        MODULES, "the optimizer", sequences, rewards, cfg, pad=5, ranks=ALONE, references="refs"
     )
     return seen, stats
+
+
+MODULES = [torch.nn.Linear(1, 1)]
+
+
+def test_the_update_steps_under_the_rollouts_flags(monkeypatch):
+    """rollout_update passes the step its modules, optimizer and references, and the rollouts'
+    flags: the aggregation, the KL weight, the sampling temperature (the log-probs'), the token
+    budget, the micro-batch, the pad id, bf16 exactly under --train-dtype bfloat16; the group
+    advantages at --tau (SoftRank's temperature changes them)."""
+    sequences = [llm_step.Sequence(0, g, 0, [1], [2]) for g in range(3)]
+    rewards = torch.tensor([[0.0, 1.0, 3.0]])
+    flags = dict(loss_agg="seq", beta=0.3, rollout_temperature=0.7, max_new_tokens=40)
+    cfg = train_mlpo.Config(**flags, micro_batch=3, train_dtype="bfloat16", algo="softrank")
+    seen, _ = captured_update(monkeypatch, sequences, rewards, cfg)
+    assert seen["models"] is MODULES and seen["optimizer"] == "the optimizer"
+    assert seen["settings"] == dict(
+        agg="seq", beta=0.3, temperature=0.7, max_len=40, micro_batch=3, pad=5, bf16=True,
+        ranks=ALONE, references="refs",
+    )  # fmt: skip
+    softrank_of = {tau: softrank.softrank_advantages(rewards, tau) for tau in (0.5, 0.9)}
+    assert torch.equal(seen["advantages"], softrank_of[0.5])
+    seen, _ = captured_update(
+        monkeypatch, sequences, rewards, train_mlpo.Config(algo="softrank", tau=0.9)
+    )
+    assert torch.equal(seen["advantages"], softrank_of[0.9]) and seen["settings"]["bf16"] is False
+
+
+def test_the_truncation_rule_over_several_groups_logs_each_share(monkeypatch):
+    """Two groups under --truncated drop: the first's every rollout cut off (it teaches nothing,
+    a flat group), the second's kept rollouts differ (not flat); the truncated share and the
+    lenient-only share are over every completion of the step, one alone included."""
+    S = llm_step.Sequence
+    sequences = [
+        S(0, 0, 0, [1], [2], truncated=True),
+        S(0, 1, 0, [1], [2], truncated=True, lenient_only=True),
+        S(1, 0, 0, [1], [2]),
+        S(1, 1, 0, [1], [2], lenient_only=True),
+    ]
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    drop = train_mlpo.Config(truncated="drop")
+    seen, stats = captured_update(monkeypatch, sequences, rewards, drop)
+    assert seen["sequences"] == sequences[2:]
+    assert seen["advantages"].tolist() == [[0.0, 0.0], [-0.5, 0.5]]
+    assert stats["frac_zero_std"] == 0.5 and stats["mean_reward"] == 0.5
+    assert stats["truncated"] == 0.5 and stats["lenient_only"] == 0.5
+    # a step of one completion, cut off and right only leniently
+    one = [S(0, 0, 0, [1], [2], truncated=True, lenient_only=True)]
+    _, stats = captured_update(monkeypatch, one, torch.tensor([[1.0]]), drop)
+    assert stats["truncated"] == 1.0 and stats["lenient_only"] == 1.0
 
 
 def magrpo_rollouts(monkeypatch, names, **flags):
@@ -117,6 +169,7 @@ def test_magrpo_pays_a_hack_nothing_and_a_well_formed_answer_its_reward(monkeypa
     assert [s.lenient_only for s in sequences] == [False, hack != "well-formed, cut off"]
     seen, stats = captured_update(monkeypatch, sequences, rewards, cfg)
     assert stats["mean_reward"] == 0.5 and stats["truncated"] == cut / 2
+    assert stats["lenient_only"] == (hack != "well-formed, cut off") / 2
     assert seen["advantages"].tolist() == [[0.5, -0.5]]
     assert seen["sequences"] == sequences
     # the rule switched off: the lenient reader pays the hack as the answer
