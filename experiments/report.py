@@ -21,6 +21,7 @@ from pathlib import Path
 from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.revision_tables import revision_skill_table
+from experiments.reward_tables import reward_rule_table
 from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.studies import after_table, llm_curves, lora_table, study_table, temperature_table
 from experiments.tables import (
@@ -292,6 +293,7 @@ TABLES = {
         "arith300-trained-varied-lr1e-4", before="arith300-team-varied"
     ),
     "llm-magrpo-revision": lambda: llm_curves("magrpo-revision-varied", "MAGRPO revision run"),
+    "reward-rules": reward_rule_table,
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS
