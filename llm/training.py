@@ -9,8 +9,8 @@ check_trainer, check_rollouts - the checks of the flags every trainer declares, 
 trained_team      - the trained weights (whole models or LoRA adapters) and the team of engines
                     that samples from them; refresh_rollout_weights before each sampling
 sample, prompt_ids - the rollouts' completions at the loss's temperature; a prompt's token ids
-loss_modules      - the trained weights as the step runs them (DDP, gradient checkpointing) and the
-                    KL's references
+loss_modules      - the trained weights as the step runs them (DDP or FSDP2, gradient
+                    checkpointing) and the KL's references
 checkpointed      - the optimizer, the checkpoint's holder and the counters to go on from
 rollout_stats     - what a step of rollouts logs
 validate          - greedy accuracy on held-out questions (log_accuracy: its sum over the ranks)
