@@ -121,23 +121,26 @@ def test_the_update_steps_under_the_rollouts_flags(monkeypatch):
 
 
 def test_the_truncation_rule_over_several_groups_logs_each_share(monkeypatch):
-    """Two groups under --truncated drop: the first's every rollout cut off (it teaches nothing,
-    a flat group), the second's kept rollouts differ (not flat); the truncated share and the
-    lenient-only share are over every completion of the step, one alone included."""
+    """Three groups under --truncated drop: the first's every rollout cut off (it teaches nothing,
+    a flat group); the second's kept rollouts differ (not flat); the third's kept rollouts tie, its
+    cut-off one earned more (flat: the dropped reward is out of its statistics). The truncated
+    share and the lenient-only share are over every completion of the step, one alone included."""
     S = llm_step.Sequence
     sequences = [
         S(0, 0, 0, [1], [2], truncated=True),
         S(0, 1, 0, [1], [2], truncated=True, lenient_only=True),
         S(1, 0, 0, [1], [2]),
         S(1, 1, 0, [1], [2], lenient_only=True),
+        S(2, 0, 0, [1], [2]),
+        S(2, 1, 0, [1], [2], truncated=True),
     ]
-    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
     drop = train_mlpo.Config(truncated="drop")
     seen, stats = captured_update(monkeypatch, sequences, rewards, drop)
-    assert seen["sequences"] == sequences[2:]
-    assert seen["advantages"].tolist() == [[0.0, 0.0], [-0.5, 0.5]]
-    assert stats["frac_zero_std"] == 0.5 and stats["mean_reward"] == 0.5
-    assert stats["truncated"] == 0.5 and stats["lenient_only"] == 0.5
+    assert seen["sequences"] == [sequences[2], sequences[3], sequences[4]]
+    assert seen["advantages"].tolist() == [[0.0, 0.0], [-0.5, 0.5], [0.0, 0.0]]
+    assert stats["frac_zero_std"] == 2 / 3 and stats["mean_reward"] == 1 / 3
+    assert stats["truncated"] == 0.5 and stats["lenient_only"] == 2 / 6
     # a step of one completion, cut off and right only leniently
     one = [S(0, 0, 0, [1], [2], truncated=True, lenient_only=True)]
     _, stats = captured_update(monkeypatch, one, torch.tensor([[1.0]]), drop)
