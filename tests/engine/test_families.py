@@ -11,25 +11,20 @@ import json
 import pytest
 import torch
 import transformers
+from conftest import TINY_CONFIG
 from engine.test_engine import check_against_hf
+from handmade import magrpo_step
 from peft import PeftModel
 
-from common import Ranks, UsageError
+import train_magrpo
+from common import UsageError
 from llm import lora
 from llm.engine import Engine
 from llm.logprobs import completion_batch, completion_logprobs
 from llm.team import check_model
-from llm_step import Sequence, policy_step
+from llm_step import Sequence
 
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-    max_position_embeddings=256,
-)
-# family -> (its config class, its causal-LM class, what its tiny config sets beyond TINY)
+# family -> (its config class, its causal-LM class, what its tiny config sets beyond TINY_CONFIG)
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
@@ -58,8 +53,7 @@ def tiny(family, tokenizer):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-        **TINY,
+        **TINY_CONFIG,
         **extra,
     )
     return getattr(transformers, model_class)(config).eval()
@@ -103,25 +97,14 @@ def test_an_adapter_trained_by_one_magrpo_step_reads_back_in_peft(family, tiny_m
     """One MAGRPO step (two rollouts of one question, advantages +1 and -1) on a rank-2 adapter
     over every linear layer of the family's model moves it off the base; written as a PEFT folder,
     PEFT's LoRA over the same base gives the engine's logits."""
-    tokenizer = tiny_model[1]
+    tokenizer, pad = tiny_model[1], tiny_model[1].pad_token_id
     base = tiny(family, tokenizer)
     model = lora.add_lora(copy.deepcopy(base), 2, 4.0, 1, 0)
     sequences = [Sequence(0, k, 0, [5, 6, 7], [8 + k, 9, 10 + k]) for k in range(2)]
     parameters = lora.adapter_parameters(model, 0)
-    stats = policy_step(
-        [model.train()],
-        Keep(parameters),
-        sequences,
-        torch.tensor([[1.0, -1.0]]),
-        agg="sum",
-        beta=0.0,
-        temperature=1.0,
-        max_len=8,
-        micro_batch=2,
-        pad=tokenizer.pad_token_id,
-        bf16=False,
-        ranks=Ranks(0, 1, torch.device("cpu")),
-    )
+    cfg = train_magrpo.Config(micro_batch=2, max_new_tokens=8)
+    advantages = torch.tensor([[1.0, -1.0]])
+    stats = magrpo_step([model.train()], Keep(parameters), sequences, advantages, cfg, pad)
     assert stats["grad_norm"] > 0 and stats["trained"] == 2
     folder = lora.write_peft(lora.adapter_state(model, 0, family), tmp_path / "adapter")
     peft = PeftModel.from_pretrained(copy.deepcopy(base), folder).eval()
