@@ -370,7 +370,7 @@ def strict_answer(text: str | None, task: str) -> str | None:
         boxed = last_boxed(value)
         if boxed is not None and value.startswith("\\boxed"):
             value = boxed
-        value = value.strip().strip("$").rstrip(".").strip()
+        value = value.rstrip(".").strip().strip("$").strip()
         return value or None
     number = _parse(value, units=True)
     return None if number is None else _canon(number)

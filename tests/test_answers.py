@@ -16,7 +16,12 @@ import pytest
 # the repo root, wherever pytest runs from
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.answers import extract_answer, is_correct, normalize_number  # noqa: E402
+from data.answers import (  # noqa: E402
+    extract_answer,
+    is_correct,
+    normalize_number,
+    strict_answer,
+)
 
 # 2·(5·2^60 + 1): its odd part rounds to 5·2^60 as a float, so only integer arithmetic keeps 1/BIG
 # a fraction (a float would find the powers of 2 and 5 only and write a wrong decimal)
@@ -196,3 +201,30 @@ def test_is_correct_rejects_non_answers(pred, gold, task):
 )
 def test_normalize_number_signs_and_currencies(s, expected):
     assert normalize_number(s) == expected
+
+
+# --------------------------------------------------------------------------------------------------
+# the training reward's strict reader: the one `Answer:` field on the last line, one value
+@pytest.mark.parametrize(
+    "text, task, expected",
+    [
+        ("Answer: 5", "arith", "5"),
+        ("2 + 3 = 5\nAnswer: 5\n\n", "arith", "5"),
+        # any text after the answer line, a trailing newline or not
+        ("Answer: 5\nand more words\n", "arith", None),
+        ("Answer: 5\nand more words", "arith", None),
+        ("Answer: 5 apples", "arith", "5"),
+        ("Answer: 4 + 1", "arith", None),
+        ("Answer: (C)", "mc", "C"),
+        ("Answer: C, or D", "mc", None),
+        # math: a value as written, its $ delimiters and a final period taken off, a box opened
+        ("Answer: $x^2$.", "math", "x^2"),
+        ("Answer: 3X.", "math", "3X"),
+        ("Answer: X+1", "math", "X+1"),
+        ("Answer: \\boxed{\\frac{1}{2}}", "math", "\\frac{1}{2}"),
+        ("Answer: y = \\boxed{3}", "math", "y = \\boxed{3}"),
+        ("Answer: $", "math", None),
+    ],
+)
+def test_strict_answer(text, task, expected):
+    assert strict_answer(text, task) == expected
