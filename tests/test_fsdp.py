@@ -72,8 +72,10 @@ def test_an_fsdp2_step_of_each_trainer_is_the_one_process_step_on_half_the_memor
 
 def test_fsdp_shards_whole_weights_only():
     cfg = train_solver.Config(fsdp=True, lora_rank=4)
-    with pytest.raises(UsageError, match=r"^--fsdp shards whole weights \(--lora-rank 0\)"):
+    # the flag to set and why: a frozen base is whole on every process anyway
+    with pytest.raises(UsageError, match=r"^--fsdp shards whole weights \(--lora-rank 0\)") as e:
         train_solver.check(cfg, 2)
+    assert str(e.value).endswith("every process holds whole anyway")
     train_solver.check(train_solver.Config(fsdp=True, lora_rank=0), 2)
 
 

@@ -278,6 +278,16 @@ def test_masked_advantages_equal_the_smaller_group(advantages):
         assert torch.equal(A[i, n:], torch.zeros(5 - n, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("algo", ["softrank", "magrpo", "grpo"])
+def test_group_advantages_passes_the_mask_on(algo):
+    # A rollout left out (e.g. a truncated completion dropped) is out of its group's statistics.
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, False]])
+    A = group_advantages(r, algo, mask=mask)
+    torch.testing.assert_close(A[:, :3], group_advantages(r[:, :3], algo), atol=1e-12, rtol=0)
+    assert A[0, 3].item() == 0.0
+
+
 # --------------------------------------------------------------------------------------------------
 # softrank_loss: exact gradient, masking
 # --------------------------------------------------------------------------------------------------
