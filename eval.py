@@ -354,6 +354,33 @@ def add_paired(summaries, reference):
         }
 
 
+def by_part(summary, examples):
+    """Task split: the summary with each question's part (`question_dealt`: its values dealt among
+    the agents) and accuracy, tokens and actions over the split and the shared questions apart;
+    other tasks: the summary as it is."""
+    if not examples or "dealt" not in examples[0].meta:
+        return summary
+    dealt = {ex.id: ex.meta["dealt"] for ex in examples}
+    marks = [dealt[q] for q in summary["question_ids"]]
+    parts = {}
+    for part, wanted in (("split", True), ("shared", False)):
+        rows = [k for k, mark in enumerate(marks) if mark == wanted]
+        if not rows:
+            continue
+        parts[part] = {
+            "n": len(rows),
+            "accuracy": sum(summary["correct"][k] for k in rows) / len(rows),
+            "tokens_per_question": sum(summary["question_tokens"][k] for k in rows) / len(rows),
+        }
+        if "question_actions" in summary:
+            counts = {
+                kind: sum(summary["question_actions"][k][kind] for k in rows)
+                for kind in ACTION_KINDS
+            }
+            parts[part]["actions"] = {k: c / (sum(counts.values()) or 1) for k, c in counts.items()}
+    return {**summary, "question_dealt": marks, "parts": parts}
+
+
 def print_table(summaries):
     width = max([28] + [len(name) + 2 for name in summaries])
     first = next(iter(summaries.values()))
@@ -376,6 +403,13 @@ def print_table(summaries):
         if "vs_reference" in s:
             row += "  " + format_paired(s["vs_reference"])
         print(row.rstrip())
+        for part, p in s.get("parts", {}).items():
+            actions = (
+                "/".join(f"{p['actions'][k]:.2f}" for k in ACTION_KINDS) if "actions" in p else "-"
+            )
+            label = f"  {part} questions ({p['n']})"
+            cells = f"{p['accuracy']:>9.3f}{'':8}{p['tokens_per_question']:>10.0f}{'':18}"
+            print(f"{label:<{width}}{cells}  {actions}")
 
 
 def print_reading(summaries, reference):
@@ -473,7 +507,7 @@ def main(cfg):
             spec = dataclasses.replace(cfg, model="", models=protocol[len("leader=") :])
             leader = make_engine(spec, 1, 0, device)
         results = run_protocol(engine, examples, protocol, GameConfig.of(cfg), leader)
-        summaries[protocol] = summarize(results, time.time() - start)
+        summaries[protocol] = by_part(summarize(results, time.time() - start), examples)
         details[protocol] = results
         print(
             f"[{protocol}] accuracy {summaries[protocol]['accuracy']:.3f} "

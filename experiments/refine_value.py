@@ -147,6 +147,17 @@ def decision_values(transcripts):
     }
 
 
+def split_and_shared(transcripts):
+    """Task split: decision_values over the questions whose values were dealt among the agents
+    (their views differ) and over the shared ones, apart (`parts`); other tasks: nothing."""
+    if not transcripts or "views" not in transcripts[0]:
+        return {}
+    parts = {"split": [], "shared": []}
+    for tr in transcripts:
+        parts["split" if len(set(tr["views"])) > 1 else "shared"].append(tr)
+    return {"parts": {part: decision_values(trs) for part, trs in parts.items() if trs}}
+
+
 def study_setup(cfg):
     """(cfg with its engine dtype resolved, why that dtype, the questions, the engine) of a study
     that plays the test games of --models (or --model) on cfg.split's first cfg.n questions."""
@@ -178,6 +189,7 @@ def main(cfg):
             "question_ids": [tr["id"] for tr in transcripts],
             "correct": correct,
             **decision_values(transcripts),
+            **split_and_shared(transcripts),
         },
         cfg.out,
     )

@@ -142,6 +142,8 @@ def first_decisions(games, policy):
                     "action": deliberate.action_kind(move.actions[i]),
                     # play(refine_cost=1000): the cost is the REFINE call's tokens
                     "refine_tokens": int(move.costs[i]),
+                    # task split: whether the question's values were dealt among the agents
+                    **({"dealt": ex.meta["dealt"]} if "dealt" in ex.meta else {}),
                 }
             )
     return rows
@@ -171,6 +173,18 @@ def skill_table(rows):
     return table
 
 
+def split_and_shared(rows):
+    """Task split: skill_table over the states of the questions whose values were dealt among the
+    agents and over those of the shared ones, apart (`parts`); other tasks: nothing."""
+    if not rows or "dealt" not in rows[0]:
+        return {}
+    parts = {
+        "split": [r for r in rows if r["dealt"]],
+        "shared": [r for r in rows if not r["dealt"]],
+    }
+    return {"parts": {part: skill_table(mine) for part, mine in parts.items() if mine}}
+
+
 def main(cfg):
     cfg, dtype_reason, examples, engine = study_setup(cfg)
     policy = make_policy(cfg.policy)
@@ -185,6 +199,7 @@ def main(cfg):
             "dtype_reason": dtype_reason,
             "questions": len(games),
             "table": skill_table(rows),
+            **split_and_shared(rows),
             "rows": rows,
         },
         cfg.out,

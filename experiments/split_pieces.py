@@ -83,6 +83,16 @@ def seed_pieces(seed):
             **table(f"{name}-{short}", [*base, *test, "--protocols", protocol]),
             "needs": needs + ADAPTERS,
         }
+    # what each policy's REFINEs and CONCEDEs gain over PERSIST in its test games, split and
+    # shared questions apart
+    for algo in POLICIES:
+        out = f"results/refine/{name}-{algo}.json"
+        pieces[f"refine-value-{name}-{algo}"] = {
+            "command": [PY, "-m", "experiments.refine_value", *base, "--n", "300"]
+            + ["--policy", policy[algo], "--out", out],
+            "outputs": [out],
+            "needs": [policy[algo], *ADAPTERS],
+        }
     # each member alone: its round-0 answer, three copies of it voting
     for j, member in enumerate(MEMBERS):
         alone = ",".join([f"default+results/agents/{member}"] * 3)

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from experiments import (
     llm_pieces,
     piece_kit,
     revision_tables,
+    split_tables,
     studies,
     tables,
     team_tables,
@@ -1043,6 +1045,116 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
         "The aggregator leader at learning rate 5e-4 against "
         "the team's vote (1 seed, paired): -0.025" in text
     )
+
+
+def split_summary(right, dealt, tokens, refine=None, **extra):
+    """An eval.py summary of the split task over questions 0..len(right)-1 (eval.by_part's parts)."""
+    import eval as E
+
+    n = len(right)
+    summary = {
+        "n": n,
+        "accuracy": sum(right) / n,
+        "question_ids": list(range(n)),
+        "correct": right,
+        "question_tokens": [tokens] * n,
+        "tokens_per_question": tokens,
+        **extra,
+    }
+    if refine is not None:
+        summary["question_actions"] = [
+            {"persist": int(not refine(q)), "refine": int(refine(q)), "concede": 0}
+            for q in range(n)
+        ]
+    examples = [SimpleNamespace(id=q, meta={"dealt": dealt[q]}) for q in range(n)]
+    return E.by_part(summary, examples)
+
+
+def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
+    tmp_path, monkeypatch
+):
+    """The split task's tables: the vote right on shared questions only, debate the strongest fixed
+    protocol; SoftRankPO meets every target (+0.30 over the vote, +0.05 over debate at half its
+    tokens, its split REFINEs gaining, REFINE 6x as often where split); SFT fails the vote margin
+    and the REFINE ratio; the other policies wait; the leader against its peers' vote; the agents'
+    targets per member."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    for folder in ("tables", "refine", "revision"):
+        (tmp_path / folder).mkdir()
+    ids = range(40)
+    dealt = [q % 2 == 0 for q in ids]
+    plays = {
+        "persist": ([not d for d in dealt], 300),
+        "sc": ([not d for d in dealt], 1200),
+        "debate": ([not d or q < 20 for q, d in zip(ids, dealt)], 1000),
+        "softrank": ([not d or q < 24 for q, d in zip(ids, dealt)], 500),
+        "sft": ([not d for d in dealt], 400),
+        **{
+            f"vanilla-m{j}": ([not d and q < 30 for q, d in zip(ids, dealt)], 100) for j in range(3)
+        },
+    }
+    for seed in (0, 1, 2):
+        for part, (right, tokens) in plays.items():
+            refine = (lambda q: q % 2 == 0 or q % 12 == 1) if part == "softrank" else None
+            summary = split_summary(right, dealt, tokens, refine)
+            path = tmp_path / "tables" / f"split300-team-split-seed{seed}-{part}.json"
+            path.write_text(json.dumps({part: summary}))
+        leader = split_summary(
+            [not d or q < 4 for q, d in zip(ids, dealt)],
+            dealt,
+            200,
+            peer_vote_correct=[not d for d in dealt],
+        )
+        (tmp_path / "tables" / f"split300-team-split-seed{seed}-leader.json").write_text(
+            json.dumps({"leader": leader})
+        )
+        for policy, (split_share, shared_share, gains) in {
+            "softrank": (0.6, 0.1, [1.0, 0.0, 1.0]),
+            "sft": (0.1, 0.1, [0.0, -1.0]),
+        }.items():
+            parts = {
+                "split": {
+                    "shares": {"refine": split_share},
+                    "taken_vs_persist": {"refine": {"gains": gains}},
+                },
+                "shared": {"shares": {"refine": shared_share}},
+            }
+            path = tmp_path / "refine" / f"split300-team-split-seed{seed}-{policy}.json"
+            path.write_text(json.dumps({"parts": parts}))
+        rows = [
+            {"id": f"{q}:{j}", "refine": d and (j < 2 or q < 10), "dealt": d}
+            for q, d in zip(ids, dealt)
+            for j in range(3)
+        ]
+        path = tmp_path / "revision" / f"split300-team-split-seed{seed}.json"
+        path.write_text(json.dumps({"rows": rows}))
+
+    def cells(text, width):
+        lines = ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
+        return {row[0]: row for row in lines if len(row) == width}
+
+    target = cells(split_tables.split_target_table(), 7)
+    assert "vs debate (every agent REFINEs every round) (≥ 0)" in split_tables.split_target_table()
+    assert target["softrank"][1].startswith("+0.300 [")
+    assert target["softrank"][2].startswith("+0.050 [") and target["softrank"][3] == "50%"
+    assert target["softrank"][4].startswith("+0.667 [") and target["softrank"][5] == "0.60 / 0.10"
+    assert target["softrank"][6] == "met"
+    assert target["sft"][6] == "not met: vote, strongest, REFINE gain, REFINE where split"
+    text = split_tables.split_target_table()
+    assert "grpo" not in target and "grpo" in text.split("waiting")[1]
+    assert "The MLPO leader against its peers' vote (3 seeds, paired): +0.050 [" in text
+    assert (
+        "The MLPO leader against its peers' vote (3 seeds, paired, split questions): +0.100" in text
+    )
+    team = cells(split_tables.split_team_table(), 10)
+    assert team["the team's vote after round 0"][2:5] == ["0.500 ± 0.000", "0.000", "1.000"]
+    # REFINE on every split question, on 4 of the 20 shared ones
+    assert team["softrank"][6:8] == ["0.00/1.00/0.00", "0.80/0.20/0.00"]
+    assert team["softrank"][8].startswith("+0.300 [") and team["softrank"][9].startswith("+0.600 [")
+    assert "split300-team-split-seed0-grpo.json" in split_tables.split_team_table()
+    agents = cells(split_tables.split_agents_table(), 5)
+    rows = {row[0][0]: row for row in agents.values() if row[0][0].isdigit()}
+    assert rows["0"][1:4] == ["0.000", "0.750", "1.000"] and rows["2"][3] == "0.250"
 
 
 def test_every_piece_names_each_flag_once_with_the_value_it_runs_with():

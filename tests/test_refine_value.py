@@ -65,6 +65,20 @@ def test_decision_values_by_hand():
     assert refine_value.gain_over_persist([]) == {"decisions": 0}
 
 
+def test_split_questions_and_shared_ones_apart():
+    # the game above on a split question (its agents told different things) and a shared one
+    split = {**GAMES[0], "views": ["a", "b", "a"]}
+    shared = {
+        "views": ["c", "c", "c"],
+        "rounds": [{}, {"actions": [1, 0], "reward_vectors": [[0.0, 1.0], [1.0, 0.0]]}],
+    }
+    parts = refine_value.split_and_shared([split, shared])["parts"]
+    assert parts["split"] == refine_value.decision_values([split])
+    assert parts["shared"]["decisions"] == 2 and parts["shared"]["shares"]["refine"] == 0.5
+    assert parts["shared"]["taken_vs_persist"]["refine"]["gains"] == [1.0]
+    assert refine_value.split_and_shared(GAMES) == {}
+
+
 def test_refine_value_plays_the_game_eval_plays(tmp_path, tiny_model_dir):
     """The counterfactual samples change nothing in the game: the random policy's actions by
     round and the per-question outcomes are eval.py's mpdf-random ones."""

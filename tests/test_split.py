@@ -210,3 +210,32 @@ def test_the_page_of_a_split_game_shows_what_each_agent_was_told():
     assert [a for a, _ in told] == ["A0", "A1", "A2"]
     for i, (_, text) in enumerate(told):
         assert values_in(text.replace("&#x27;", "'"), split) == set(split.meta["views"][i])
+
+
+def test_eval_reports_the_split_and_the_shared_questions_apart(capsys):
+    examples = dealt(n=40)
+    game = GameConfig(agents=3, rounds=1, whole_solutions=True)
+    # right on the shared questions only; REFINE everywhere
+    shared = {ex.render(0): ex.answer for ex in examples if not ex.meta["dealt"]}
+
+    def script(prompt, seed):
+        if "(you do not know" in prompt:
+            return "Answer: -1"
+        return f"Answer: {next(a for q, a in shared.items() if q in prompt)}"
+
+    results = E.run_protocol(ScriptedEngine(script), examples, "debate", game)
+    summary = E.by_part(E.summarize(results, 1.0), examples)
+    marks = [ex.meta["dealt"] for ex in examples]
+    assert summary["question_dealt"] == marks and 0 < sum(marks) < len(marks)
+    split, shared = summary["parts"]["split"], summary["parts"]["shared"]
+    assert (split["n"], shared["n"]) == (sum(marks), len(marks) - sum(marks))
+    assert (split["accuracy"], shared["accuracy"]) == (0.0, 1.0)
+    assert split["actions"]["refine"] == shared["actions"]["refine"] == 1.0
+    tokens = summary["question_tokens"]
+    assert split["tokens_per_question"] == sum(t for t, m in zip(tokens, marks) if m) / split["n"]
+    E.print_table({"debate": summary})
+    assert f"split questions ({split['n']})" in capsys.readouterr().out
+    # another task: the summary unchanged
+    arith = data.load_task("arith", split="test", n=4, seed=0)
+    plain = E.summarize(results[:4], 1.0)
+    assert E.by_part(plain, arith) == plain

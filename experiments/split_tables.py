@@ -1,0 +1,227 @@
+"""The split-information task's tables (experiments/split_pieces.py, docs/design.md §9), written by
+experiments/report.py: its agents against their own targets, the team's table with the split and
+the shared questions apart, and the learned policies against the target of a task where reading
+the peers carries information.
+
+Every paired difference is pooled over the seeds both protocols have, on the same questions (a
+question of seed k is "k:id"); a part (split or shared) pairs the same questions of that part.
+"""
+
+from experiments.refine_value import gain_summary
+from experiments.split_pieces import MEMBERS, POLICIES, PREFIX
+from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
+from stats import format_paired, paired_difference
+
+SEEDS = (0, 1, 2)
+# the fixed protocols: the team's vote after round 0, self-consistency, debate, each member alone
+FIXED = ("persist", "sc", "debate", *(f"vanilla-m{j}" for j in range(len(MEMBERS))))
+LEARNED = (*POLICIES, "leader", "magrpo-debate")
+NAMES = {
+    "persist": "the team's vote after round 0",
+    "sc": "self-consistency",
+    "debate": "debate (every agent REFINEs every round)",
+    "leader": "MLPO leader (reads every solution)",
+    "magrpo-debate": "debate, agents trained by MAGRPO",
+    **{f"vanilla-m{j}": f"member {j} alone" for j in range(len(MEMBERS))},
+}
+PARTS = ("split", "shared")
+
+
+def part_of(summary, part, seed):
+    """One seed's summary restricted to the questions of `part` (None: every question), with ids
+    made unique over the seeds, for paired_difference."""
+    keep = [
+        part is None or dealt == (part == "split")
+        for dealt in summary.get("question_dealt", [False] * summary["n"])
+    ]
+    ids = [f"{seed}:{q}" for q, k in zip(summary["question_ids"], keep) if k]
+    return {"question_ids": ids, "correct": [ok for ok, k in zip(summary["correct"], keep) if k]}
+
+
+def paired(mine, theirs, part=None):
+    """mine - theirs ({seed: summary} each) pooled over the seeds both have, on `part`'s questions
+    (None if they share no seed)."""
+    seeds = [seed for seed in mine if seed in theirs]
+    if not seeds:
+        return None
+
+    def pool(runs):
+        pieces = [part_of(runs[seed], part, seed) for seed in seeds]
+        return {key: [x for p in pieces for x in p[key]] for key in ("question_ids", "correct")}
+
+    return paired_difference(pool(mine), pool(theirs))
+
+
+def part_mean(runs, part, key):
+    """A part's `key` (accuracy, tokens_per_question) averaged over the seeds."""
+    return mean([s["parts"][part][key] for s in runs.values()])
+
+
+def part_actions(runs, part):
+    """persist/refine/concede shares on a part's questions, averaged over the seeds."""
+    if "actions" not in next(iter(runs.values()))["parts"][part]:
+        return ""
+    return "/".join(
+        f"{mean([s['parts'][part]['actions'][k] for s in runs.values()]):.2f}"
+        for k in ("persist", "refine", "concede")
+    )
+
+
+def runs_of(parts, seeds=SEEDS):
+    """{part: {seed: summary}} of the team's table files found, and the files not there yet."""
+    runs = {part: by_seed(PREFIX, part, seeds) for part in parts}
+    absent = [
+        f"tables/{PREFIX}-seed{seed}-{part}.json"
+        for part in parts
+        for seed in seeds
+        if seed not in runs[part]
+    ]
+    return {part: found for part, found in runs.items() if found}, absent
+
+
+def split_agents_table(seeds=SEEDS):
+    """The agents' own targets, per member over the seeds: alone on split questions (at most 0.15:
+    no view holds every value), alone on shared ones (at least 0.60), and REFINE over the peers'
+    whole solutions at the first decision on split questions (at least 0.70: the values pooled;
+    results/revision/, every state of the member)."""
+    alone, absent = runs_of([f"vanilla-m{j}" for j in range(len(MEMBERS))], seeds)
+    revisions = {seed: load(f"revision/{PREFIX}-seed{seed}.json") for seed in seeds}
+    absent += [f"revision/{PREFIX}-seed{s}.json" for s, r in revisions.items() if r is None]
+    revisions = {seed: r for seed, r in revisions.items() if r}
+    if not alone and not revisions:
+        return missing(*absent)
+    lines = [
+        "| member | alone, split questions (≤ 0.15) | alone, shared questions (≥ 0.60) | "
+        "one REFINE over the peers, split questions (≥ 0.70) | seeds |",
+        "|---|---|---|---|---|",
+    ]
+    for j, member in enumerate(MEMBERS):
+        runs = alone.get(f"vanilla-m{j}", {})
+        refined = [
+            r["refine"]
+            for revision in revisions.values()
+            for r in revision["rows"]
+            if r["id"].endswith(f":{j}") and r["dealt"]
+        ]
+        cells = [fmt(part_mean(runs, part, "accuracy")) if runs else "–" for part in PARTS]
+        after = fmt(mean(refined)) if refined else "–"
+        lines.append(
+            f"| {j} (`{member}`) | {' | '.join(cells)} | {after} | {len(runs)} alone, "
+            f"{len(revisions)} REFINE |"
+        )
+    if absent:
+        lines.append("\n" + missing(*absent))
+    return "\n".join(lines)
+
+
+def split_team_table(seeds=SEEDS):
+    """Every protocol on the split task over the seeds: accuracy (mean ± sample std), on the split
+    and the shared questions apart, tokens per question, the actions on each part, and the paired
+    difference to the team's vote on every question and on the split ones."""
+    runs, absent = runs_of((*FIXED, *LEARNED), seeds)
+    votes = runs.get("persist")
+    if not votes:
+        return missing(*absent)
+    lines = [
+        "| protocol | seeds | accuracy | split q. | shared q. | tokens/q | actions p/r/c, split | "
+        "actions p/r/c, shared | vs the vote [95% CI] (disagree) | vs the vote, split q. |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for part, found in runs.items():
+        against = [paired(found, votes, p) for p in (None, "split")] if part != "persist" else []
+        lines.append(
+            f"| {NAMES.get(part, part)} | {len(found)} | {accuracy_over_seeds(found)} | "
+            f"{fmt(part_mean(found, 'split', 'accuracy'))} | "
+            f"{fmt(part_mean(found, 'shared', 'accuracy'))} | "
+            f"{mean([s['tokens_per_question'] for s in found.values()]):.0f} | "
+            f"{part_actions(found, 'split')} | {part_actions(found, 'shared')} | "
+            + " | ".join(format_paired(v) if v else "" for v in against or [None, None])
+            + " |"
+        )
+    if absent:
+        lines.append("\n" + missing(*absent))
+    return "\n".join(lines)
+
+
+def split_target_table(seeds=SEEDS):
+    """The target on the split task, policy by policy over the seeds whose fixed protocols are all
+    there: at least +0.10 over the vote (the paired interval above 0), at least the accuracy of the
+    strongest fixed protocol at no more than 60% of its tokens, its REFINEs gaining over PERSIST
+    on split questions (pooled over the seeds, the 95% interval above 0), and REFINE at least three
+    times as often on split questions as on shared ones; below it, the MLPO leader against its
+    peers' vote and MAGRPO's debate against the vote."""
+    runs, absent = runs_of((*FIXED, *LEARNED), seeds)
+    complete = [seed for seed in seeds if all(seed in runs.get(part, {}) for part in FIXED)]
+    if not complete:
+        return missing(*absent)
+    fixed = {part: {seed: runs[part][seed] for seed in complete} for part in FIXED}
+    strongest = max(FIXED, key=lambda part: mean([s["accuracy"] for s in fixed[part].values()]))
+    strongest_tokens = mean([s["tokens_per_question"] for s in fixed[strongest].values()])
+    lines = [
+        f"| policy ({len(complete)} seeds) | vs the vote [95% CI] (≥ +0.10, > 0) | vs "
+        f"{NAMES[strongest]} (≥ 0) | tokens, share of its (≤ 60%) | REFINE − PERSIST, split "
+        "q., pooled [95% CI] (> 0) | REFINE share split / shared (≥ 3) | conditions |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    waiting = []
+    for policy in POLICIES:
+        played = {seed: runs[policy][seed] for seed in complete if seed in runs.get(policy, {})}
+        values = [load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in complete]
+        if len(played) < len(complete) or not all(values):
+            waiting.append(policy)
+            continue
+        vote = paired(played, fixed["persist"])
+        versus = paired(played, fixed[strongest])
+        tokens = mean([s["tokens_per_question"] for s in played.values()]) / strongest_tokens
+        gain = gain_summary(
+            [
+                g
+                for v in values
+                for g in v["parts"]["split"]["taken_vs_persist"]["refine"].get("gains", [])
+            ]
+        )
+        shares = {
+            part: mean([v["parts"][part]["shares"]["refine"] for v in values]) for part in PARTS
+        }
+        ratio = shares["split"] / shares["shared"] if shares["shared"] else float("inf")
+        held = {
+            "vote": vote["diff"] >= 0.10 and vote["ci95"][0] > 0,
+            "strongest": versus["diff"] >= 0,
+            "tokens": tokens <= 0.60,
+            "REFINE gain": bool(gain["decisions"]) and gain["ci95"][0] > 0,
+            "REFINE where split": ratio >= 3,
+            "3 seeds": len(complete) == 3,
+        }
+        failed = [what for what, ok in held.items() if not ok]
+        gain_text = (
+            f"{gain['mean_gain']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] "
+            f"({gain['decisions']})"
+            if gain["decisions"]
+            else "no REFINE"
+        )
+        lines.append(
+            f"| {policy} | {format_paired(vote)} | {format_paired(versus)} | {tokens:.0%} | "
+            f"{gain_text} | {shares['split']:.2f} / {shares['shared']:.2f} | "
+            f"{'met' if not failed else 'not met: ' + ', '.join(failed)} |"
+        )
+    if waiting:
+        lines.append(
+            f"\n*(waiting for the table and refine-value pieces of {', '.join(waiting)}: "
+            "`python -m experiments.run split`)*"
+        )
+    leaders = runs.get("leader", {})
+    if leaders:
+        own_vote = {seed: {**s, "correct": s["peer_vote_correct"]} for seed, s in leaders.items()}
+        for part in (None, "split"):
+            lines.append(
+                f"\nThe MLPO leader against its peers' vote ({len(leaders)} seeds, paired"
+                f"{', split questions' if part else ''}): "
+                f"{format_paired(paired(leaders, own_vote, part))}."
+            )
+    debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
+    if debated:
+        lines.append(
+            f"\nDebate by the MAGRPO-trained agents against the team's vote ({len(debated)} seeds, "
+            f"paired): {format_paired(paired(debated, fixed['persist']))}."
+        )
+    return "\n".join(lines)
