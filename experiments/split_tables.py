@@ -10,6 +10,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 from experiments.refine_value import gain_summary
 from experiments.split_pieces import MEMBERS, POLICIES, PREFIX
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
+from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
 
 SEEDS = (0, 1, 2)
@@ -192,17 +193,10 @@ def split_target_table(seeds=SEEDS):
             "REFINE where split": ratio >= 3,
             "3 seeds": len(complete) == 3,
         }
-        failed = [what for what, ok in held.items() if not ok]
-        gain_text = (
-            f"{gain['mean_gain']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] "
-            f"({gain['decisions']})"
-            if gain["decisions"]
-            else "no REFINE"
-        )
         lines.append(
             f"| {policy} | {format_paired(vote)} | {format_paired(versus)} | {tokens:.0%} | "
-            f"{gain_text} | {shares['split']:.2f} / {shares['shared']:.2f} | "
-            f"{'met' if not failed else 'not met: ' + ', '.join(failed)} |"
+            f"{gain_text(gain)} | {shares['split']:.2f} / {shares['shared']:.2f} | "
+            f"{verdict(held)} |"
         )
     if waiting:
         lines.append(

@@ -395,6 +395,20 @@ AGAINST_THE_VOTE = {
 }
 
 
+def gain_text(gain):
+    """A pooled gain_summary as the target tables print it: +0.250 [+0.100, +0.400] (12)."""
+    if not gain["decisions"]:
+        return "no REFINE"
+    low, high = gain["ci95"]
+    return f"{gain['mean_gain']:+.3f} [{low:+.3f}, {high:+.3f}] ({gain['decisions']})"
+
+
+def verdict(held):
+    """A target's conditions ({name: held}) in a cell: met, or the ones not met."""
+    failed = [what for what, ok in held.items() if not ok]
+    return "met" if not failed else "not met: " + ", ".join(failed)
+
+
 def target_table(team, seeds=(0, 1, 2)):
     """Issue 54's target on a competent team, policy by policy, over the seeds whose files are all
     there: REFINE on at least 10% of its decisions, its REFINEs gaining over PERSIST in the test
@@ -444,16 +458,9 @@ def target_table(team, seeds=(0, 1, 2)):
             "margin": versus["diff"] >= 0.03 and versus["ci95"][0] > 0,
             "3 seeds": len(complete) == 3,
         }
-        failed = [what for what, ok in held.items() if not ok]
-        gain_text = (
-            f"{gain['mean_gain']:+.3f} [{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] "
-            f"({gain['decisions']})"
-            if gain["decisions"]
-            else "no REFINE"
-        )
         lines.append(
-            f"| {policy} | {share:.1%} | {gain_text} | {format_paired(versus)} | "
-            f"{'met' if not failed else 'not met: ' + ', '.join(failed)} |"
+            f"| {policy} | {share:.1%} | {gain_text(gain)} | {format_paired(versus)} | "
+            f"{verdict(held)} |"
         )
     if waiting:
         lines.append(
