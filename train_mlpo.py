@@ -295,7 +295,7 @@ def leader_rollouts(team, items, cfg, step, read=data.strict_answer):
     correctness (+ format_reward if it parses), its answer read with `read`: the training reward's
     strict reader (data.strict_answer), or the evaluation's lenient one (the held-out accuracy)."""
     calls = [(q, g) for q in range(len(items)) for g in range(cfg.group)]
-    prompts = [leader_prompt(*items[q][:2], cfg.trailer, cfg.whole_solutions) for q, _ in calls]
+    prompts = [leader_prompt(*items[q], cfg.trailer, cfg.whole_solutions) for q, _ in calls]
     seeds = [call_seed(cfg.seed, "leader", step, items[q][0].id, g) for q, g in calls]
     completions = sample(team, prompts, seeds, [0] * len(calls), cfg)
     sequences, rewards = [], torch.zeros(len(items), cfg.group)

@@ -118,7 +118,7 @@ MODULES = {
     "train_solver": (
         "train_solver.py",
         ["tests/test_train_solver.py", "tests/method/test_reward_hacks.py"],
-        ["default_backbone", "sigkill", "lowers_the_loss"],
+        ["default_backbone", "sigkill", "lowers_the_loss", "under_torchrun"],
     ),
     "train_mlpo": (
         "train_mlpo.py",

@@ -156,6 +156,9 @@ def test_wrap_fsdp_shards_each_block_then_the_rest_and_nothing_without_a_group(
     assert len(blocks) == 2 and all(isinstance(m, FSDPModule) for m in blocks + [model])
     assert not isinstance(model.model.embed_tokens, FSDPModule)
     assert all(isinstance(p, DTensor) for p in model.parameters()) and common.sharded(model)
+    # a model that names no blocks (not an HF model): one unit, the whole
+    linear = common.wrap_fsdp(torch.nn.Linear(2, 1), one_rank.device)
+    assert isinstance(linear, FSDPModule) and common.sharded(linear)
     plain = copy.deepcopy(tiny_model[0])
     dist.destroy_process_group()
     try:
@@ -197,6 +200,19 @@ def test_sharded_gradients_wait_for_the_last_micro_batch_then_clip_and_count_who
     assert common.all_reduce_max([3, 1.5], one_rank.device) == [3.0, 1.5]
 
 
+def test_all_reduce_max_asks_the_group_for_the_max_in_float64(monkeypatch):
+    seen = []
+    group = SimpleNamespace(
+        is_initialized=lambda: True,
+        ReduceOp=dist.ReduceOp,
+        all_reduce=lambda t, op=dist.ReduceOp.SUM: seen.append((t.dtype, op)),
+    )
+    monkeypatch.setattr(common, "dist", group)
+    # float64: a count and a value near 1 come back as they were
+    assert common.all_reduce_max([3, 1 + 1e-12], "cpu") == [3.0, 1 + 1e-12]
+    assert seen == [(torch.float64, dist.ReduceOp.MAX)]
+
+
 def test_sharded_state_dicts_are_whole_and_load_back_into_fresh_shards(tiny_model, one_rank):
     """state_dicts gathers FSDP2's shards into whole tensors (the parameters' names, AdamW's state
     by name), which load_state_dicts puts back into fresh shards: the weights and moments return."""
@@ -207,6 +223,9 @@ def test_sharded_state_dicts_are_whole_and_load_back_into_fresh_shards(tiny_mode
     weights, moments = common.state_dicts(model, optimizer)
     assert all(type(t) is torch.Tensor for t in weights.values())
     assert weights.keys() == tiny_model[0].state_dict().keys()
+    # AdamW's moments whole too (not this rank's shards)
+    tensors = [t for state in moments["state"].values() for t in state.values()]
+    assert tensors and all(type(t) is torch.Tensor for t in tensors)
     assert set(moments["state"]) == set(weights)
     fresh = common.wrap_fsdp(copy.deepcopy(tiny_model[0]), one_rank.device)
     again = torch.optim.AdamW(fresh.parameters(), lr=1e-2)

@@ -24,13 +24,13 @@ EXAMPLES = [
 TEAM = object()
 
 
-def scripted(monkeypatch, cfg, plan, step=0, logprob=None):
+def scripted(monkeypatch, cfg, plan, step=0, logprob=None, examples=EXAMPLES):
     """Replaces the sampler: the call (question q, rollout g, agent i, round t) answers
     plan(q, g, i, t) (None: no answer line), its tokens of log-probability logprob(q, g, i, t)
     (None: unknown). Returns the list of (key, prompt) calls made."""
     keys = {
         call_seed(cfg.seed, "agents", step, ex.id, g, i, t): (q, g, i, t)
-        for q, ex in enumerate(EXAMPLES)
+        for q, ex in enumerate(examples)
         for g in range(cfg.group)
         for i in range(cfg.agents)
         for t in range(cfg.rounds + 1)
@@ -212,3 +212,53 @@ def test_the_revision_reward_is_refused_where_nothing_is_revised():
     ]:
         with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
             train_magrpo.check(dataclasses.replace(ok, **bad), 1)
+
+
+def test_check_passes_each_setting_to_its_check():
+    ok = config()
+    for bad, message in [
+        (dict(agents=0), "--agents 0: must be at least 1"),
+        (dict(rounds=-1), "--rounds -1: must be at least 0"),
+        (dict(max_new_tokens=0), "--max-new-tokens 0: must be at least 1"),
+        (
+            dict(vote="bogus"),
+            "unknown --vote 'bogus': choose one of min_prob, mean_prob, tail_prob, index",
+        ),
+        (dict(model="/"), "--model '/': not an HF checkpoint directory (no config.json)"),
+        (dict(engine_batch_size=0), "--engine-batch-size 0: must be at least 1"),
+        (dict(truncated="keep"), "unknown --truncated 'keep': choose one of zero, drop"),
+    ]:
+        with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+            train_magrpo.check(dataclasses.replace(ok, **bad), 1)
+
+
+def test_held_out_rollouts_read_as_the_evaluation_and_reward_the_vote(monkeypatch):
+    """vote_rollouts: an answer only the lenient reader finds counts (the training reward, strict,
+    gives it 0), and the reward is the vote's whatever --reward says."""
+    cfg = config(reward="revision", protocol="debate")
+    scripted(monkeypatch, cfg, fixed_by_one)
+    lenient = train_magrpo.sample
+
+    def unfielded(*args):
+        out = lenient(*args)
+        for o in out:
+            o.text = o.text.replace("Answer: ", "The answer is ")
+        return out
+
+    monkeypatch.setattr(train_magrpo, "sample", unfielded)
+    _, right = train_magrpo.vote_rollouts(TEAM, EXAMPLES, cfg, step=0)
+    assert right.flatten().tolist() == [1.0, 0.0, 1.0, 0.0]
+    _, strict = train_magrpo.joint_rollouts(TEAM, EXAMPLES, config(), step=0)
+    assert strict.flatten().tolist() == [0.0] * 4
+
+
+def test_each_agent_answers_round_0_from_its_own_view(monkeypatch):
+    """Task split: agent i's first prompt is the question as agent i sees it."""
+    examples = data.load_task("split", split="test", n=2, seed=0, agents=3, held=2, share=1.0)
+    cfg = config(protocol="parallel", task="split")
+    calls = scripted(monkeypatch, cfg, lambda q, g, i, t: 1, examples=examples)
+    train_magrpo.joint_rollouts(TEAM, examples, cfg, step=0)
+    for (q, g, i, t), prompt in calls:
+        assert prompt == D.solve_prompt(examples[q], cfg.trailer, i)
+    # the three agents are told different things
+    assert len({prompt for (q, g, _, _), prompt in calls if (q, g) == (0, 0)}) == 3

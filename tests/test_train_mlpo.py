@@ -4,6 +4,7 @@ torchrun."""
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 from test_train_magrpo import rollout_run
@@ -14,6 +15,7 @@ import deliberate as D
 import train_magrpo
 import train_mlpo
 from common import Ranks
+from llm.cache import call_seed
 from llm.engine import Engine
 
 
@@ -173,10 +175,84 @@ def test_leader_config_checks_word_for_word(monkeypatch, tmp_path):
     with pytest.raises(common.UsageError) as refused:
         check(train_mlpo.Config(agents=2, peers="default,default", peers_model=str(tmp_path)), 1)
     assert str(refused.value) == "--peers: the frozen peers as a team, not with --peers-model"
+    # the engine's and the reward rule's flags, each under its own name
+    for bad, message in [
+        (dict(model="/"), "--model '/': not an HF checkpoint directory (no config.json)"),
+        (dict(engine_batch_size=0), "--engine-batch-size 0: must be at least 1"),
+        (dict(truncated="keep"), "unknown --truncated 'keep': choose one of zero, drop"),
+    ]:
+        with pytest.raises(common.UsageError) as refused:
+            check(train_mlpo.Config(**bad), 1)
+        assert str(refused.value) == message
     checked = []
     monkeypatch.setattr(train_mlpo, "check_model", lambda *args: checked.append(args))
     check(train_mlpo.Config(peers_model=str(tmp_path), max_new_tokens=77), 1)
     assert checked == [("--peers-model", str(tmp_path), 77)]
+
+
+def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
+    """leader_rollouts: G samples of the leader (agent 0 of its team) per (question, peers) item,
+    each prompt the leader's over that item's peers (with the trailer and whole solutions as the
+    flags say), each sequence its own prompt's and completion's ids, cut off or answered only
+    leniently as its completion was; held_out_rollouts samples the same team."""
+    items = [
+        (
+            data.Example(question="q0", answer="5", task="arith", id="t/0"),
+            [D.parse_solution("6 - 0 = 6\nAnswer: 6", "arith")] * 2,
+        ),
+        (
+            data.Example(question="q1", answer="8", task="arith", id="t/1"),
+            [D.parse_solution("Answer: 8", "arith")] * 2,
+        ),
+    ]
+    team = object()
+    cfg = train_mlpo.Config(
+        agents=2, group=2, trailer=True, whole_solutions=True, format_reward=0.0
+    )
+    texts = {
+        (0, 0): "Answer: 5",
+        (0, 1): "The answer is 5",
+        (1, 0): "Answer: 8",
+        (1, 1): "Answer: 8 and",
+    }
+    seeds = {
+        call_seed(cfg.seed, "leader", 3, ex.id, g): (q, g)
+        for q, (ex, _) in enumerate(items)
+        for g in range(2)
+    }
+
+    def sample(leader, prompts, call_seeds, agents, asked):
+        assert leader is team and asked is cfg and agents == [0] * len(prompts)
+        out = []
+        for prompt, seed in zip(prompts, call_seeds):
+            q, g = seeds[seed]
+            assert prompt == D.leader_prompt(*items[q], True, True)
+            finish = "length" if (q, g) == (1, 1) else "eos"
+            out.append(SimpleNamespace(text=texts[q, g], token_ids=[q, g], finish=finish))
+        return out
+
+    def prompt_ids(leader, prompt, agent):
+        assert leader is team and agent == 0
+        return [len(prompt)]
+
+    monkeypatch.setattr(train_mlpo, "sample", sample)
+    monkeypatch.setattr(train_mlpo, "prompt_ids", prompt_ids)
+    sequences, rewards = train_mlpo.leader_rollouts(team, items, cfg, step=3)
+    # the strict reader's rewards; the cut-off rollout is marked, for llm_step's truncation rule
+    assert rewards.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    prompts = {q: len(D.leader_prompt(*items[q], True, True)) for q in range(2)}
+    assert [
+        (s.question, s.sample, s.agent, s.prompt_ids, s.completion_ids, s.truncated, s.lenient_only)
+        for s in sequences
+    ] == [
+        (0, 0, 0, [prompts[0]], [0, 0], False, False),
+        (0, 1, 0, [prompts[0]], [0, 1], False, True),
+        (1, 0, 0, [prompts[1]], [1, 0], False, False),
+        (1, 1, 0, [prompts[1]], [1, 1], True, False),
+    ]
+    assert "Other" not in D.leader_prompt(*items[0], True, True)
+    _, held_out = train_mlpo.held_out_rollouts(team, items, cfg, step=3)
+    assert held_out.tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
 def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
