@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import common
+import eval as eval_script
 from experiments import (
     dtype_tables,
     llm_pieces,
@@ -1048,9 +1049,7 @@ def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkey
 
 
 def split_summary(right, dealt, tokens, refine=None, **extra):
-    """An eval.py summary of the split task over questions 0..len(right)-1 (eval.by_part's parts)."""
-    import eval as E
-
+    """eval.py's summary of the split task over questions 0..len(right)-1, with its parts."""
     n = len(right)
     summary = {
         "n": n,
@@ -1067,7 +1066,7 @@ def split_summary(right, dealt, tokens, refine=None, **extra):
             for q in range(n)
         ]
     examples = [SimpleNamespace(id=q, meta={"dealt": dealt[q]}) for q in range(n)]
-    return E.by_part(summary, examples)
+    return eval_script.by_part(summary, examples)
 
 
 def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(

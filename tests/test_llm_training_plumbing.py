@@ -866,7 +866,7 @@ def test_rollout_stats_sum_over_ranks_by_hand(monkeypatch):
     one = training.rollout_stats(update, rewards, flat, ALONE)
     assert (one["loss"], one["kl"], one["mean_reward"]) == (0.75, 0.5, 0.75)
     assert (one["frac_zero_std"], one["zero_std_groups"], one["trained_sequences"]) == (0.5, 1, 5)
-    # the rewards counted after --truncated drop: one rollout left is its own mean, none is 0, not NaN
+    # the rewards counted after --truncated drop: one left is its own mean, none is 0 (not NaN)
     lone = training.rollout_stats(update, torch.tensor([0.5]), flat, ALONE)
     assert lone["mean_reward"] == 0.5
     assert training.rollout_stats(update, torch.tensor([]), flat, ALONE)["mean_reward"] == 0.0

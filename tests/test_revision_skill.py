@@ -89,7 +89,6 @@ def test_the_table_pairs_each_outcome_on_the_same_states():
     assert every["refine_tokens"] == 105 and every["refine_vs_concede"]["diff"] == -0.25
 
 
-
 def test_split_questions_and_shared_ones_apart():
     rows = [
         {**row("a", OWN_WRONG, True, False, True, 90), "dealt": True},
@@ -101,6 +100,7 @@ def test_split_questions_and_shared_ones_apart():
     assert parts["split"][OWN_WRONG]["refine_right"] == 1.0
     assert parts["shared"][OWN_WRONG]["refine_right"] == 0.0
     assert R.split_and_shared([row("a", OWN_WRONG, True, False, True, 90)]) == {}
+
 
 def test_first_decisions_score_each_agents_refine_sample_and_moves():
     ex = data.Example(question="q", answer="5", task="arith", id="t/0")
