@@ -17,6 +17,7 @@ directory, model/).
 
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from common import (
     distributed,
     launch_world_size,
     parse_config,
+    peak_memory_mb,
     save_checkpoint,
     user_errors,
 )
@@ -333,6 +335,7 @@ def train(cfg, ranks):
         validate(models, team, validation, cfg, step=0, ranks=ranks, log=log)
     bar = tqdm(range(counters["step"], len(batches)), desc="solver", disable=ranks.rank != 0)
     for step in bar:
+        began = time.time()
         rows = batches[step][ranks.rank :: ranks.world].tolist()
         sequences = [Sequence(k, 0, 0, *kept[i]) for k, i in enumerate(rows)]
         advantages = torch.ones(max(len(sequences), 1), 1)
@@ -351,7 +354,13 @@ def train(cfg, ranks):
         )
         loss = all_reduce_sum([update["loss"]], ranks.device)[0] / ranks.world
         bar.set_postfix(loss=f"{loss:.4f}")
-        log.write(step=step + 1, loss=loss, grad_norm=update["grad_norm"])
+        log.write(
+            step=step + 1,
+            loss=loss,
+            grad_norm=update["grad_norm"],
+            step_s=time.time() - began,
+            peak_memory_mb=peak_memory_mb(ranks.device),
+        )
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == len(batches)):
             validate(models, team, validation, cfg, step=step + 1, ranks=ranks, log=log)
         if (step + 1) % cfg.save_every == 0 or step + 1 == len(batches):

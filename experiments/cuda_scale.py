@@ -205,8 +205,8 @@ def train(model_dir, work, device, new_tokens):
     args = [
         "--model", model_dir, "--protocol", "parallel", "--agents", "3",
         "--group", "4", "--questions-per-step", "4", "--steps", "2", "--max-new-tokens",
-        str(new_tokens), "--micro-batch", "12", "--beta", "0.1", "--dtype", "bfloat16",
-        "--eval-every", "0", "--cache-dir", "", "--out-dir", str(out),
+        str(new_tokens), "--micro-batch", "12", "--beta", "0.1", "--train-dtype", "bfloat16",
+        "--eval-every", "0", "--out-dir", str(out),
     ]  # fmt: skip
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1"]
     env = dict(os.environ, **({} if device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""}))

@@ -92,8 +92,8 @@ class StaticDecoder:
         self.capture = capture
         # compiled: the step's kernels fused by torch.compile (one compile for every bucket)
         self.forward = torch.compile(self._forward, dynamic=True) if compiled else self._forward
-        self.slots, self.capacity, self.graphs, self.weights = 0, 0, {}, None
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.slots, self.capacity, self.weights = 0, 0, None
+        self.drop_graphs()
         # transformers' attention registry, imported here: it loads its modeling code, which a
         # script that only checks its flags does not need
         from transformers import AttentionInterface
@@ -116,16 +116,25 @@ class StaticDecoder:
             self.adapters = torch.full((self.slots,), -1, **new)
             self.tokens = torch.zeros(self.slots, **new)
             self.column = torch.zeros(1, **new)
-            self.graphs = {}
+            self.drop_graphs()
         # a graph reads the weights where they were at capture: new tensors (another dtype, a
         # loaded state dict, one more adapter) make every graph stale
         weights = [(p.data_ptr(), p.shape, p.dtype) for p in self.model.parameters()]
         if weights != self.weights:
-            self.graphs, self.weights = {}, weights
+            self.drop_graphs()
+            self.weights = weights
         # adapters trained since the last call: their stacked copies refreshed in place
         for layer in lora.lora_layers(self.model).values():
             layer.stacked()
         return self.cache, self.mask, self.positions, self.adapters
+
+    def drop_graphs(self):
+        """No graph kept; the next captures go to a fresh memory pool."""
+        self.graphs = {}
+        # a pool whose graphs are all gone takes no new capture while tensors it handed out (a
+        # dropped graph's logits) live on: CUDA's allocator refuses it, so each set of graphs
+        # gets its own pool, and the old one is freed with its last tensor
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
 
     def step(self, tokens, end):
         """The next-token logits of the live rows 0 .. len(tokens) - 1, whose new tokens

@@ -288,6 +288,37 @@ def test_every_piece_of_a_script_passes_flags_the_script_takes():
     assert parsed > 100
 
 
+def test_the_fsdp_gpu_runs_pass_flags_their_trainers_take_and_table_the_last_full_run(tmp_path):
+    """experiments/fsdp_gpu.py runs on a lent GPU only: its trainer commands parse with each
+    trainer's flags here, and its table takes each run from the last file where it ended well,
+    its peak against the plan's FSDP2 memory on one GPU."""
+    import importlib
+
+    from experiments import fsdp_gpu
+
+    for script, *flags in fsdp_gpu.TRAINERS.values():
+        module = importlib.import_module(script.removesuffix(".py"))
+        cfg = common.parse_config(module.Config, [*fsdp_gpu.COMMON, *flags, "--model", "m"])
+        assert (cfg.fsdp, cfg.lora_rank, cfg.train_dtype) == (True, 0, "bfloat16")
+    plan = {"MAGRPO/MLPO, whole weights, FSDP2": 20.0}
+    steps = [{"step_s": 9.0, "peak_memory_mb": 1000.0}, {"step_s": 3.0, "peak_memory_mb": 25e3}]
+    failed = {"returncode": 1, "stderr_tail": "graph capture"}
+    files = []
+    for k, magrpo in enumerate((failed, {"returncode": 0, "steps": steps})):
+        runs = {"magrpo": magrpo, "solver": {"returncode": 0, "steps": steps[:1]}}
+        model = {"parameters": 1.2e9, "plan_gb_per_gpu": plan, "runs": runs}
+        result = {"gpu": "GPU X", "models": {"llama-1b": model, "qwen2.5-1.5b": {"skipped": "x"}}}
+        files.append(tmp_path / f"r{k}.json")
+        files[-1].write_text(json.dumps(result))
+    rows = fsdp_gpu.table(files[:1]).splitlines()[2:]
+    assert [r.split(" | ")[2] for r in rows] == ["solver"]
+    rows = fsdp_gpu.table(files).splitlines()[2:]
+    assert rows[0] == (
+        "| llama-1b | 1.20 B | magrpo | 20.0 | 26.2 | 1.31 | 3.0 | r1.json (GPU X) |"
+    )
+    assert [r.split(" | ")[2] for r in rows] == ["magrpo", "solver"]
+
+
 def test_every_piece_pins_its_engine_dtype():
     """The scripts' --dtype auto runs bf16 on a CPU with native bf16: a committed piece must give
     the same file on any machine, so each one names its dtype (float32: what they all ran)."""

@@ -181,6 +181,57 @@ def test_trained_adapters_reach_the_kept_step_in_place(tiny_model):
     assert not static.static.graphs and graphs_before
 
 
+def test_graphs_dropped_together_leave_their_pool_and_the_next_ones_take_a_fresh_one(
+    tiny_model, small_buckets, monkeypatch
+):
+    """CUDA's allocator takes no capture into a pool whose graphs are all gone while a tensor it
+    handed out (a dropped graph's logits) lives on: when the cache grows or the weights move,
+    every graph goes and the next ones are captured into a new pool; calls that keep the graphs
+    keep their pool."""
+    handles = iter(range(100))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, next(handles)))
+    static = graphs.StaticDecoder(tiny_model[0], "cpu", n_layers=2, capture=True)
+    pools = [static.pool]
+    with torch.inference_mode():
+        static.begin(2, 8)
+        static.graphs[(2, 8)] = "a graph"
+        pools.append(static.pool)
+        static.begin(2, 8)
+        assert static.graphs and static.pool == pools[-1]
+        static.begin(4, 40)
+        assert not static.graphs
+        pools.append(static.pool)
+        static.graphs[(4, 40)] = "a graph"
+        weight = tiny_model[0].get_input_embeddings().weight
+        moved = weight.data
+        weight.data = moved.clone()
+        try:
+            static.begin(4, 40)
+        finally:
+            weight.data = moved
+        assert not static.graphs
+        pools.append(static.pool)
+    assert len(set(pools)) == len(pools) == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_on_a_gpu_graphs_are_captured_again_after_the_cache_grows(tiny_model):
+    """On a GPU: a call whose prompts outgrow the kept cache captures its graphs anew while the
+    last call's outputs are still held, and its tokens are the eager step's."""
+    model = tiny_model[0].to("cuda")
+    try:
+        eager, static = engines(model, tiny_model[1], batch_size=4)
+        prompts = many_prompts(static)
+        short = [static.encode(p) for p in prompts[:2]]
+        long = [static.encode(p * 6) for p in prompts[2:6]]
+        held = static.sample(short, [0] * 2, 8, 0)
+        got = static.sample(long, [0] * 4, 8, 0)
+        want = eager.sample(long, [0] * 4, 8, 0)
+        assert held and [s.tokens for s in got] == [s.tokens for s in want]
+    finally:
+        tiny_model[0].to("cpu")
+
+
 class HostSyncs(TorchDispatchMode):
     """Records the operations that make the host wait for the device (or whose output shape
     depends on the data): each would break a CUDA graph's capture."""
