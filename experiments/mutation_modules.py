@@ -43,6 +43,8 @@ MODULES = {
             # the game's flags as the scripts check them, and the corpus's settings
             "tests/test_bad_input.py",
             "tests/test_common.py",
+            # each agent's own view of a split question in its prompts
+            "tests/test_split.py",
         ],
         # and the scripts run as subprocesses (the original module, minutes per mutant)
         [
@@ -117,7 +119,7 @@ MODULES = {
     # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
     "train_solver": (
         "train_solver.py",
-        ["tests/test_train_solver.py", "tests/method/test_reward_hacks.py"],
+        ["tests/test_train_solver.py", "tests/method/test_reward_hacks.py", "tests/test_split.py"],
         ["default_backbone", "sigkill", "lowers_the_loss", "under_torchrun"],
     ),
     "train_mlpo": (

@@ -137,6 +137,9 @@ def test_the_pools_are_golden_whole_and_in_range():
                 packs_hi = (0, 10, 20, 40, 100)[level]
                 assert 2 <= v[0] <= 3 * level and 3 <= v[1] <= packs_hi
                 assert 1 <= v[2] <= v[0] * v[1] - 1
+        packs = [ex.meta["values"] for ex in train + test if ex.meta["template"] == "packs"]
+        # the count given away reaches its bound, all the items but one
+        assert not packs or any(v[2] == v[0] * v[1] - 1 for v in packs)
     with pytest.raises(ValueError, match=r"^split has splits \['test', 'train'\], not 'dev'$"):
         split_task.load("dev")
     with pytest.raises(
@@ -193,6 +196,8 @@ def test_each_agents_view_reaches_its_own_prompts_only():
     for ex in examples:
         for i, call in enumerate(D.solve_calls([ex], game)):
             assert values_in(call.prompt, ex) == set(ex.meta["views"][i])
+            # the prompt with the answer trailer's worked example shows the same view
+            assert values_in(D.solve_prompt(ex, True, i), ex) == set(ex.meta["views"][i])
         mine = [p for p in asked if ex.meta["query"] in p]
         assert len(mine) == 6
         for i in range(3):

@@ -198,7 +198,8 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
     items = [
         (
             data.Example(question="q0", answer="5", task="arith", id="t/0"),
-            [D.parse_solution("6 - 0 = 6\nAnswer: 6", "arith")] * 2,
+            # longer than the 300 characters a solution is cut to unless shown whole
+            [D.parse_solution("6 - 0 = 6\n" * 40 + "Answer: 6", "arith")] * 2,
         ),
         (
             data.Example(question="q1", answer="8", task="arith", id="t/1"),
@@ -251,6 +252,7 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
         (1, 1, 0, [prompts[1]], [1, 1], True, False),
     ]
     assert "Other" not in D.leader_prompt(*items[0], True, True)
+    assert D.leader_prompt(*items[0], True, True) != D.leader_prompt(*items[0], True, False)
     _, held_out = train_mlpo.held_out_rollouts(team, items, cfg, step=3)
     assert held_out.tolist() == [[1.0, 1.0], [1.0, 1.0]]
 

@@ -224,3 +224,57 @@ def test_worked_sft_resumes_exactly_after_sigkill(tmp_path, tiny_model_dir):
     assert [r["loss"] for r in metrics(resumed)] == [r["loss"] for r in metrics(whole)]
     a, b = (read_adapter(d / "adapter")["tensors"] for d in (whole, resumed))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("trailer", [False, True])
+def test_rejection_sampling_asks_agent_0s_view_and_keeps_right_answers_that_ended(
+    monkeypatch, capsys, trailer
+):
+    """right_solutions, scripted: cfg.samples prompts per training question (agent 0's view of a
+    split question; the trailer's prompt with --trailer), each sample's own seed, the budget and
+    temperature passed on; kept: right by the strict reader, ended by the EOS and, with --trailer,
+    well-formatted; the count said on stderr."""
+    split = data.load_task("split", split="train", n=1, agents=3, held=2, share=1.0)[0]
+    arith = data.Example(question="What is 2 + 3?", answer="5", task="arith", id="t/0")
+    cfg = train_solver.Config(
+        solutions="sampled", samples=2, questions=2, trailer=trailer, max_new_tokens=40,
+        temperature=0.7, seed=3,
+    )  # fmt: skip
+    asked = {}
+    monkeypatch.setattr(
+        train_solver, "training_questions", lambda c: ([split, arith], []) if c is cfg else None
+    )
+    trailed = "Steps: 2 + 3 = 5\nConfidence: 0.9\nAnswer: 5"
+    texts = {
+        (arith.id, 0): (trailed, "eos"),
+        (arith.id, 1): ("2 + 3 = 5\nAnswer: 5", "eos"),
+        (split.id, 0): (f"Answer: {split.answer}", "length"),
+        (split.id, 1): ("Answer: 1", "eos"),
+    }
+
+    class Engine:
+        tokenizer = SimpleNamespace(eos_token_id=0)
+
+        def chat(self, prompt):
+            return f"<{prompt}>"
+
+        def encode(self, text):
+            return [len(text), text.count("\n")]
+
+        def generate(self, prompts, seeds, **kw):
+            asked.update(prompts=prompts, seeds=seeds, **kw)
+            keys = [(ex.id, k) for ex in (split, arith) for k in range(2)]
+            return [SimpleNamespace(text=texts[key][0], finish=texts[key][1]) for key in keys]
+
+    kept = train_solver.right_solutions(Engine(), cfg, Ranks(0, 1, torch.device("cpu")))
+    wanted = [ex for ex in (split, arith) for _ in range(2)]
+    assert asked["prompts"] == [f"<{deliberate.solve_prompt(ex, trailer, 0)}>" for ex in wanted]
+    assert deliberate.solve_prompt(split, trailer, 0) != deliberate.solve_prompt(split, trailer)
+    seeds = [call_seed(3, ex.id, k, "sft-llm") for ex in (split, arith) for k in (0, 1)]
+    assert asked["seeds"] == seeds
+    assert (asked["max_new_tokens"], asked["temperature"]) == (40, 0.7)
+    prompt = Engine().encode(f"<{deliberate.solve_prompt(arith, trailer, 0)}>")
+    right = [trailed] if trailer else [trailed, "2 + 3 = 5\nAnswer: 5"]
+    assert kept == sorted((prompt, Engine().encode(text) + [0]) for text in right)
+    kind = " well-formatted" if trailer else ""
+    assert capsys.readouterr().err == f"kept {len(right)} right{kind} solutions of 4 samples\n"

@@ -31,7 +31,7 @@ COMPLETIONS = {
     "well-formed": ("2 + 3 = 5\nAnswer: 5", "eos"),
     "numbers to the cap": ("5 5 5 5 5 5 5 5 5 5 5 5", "length"),
     "answer lines to the cap": ("Answer: 5\nAnswer: 5\nAnswer: 5\nAnswer: 5", "length"),
-    "well-formed, cut off": ("2 + 3 = 5\nAnswer: 5", "length"),
+    "well-formed, cut off": ("2 + 3 = 5.\nAnswer: 5", "length"),
     "several answer lines": ("Answer: 4\nAnswer: 5", "eos"),
     "the answer is": ("2 + 3 is 5, so the answer is 5.", "eos"),
     "boxed": ("2 + 3 = \\boxed{5}", "eos"),
