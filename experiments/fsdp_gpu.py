@@ -14,7 +14,7 @@ measured peaks add activations, the KV cache and, for MLPO, the frozen peers.
 
     python -m experiments.fsdp_gpu --tokenizer DIR --out results/cuda/fsdp-h200.json
     python -m experiments.fsdp_gpu --tokenizer DIR --out /tmp/fsdp.json --size tiny --device cpu
-    python -m experiments.fsdp_gpu --table results/cuda/fsdp-h200-1.json results/cuda/fsdp-h200-2.json
+    python -m experiments.fsdp_gpu --table results/cuda/fsdp-h200-*.json
 """
 
 import argparse
