@@ -57,8 +57,11 @@ def llm_step(folder):
 
 def solver_run(folder):
     """train_solver.py's run: every logged line (losses, grad norms, the greedy validation's
-    accuracy) and the adapter it saved."""
-    return {"metrics": (folder / "metrics.jsonl").read_text(), **saved_adapter(folder)}
+    accuracy; not its timings and memory) and the adapter it saved."""
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    measured = ("step_s", "peak_memory_mb")
+    metrics = [{k: v for k, v in line.items() if k not in measured} for line in lines]
+    return {"metrics": metrics, **saved_adapter(folder)}
 
 
 def corpus_rows(path):
