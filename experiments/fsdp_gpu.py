@@ -76,7 +76,7 @@ def random_model(name, tokenizer, size, device, folder):
     )  # fmt: skip
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     del model
@@ -159,6 +159,9 @@ def main():
         return
     if not (args.out and args.tokenizer):
         parser.error("a run needs --out and --tokenizer")
+    trainers = args.trainers.split(",")
+    if not set(trainers) <= set(TRAINERS):
+        parser.error(f"--trainers: each one of {', '.join(TRAINERS)}; got {args.trainers}")
     began = time.time()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else ""
@@ -186,7 +189,7 @@ def main():
                 "runs": {},
             }
             result["models"][name] = entry
-            for trainer in args.trainers.split(","):
+            for trainer in trainers:
                 if time.time() - began > args.budget_s:
                     entry["runs"][trainer] = {"skipped": "past --budget-s"}
                     continue
