@@ -87,17 +87,27 @@ def eval_table(run):
             f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | "
             f"{s['tokens_per_question']:.0f} | {actions} | {paired} |"
         )
+        # task split: the questions dealt among the agents and the shared ones, each on its row
+        for part, p in s.get("parts", {}).items():
+            shares = (
+                "/".join(f"{p['actions'][k]:.2f}" for k in ACTION_KINDS) if "actions" in p else ""
+            )
+            lines.append(
+                f"| ↳ {part} questions ({p['n']}) | {p['accuracy']:.3f} | "
+                f"{p['tokens_per_question']:.0f} | {shares} |  |"
+            )
     n = next(iter(protocols.values()))["n"]
     config = run["config"]
     return "\n".join(lines) + (
-        f"\n\n{n} `arith` test questions (seed {config['seed']}), {config['agents']} agents, "
-        f"{config['rounds']} rounds"
+        f"\n\n{n} `{config.get('task', 'arith')}` test questions (seed {config['seed']}), "
+        f"{config['agents']} agents, {config['rounds']} rounds"
     )
 
 
 def demo_table():
     """The last `make demo`'s tables (results/demo/make-demo.json: eval.py's JSONs and the run's
-    time): the untrained backbone's, then the competent team's where the demo played one."""
+    time): the untrained backbone's, then the competent team's and the split task's where the demo
+    played them."""
     run = load("demo/make-demo.json")
     if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
         return missing("demo/make-demo.json").replace("experiments.run", "experiments.make_demo")
@@ -112,6 +122,14 @@ def demo_table():
         text += (
             "\n\nThe competent regime, the same run: team `varied` "
             f"(`--models {team}`).\n\n" + eval_table(run["competent"]) + "."
+        )
+    if "split" in run:
+        team = run["split"]["config"]["models"]
+        text += (
+            "\n\nWhere the facts are split, the same run: team `split` "
+            f"(`--models {team}`), each part of the questions on its row.\n\n"
+            + eval_table(run["split"])
+            + "."
         )
     return text
 

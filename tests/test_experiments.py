@@ -1274,7 +1274,8 @@ def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
 
 def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_path, monkeypatch):
     """make-demo.json: the untrained backbone's table with the run's time; the competent team's
-    table after it when the demo played one (an older file without it: the first table alone)."""
+    table after it when the demo played one (an older file without it: the first table alone);
+    the split task's after that, each part of its questions on its own row."""
     from experiments import report
 
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
@@ -1314,6 +1315,23 @@ def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_pa
     assert "team `varied` (`--models default+x.pt`)" in second
     assert "| `mpdf=b.pt` | 0.875 ± 0.050 | 100 | 1.00/0.00/0.00 |  |" in second
     assert second.endswith("32 `arith` test questions (seed 0), 3 agents, 3 rounds.")
+    split = played("mpdf=c.pt", 3, 0.75, models="default+y")
+    split["config"]["task"] = "split"
+    parts = {"split": 0.5, "shared": 1.0}
+    split["mpdf=c.pt"]["parts"] = {
+        part: {"n": 16, "accuracy": accuracy, "tokens_per_question": 80.0 + 40 * (part == "split")}
+        | {"actions": {"persist": 0.5, "refine": 0.5 * (part == "split"), "concede": 0.0}}
+        for part, accuracy in parts.items()
+    }
+    run["split"] = split
+    (tmp_path / "demo" / "make-demo.json").write_text(json.dumps(run))
+    third = report.demo_table()[len(both) :]
+    assert "team `split` (`--models default+y`)" in third
+    assert third.split("| `mpdf=c.pt` | 0.750 ± 0.050 | 100 | 1.00/0.00/0.00 |  |\n")[1].startswith(
+        "| ↳ split questions (16) | 0.500 | 120 | 0.50/0.50/0.00 |  |\n"
+        "| ↳ shared questions (16) | 1.000 | 80 | 0.50/0.00/0.00 |  |\n"
+    )
+    assert third.endswith("32 `split` test questions (seed 0), 3 agents, 3 rounds.")
 
 
 def test_every_reviewed_mutant_has_a_known_module_and_a_reason_in_words():
