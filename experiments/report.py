@@ -70,6 +70,13 @@ HEADLINE = {  # table a's protocols, in the headline's order: file part -> what 
 }
 
 
+def action_shares(summary):
+    """persist/refine/concede shares of an eval.py summary (or a part of it), "" without actions."""
+    if "actions" not in summary:
+        return ""
+    return "/".join(f"{summary['actions'][k]:.2f}" for k in ACTION_KINDS)
+
+
 def eval_table(run):
     """An eval.py JSON with a reference as a table: each protocol's accuracy, cost, actions and its
     paired difference with the reference."""
@@ -81,20 +88,16 @@ def eval_table(run):
         "|---|---|---|---|---|",
     ]
     for name, s in protocols.items():
-        actions = "/".join(f"{s['actions'][k]:.2f}" for k in ACTION_KINDS) if "actions" in s else ""
         paired = "" if name == reference else format_paired(s["vs_reference"])
         lines.append(
             f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | "
-            f"{s['tokens_per_question']:.0f} | {actions} | {paired} |"
+            f"{s['tokens_per_question']:.0f} | {action_shares(s)} | {paired} |"
         )
         # task split: the questions dealt among the agents and the shared ones, each on its row
         for part, p in s.get("parts", {}).items():
-            shares = (
-                "/".join(f"{p['actions'][k]:.2f}" for k in ACTION_KINDS) if "actions" in p else ""
-            )
             lines.append(
                 f"| ↳ {part} questions ({p['n']}) | {p['accuracy']:.3f} | "
-                f"{p['tokens_per_question']:.0f} | {shares} |  |"
+                f"{p['tokens_per_question']:.0f} | {action_shares(p)} |  |"
             )
     n = next(iter(protocols.values()))["n"]
     config = run["config"]
