@@ -23,7 +23,12 @@ from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
 from experiments.speed_tables import bench_table, cache_table, profile_table
-from experiments.split_tables import split_agents_table, split_target_table, split_team_table
+from experiments.split_tables import (
+    split_agents_table,
+    split_revision_table,
+    split_target_table,
+    split_team_table,
+)
 from experiments.studies import after_table, llm_curves, lora_table, study_table, temperature_table
 from experiments.tables import (
     auroc_table,
@@ -317,6 +322,7 @@ TABLES = {
     "llm-magrpo-revision": lambda: llm_curves("magrpo-revision-varied", "MAGRPO revision run"),
     "reward-rules": reward_rule_table,
     "split-agents": split_agents_table,
+    "split-revision": split_revision_table,
     "split-team": split_team_table,
     "split-target": split_target_table,
     **{

@@ -15,11 +15,7 @@ def revision_skill_table(prefix, seeds=(0, 1, 2), before=None):
     call's tokens. `prefix`: the files' name before the seed (arith300-team-varied, or the trained
     team's arith300-trained-varied); `before`: the files of the agents a trained team started from,
     for the change training made (revision_change)."""
-    lines = [
-        "| REFINE reads | state class | states | REFINE right | PERSIST right | CONCEDE right | "
-        "REFINE − PERSIST | REFINE − CONCEDE | REFINE tokens |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = list(HEADER)
     absent, agents = [], []
     for view, label in (("answers", "peers' answers"), ("whole", "whole solutions")):
         rows, done = [], []
@@ -33,27 +29,7 @@ def revision_skill_table(prefix, seeds=(0, 1, 2), before=None):
             rows += [r | {"id": f"{seed}:{r['id']}"} for r in result["rows"]]
         if rows:
             agents.append(f"{label} (seeds {','.join(done)}): {by_agent(rows)}")
-        for name in (*STATE_CLASSES, "all states"):
-            mine = [r for r in rows if name in (r["class"], "all states")]
-            if not mine:
-                continue
-
-            def of(outcome):
-                return {
-                    "question_ids": [r["id"] for r in mine],
-                    "correct": [r[outcome] for r in mine],
-                }
-
-            rate = {
-                o: sum(r[o] for r in mine) / len(mine) for o in ("refine", "persist", "concede")
-            }
-            tokens = sum(r["refine_tokens"] for r in mine) / len(mine)
-            lines.append(
-                f"| {label} (seeds {','.join(done)}) | {name} | {len(mine)} | "
-                f"{rate['refine']:.3f} | {rate['persist']:.3f} | {rate['concede']:.3f} | "
-                f"{format_paired(paired_difference(of('refine'), of('persist')))} | "
-                f"{format_paired(paired_difference(of('refine'), of('concede')))} | {tokens:.0f} |"
-            )
+        lines += class_lines(f"{label} (seeds {','.join(done)})", rows)
     if len(lines) == 2:
         return missing(f"revision/{prefix}-seed<k>-<view>.json")
     text = "\n".join(lines) + "\n\nEach agent's own answer right → its REFINE right, over all its "
@@ -61,6 +37,37 @@ def revision_skill_table(prefix, seeds=(0, 1, 2), before=None):
     if before:
         text += "\n\n" + revision_change(before, prefix, seeds)
     return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+HEADER = [
+    "| REFINE reads | state class | states | REFINE right | PERSIST right | CONCEDE right | "
+    "REFINE − PERSIST | REFINE − CONCEDE | REFINE tokens |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+
+
+def class_lines(label, rows):
+    """The table's lines of one group of rows (a view's, or a part's of the split task): per state
+    class and over all states, the share where REFINE, PERSIST and CONCEDE end right, REFINE minus
+    each paired over the same states, and the REFINE call's tokens."""
+    lines = []
+    for name in (*STATE_CLASSES, "all states"):
+        mine = [r for r in rows if name in (r["class"], "all states")]
+        if not mine:
+            continue
+
+        def of(outcome):
+            return {"question_ids": [r["id"] for r in mine], "correct": [r[outcome] for r in mine]}
+
+        rate = {o: sum(r[o] for r in mine) / len(mine) for o in ("refine", "persist", "concede")}
+        tokens = sum(r["refine_tokens"] for r in mine) / len(mine)
+        lines.append(
+            f"| {label} | {name} | {len(mine)} | "
+            f"{rate['refine']:.3f} | {rate['persist']:.3f} | {rate['concede']:.3f} | "
+            f"{format_paired(paired_difference(of('refine'), of('persist')))} | "
+            f"{format_paired(paired_difference(of('refine'), of('concede')))} | {tokens:.0f} |"
+        )
+    return lines
 
 
 def by_agent(rows):

@@ -8,6 +8,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 """
 
 from experiments.refine_value import gain_summary
+from experiments.revision_tables import HEADER, by_agent, class_lines
 from experiments.split_pieces import MEMBERS, POLICIES, PREFIX
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
 from experiments.team_tables import gain_text, verdict
@@ -113,6 +114,33 @@ def split_agents_table(seeds=SEEDS):
     if absent:
         lines.append("\n" + missing(*absent))
     return "\n".join(lines)
+
+
+def split_revision_table(seeds=SEEDS):
+    """The revision skill per state class at the first decision (results/revision/), the split and
+    the shared questions apart, pooled over the seeds computed: where REFINE over the peers' whole
+    solutions ends right against PERSIST and CONCEDE. On a split question every first answer lacks
+    a value, so its states are all wrong and only REFINE can end right."""
+    revisions = {seed: load(f"revision/{PREFIX}-seed{seed}.json") for seed in seeds}
+    absent = [f"revision/{PREFIX}-seed{s}.json" for s, r in revisions.items() if r is None]
+    rows = [
+        r | {"id": f"{seed}:{r['id']}"}
+        for seed, revision in revisions.items()
+        if revision
+        for r in revision["rows"]
+    ]
+    if not rows:
+        return missing(*absent)
+    done = ",".join(str(seed) for seed, r in revisions.items() if r)
+    lines = [HEADER[0].replace("REFINE reads", "questions"), HEADER[1]]
+    agents = []
+    for part in PARTS:
+        mine = [r for r in rows if r["dealt"] == (part == "split")]
+        lines += class_lines(f"{part} (seeds {done})", mine)
+        agents.append(f"{part} questions: {by_agent(mine)}")
+    text = "\n".join(lines) + "\n\nEach agent's own answer right → its REFINE right:\n"
+    text += "\n".join(f"- {line}" for line in agents)
+    return text + ("\n\n" + missing(*absent) if absent else "")
 
 
 def split_team_table(seeds=SEEDS):

@@ -1187,6 +1187,51 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     assert rows["0"][1:4] == ["0.000", "0.750", "1.000"] and rows["2"][3] == "0.250"
 
 
+def test_the_split_revision_table_keeps_the_split_and_shared_states_apart(tmp_path, monkeypatch):
+    """Each part's states per class, pooled over the seeds computed: on split questions every state
+    all wrong and REFINE right in 3 of 4; on shared ones the classes as played, CONCEDE mending
+    where a peer was right; each agent's own answer → its REFINE per part; a seed not computed
+    named."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    (tmp_path / "revision").mkdir()
+
+    def row(q, agent, dealt, cls, refine, persist, concede):
+        return {
+            "id": f"{q}:{agent}",
+            "class": cls,
+            "refine": refine,
+            "persist": persist,
+            "concede": concede,
+            "refine_tokens": 100 + 100 * dealt,
+            "dealt": dealt,
+        }
+
+    for seed in (0, 1):
+        rows = [
+            row(q, j, True, "all wrong", q % 4 != 0, False, False) for q in range(4) for j in (0, 1)
+        ]
+        rows += [row(4, 0, False, "own right, a peer wrong", True, True, False)]
+        rows += [row(4, 1, False, "own wrong, a peer right", False, False, True)]
+        (tmp_path / "revision" / f"split300-team-split-seed{seed}.json").write_text(
+            json.dumps({"rows": rows})
+        )
+    text = split_tables.split_revision_table()
+    cells = {
+        (row[0], row[1]): row[2:]
+        for row in ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
+        if len(row) == 9
+    }
+    split_all = cells[("split (seeds 0,1)", "all wrong")]
+    assert split_all[:4] == ["16", "0.750", "0.000", "0.000"] and split_all[-1] == "200"
+    assert ("split (seeds 0,1)", "own right, a peer wrong") not in cells
+    mended = cells[("shared (seeds 0,1)", "own wrong, a peer right")]
+    assert mended[:4] == ["2", "0.000", "0.000", "1.000"] and mended[-1] == "100"
+    assert cells[("shared (seeds 0,1)", "all states")][:4] == ["4", "0.500", "0.500", "0.500"]
+    assert "- split questions: agent 0 0.000 → 0.750, agent 1 0.000 → 0.750" in text
+    assert "- shared questions: agent 0 1.000 → 1.000, agent 1 0.000 → 0.000" in text
+    assert "split300-team-split-seed2.json" in text
+
+
 def test_every_piece_names_each_flag_once_with_the_value_it_runs_with():
     """A preset followed by a piece's changes becomes one command: the later value in the earlier
     one's place, a flag without a value kept, positional arguments kept in order."""
