@@ -23,6 +23,7 @@ from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
 from experiments.speed_tables import bench_table, cache_table, profile_table
+from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_tables import (
     split_agents_table,
     split_revision_table,
@@ -310,7 +311,9 @@ TABLES = {
     "llm-lora-curves": lambda: llm_curves("magrpo-lora-lr", "MAGRPO run, LoRA rank 4"),
     "llm-lora": lora_table,
     "refine": refine_table,
-    "action-values": lambda: action_value_table(TEAMS),
+    "action-values": lambda: action_value_table(
+        {team: f"arith-team-{team}" for team in TEAMS} | {"split": SPLIT_PREFIX}
+    ),
     "refine-value": lambda: refine_value_table(TEAMS),
     "revision-varied": lambda: revision_skill_table("arith300-team-varied"),
     "revision-varied-trained": lambda: revision_skill_table(

@@ -143,18 +143,19 @@ def debate_training_sentence(seeds=(0, 1, 2)):
 
 def action_value_table(teams, seeds=(0, 1, 2)):
     """Per team and seed, the counterfactual corpus SoftRankPO trained on
-    (results/training/arith-team-<team>-seed<k>-softrank.json, corpus.best_action_kinds): the
-    share of states where PERSIST, REFINE or CONCEDE alone pays most, where kinds tie, REFINE's mean
-    reward minus PERSIST's, and the trained policy's actions on that corpus."""
+    (results/training/<prefix>-seed<k>-softrank.json, corpus.best_kind; `teams`: {team: prefix},
+    arith-team-<team> for the arith teams): the share of states where PERSIST, REFINE or CONCEDE
+    alone pays most, where kinds tie, REFINE's mean reward minus PERSIST's, and the trained
+    policy's actions on that corpus."""
     lines = [
         "| team | seed | states | best: persist / refine / concede / tied | REFINE − PERSIST, mean "
         "reward | policy's actions on the corpus p/r/c |",
         "|---|---|---|---|---|---|",
     ]
     absent = []
-    for team in teams:
+    for team, prefix in teams.items():
         for seed in seeds:
-            path = f"training/arith-team-{team}-seed{seed}-softrank.json"
+            path = f"training/{prefix}-seed{seed}-softrank.json"
             summary = load(path)
             if summary is None:
                 absent.append(path)

@@ -820,7 +820,9 @@ def test_report_refine_table_pairs_rounds_and_teams(tmp_path, monkeypatch):
 
 def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
-    assert "arith-team-mixed-seed0-softrank.json" in team_tables.action_value_table(["mixed"])
+    assert "arith-team-mixed-seed0-softrank.json" in team_tables.action_value_table(
+        {"mixed": "arith-team-mixed"}
+    )
     (tmp_path / "training").mkdir()
     summary = {
         "corpus": {
@@ -832,7 +834,7 @@ def test_report_action_values_per_team_from_the_corpus_statistics(tmp_path, monk
     }
     path = tmp_path / "training" / "arith-team-mixed-seed1-softrank.json"
     path.write_text(json.dumps(summary))
-    table = team_tables.action_value_table(["mixed"])
+    table = team_tables.action_value_table({"mixed": "arith-team-mixed"})
     assert "| mixed | 1 | 120 | 0.10 / 0.25 / 0.40 / 0.25 | -0.031 | 0.50/0.12/0.38 |" in table
     assert "arith-team-mixed-seed0-softrank.json" in table  # the seeds still missing
 
