@@ -27,12 +27,16 @@ model: $(STAMP)
 # 256 questions; results/README.md) beside the demo's own policies and the fixed protocols on the same held-out
 # questions, paired against the committed policy, and view.py's page of those games. Then the competent
 # regime: team `varied` (three agents trained on worked solutions, their LoRA adapters committed) with the
-# project's best policy over it, against its best member alone and its vote. Generations are cached under
-# cache/, so a rerun is quick.
+# project's best policy over it, against its best member alone and its vote. Last, the task whose facts are
+# split among the agents (team `split`, its SoftRankPO policy), where the vote cannot answer a split question
+# and the policy reads its peers. Generations are cached under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 2
 COMMITTED := results/policies/arith-seed0-softrank.safetensors
 VARIED := default+results/agents/worked-refine-L1-r8-seed0,default+results/agents/worked-L1-r8-seed0,default+results/agents/worked-L1-r4-seed0
 BEST := results/policies/arith-team-varied-seed0-ranks.safetensors
+SPLIT_GAME := --task split --level 1 --split-questions 0.5 --values-held 2 --agents 3 --rounds 3 --whole-solutions
+SPLIT_TEAM := default+results/agents/split-refine-L1-r8-seed0,default+results/agents/split-refine-L1-r8-seed1,default+results/agents/split-refine-L1-r4-seed0
+SPLIT_POLICY := results/policies/split300-team-split-seed0-softrank.safetensors
 demo: model
 	HF_HUB_OFFLINE=1 $(PY) sft.py $(DEMO_GAME) --questions 16 --val-n 8 --out-dir runs/demo/sft
 	HF_HUB_OFFLINE=1 $(PY) train_rl.py $(DEMO_GAME) --questions 16 --val-n 8 --epochs 50 --batch-size 64 \
@@ -54,6 +58,15 @@ demo: model
 	@echo "The competent regime: agents trained on worked solutions (team varied, right 70-82% of the time alone)."
 	@echo "vanilla is its best member's greedy answer, mpdf-persist its vote; mpdf=$(BEST) is the"
 	@echo "project's best result, SoftRankPO with plain ranks over this team (3 seeds: README.md, Results)."
+	@echo
+	HF_HUB_OFFLINE=1 $(PY) eval.py $(SPLIT_GAME) --models $(SPLIT_TEAM) --split test --n 32 --seed 0 \
+		--protocols vanilla,mpdf-persist,mpdf=$(SPLIT_POLICY) --reference mpdf=$(SPLIT_POLICY) --out runs/demo/split.json
+	$(PY) view.py runs/demo/split.json --out runs/demo/split.html
+	@echo
+	@echo "The facts split among the agents: on half the questions each agent holds two of the three values."
+	@echo "Alone, or voting, no agent can answer a split question; mpdf=$(SPLIT_POLICY) is"
+	@echo "SoftRankPO over team split, which REFINEs over its peers' whole solutions to pool the values"
+	@echo "(README.md, Results). Each agent's own view of every question: open runs/demo/split.html."
 
 test: model
 	$(VENV)/bin/ruff check .

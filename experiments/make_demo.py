@@ -5,8 +5,9 @@
 A fresh clone of this checkout's HEAD in a temporary folder, so the generation cache is cold (the
 converted default backbone under ~/.cache/mpdf is reused: converting it is part of `make model`,
 timed separately); `make setup model`, then `make demo`, each timed; eval.py's JSONs of the demo
-(runs/demo/results.json, and the competent team's runs/demo/competent.json under "competent") are
-written with the times, the commit and the machine.
+(runs/demo/results.json, the competent team's runs/demo/competent.json under "competent" and the
+split task's runs/demo/split.json under "split") are written with the times, the commit and the
+machine.
 """
 
 import json
@@ -41,10 +42,11 @@ def main():
         demo_s = timed(["make", "demo"], clone)
         demo = clone / "runs" / "demo"
         result = json.loads((demo / "results.json").read_text())
-        result["competent"] = json.loads((demo / "competent.json").read_text())
+        for regime in ("competent", "split"):
+            result[regime] = json.loads((demo / f"{regime}.json").read_text())
     # the transcripts: megabytes, and eval.py reproduces them
-    result.pop("details", None)
-    result["competent"].pop("details", None)
+    for run in (result, result["competent"], result["split"]):
+        run.pop("details", None)
     result["make_demo"] = {
         "seconds": demo_s,
         "setup_seconds": setup_s,
