@@ -73,46 +73,55 @@ def rollouts(rank, world, with_groups):
     return sequences, advantages[mine]
 
 
-def main(out, fsdp):
+def trained(ranks, out, fsdp):
+    """Two steps of each trainer's loss on this rank, its state's bytes and weights after them, and
+    (FSDP) a checkpoint of the shards read back."""
     flags = SimpleNamespace(lora_rank=0, gradient_checkpointing=False, fsdp=fsdp)
     result = {}
+    for name, (agg, beta, with_groups) in TRAINERS.items():
+        model = tiny_llama().train()
+        modules, references = training.loss_modules([model], flags, ranks.device, kl=beta > 0)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        sequences, advantages = rollouts(ranks.rank, ranks.world, with_groups)
+        # two steps: the second's KL term is not 0 (the weights left the reference)
+        steps = []
+        for _ in range(2):
+            stats = policy_step(
+                modules, optimizer, sequences, advantages, agg=agg, beta=beta,
+                temperature=1.0, max_len=8, micro_batch=2, pad=0, bf16=False, ranks=ranks,
+                references=references,
+            )  # fmt: skip
+            # the step's loss and KL over every rank, as the trainers log them
+            summed = all_reduce_sum([stats["loss"], stats["kl"]], ranks.device)
+            steps.append([x / ranks.world for x in summed] + [stats["grad_norm"]])
+        # the bytes are counted with the gradients held: one more backward, no step
+        modules[0](input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+        held = all_gather_list([state_bytes(list(model.parameters()), optimizer)])
+        optimizer.zero_grad(set_to_none=True)
+        weights = {k: whole(v).detach().clone() for k, v in model.state_dict().items()}
+        result[name] = {"steps": steps, "state_bytes": held, "weights": weights}
+    if fsdp:
+        # a checkpoint of the last trainer's shards, read back into a fresh sharded model
+        holder = torch.nn.ModuleList([model])
+        cfg = Run()
+        folder = Path(out).parent / "checkpoint"
+        folder.mkdir(exist_ok=True)
+        save_checkpoint(folder, holder, optimizer, {"step": 1}, cfg, ranks.rank)
+        fresh = tiny_llama()
+        training.loss_modules([fresh], flags, ranks.device, kl=False)
+        again = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+        counters = load_checkpoint(folder, torch.nn.ModuleList([fresh]), again, ranks.rank, cfg)
+        restored = {k: whole(v) for k, v in fresh.state_dict().items()}
+        same = all(torch.equal(restored[k], weights[k]) for k in weights)
+        result["checkpoint"] = {"counters": counters, "same": same}
+    return result
+
+
+def main(out, fsdp):
     with distributed(Path(out).parent) as ranks:
-        for name, (agg, beta, with_groups) in TRAINERS.items():
-            model = tiny_llama().train()
-            modules, references = training.loss_modules([model], flags, ranks.device, kl=beta > 0)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            sequences, advantages = rollouts(ranks.rank, ranks.world, with_groups)
-            # two steps: the second's KL term is not 0 (the weights left the reference)
-            steps = []
-            for _ in range(2):
-                stats = policy_step(
-                    modules, optimizer, sequences, advantages, agg=agg, beta=beta,
-                    temperature=1.0, max_len=8, micro_batch=2, pad=0, bf16=False, ranks=ranks,
-                    references=references,
-                )  # fmt: skip
-                # the step's loss and KL over every rank, as the trainers log them
-                summed = all_reduce_sum([stats["loss"], stats["kl"]], ranks.device)
-                steps.append([x / ranks.world for x in summed] + [stats["grad_norm"]])
-            # the bytes are counted with the gradients held: one more backward, no step
-            modules[0](input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-            held = all_gather_list([state_bytes(list(model.parameters()), optimizer)])
-            optimizer.zero_grad(set_to_none=True)
-            weights = {k: whole(v).detach().clone() for k, v in model.state_dict().items()}
-            result[name] = {"steps": steps, "state_bytes": held, "weights": weights}
-        if fsdp:
-            # a checkpoint of the last trainer's shards, read back into a fresh sharded model
-            holder = torch.nn.ModuleList([model])
-            cfg = Run()
-            folder = Path(out).parent / "checkpoint"
-            folder.mkdir(exist_ok=True)
-            save_checkpoint(folder, holder, optimizer, {"step": 1}, cfg, ranks.rank)
-            fresh = tiny_llama()
-            training.loss_modules([fresh], flags, ranks.device, kl=False)
-            again = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
-            counters = load_checkpoint(folder, torch.nn.ModuleList([fresh]), again, ranks.rank, cfg)
-            restored = {k: whole(v) for k, v in fresh.state_dict().items()}
-            same = all(torch.equal(restored[k], weights[k]) for k in weights)
-            result["checkpoint"] = {"counters": counters, "same": same}
+        # the models die with trained()'s frame, before the process group does: a DDP reducer
+        # freed after it joins gloo's thread while holding the GIL the thread waits for (a hang)
+        result = trained(ranks, out, fsdp)
         if ranks.rank == 0:
             torch.save(result | {"world": ranks.world}, out)
 
