@@ -207,7 +207,10 @@ def distributed(out_dir):
     gloo on CPU) for the block, out_dir created. The ranks meet at a barrier before the group is
     torn down: a gloo group torn down while a peer still writes its files (rank-0 work) can abort
     the process at exit ("terminate called without an active exception": 5 runs in 50 measured). A
-    rank whose block raised skips the barrier, so its error surfaces instead of a hang."""
+    rank whose block raised skips the barrier, so its error surfaces instead of a hang. What the
+    block wraps in DDP must die inside it (the trainers' train() returns there): a DDP reducer
+    freed after the teardown destroys the gloo group itself, joining gloo's thread under the GIL
+    (a hang)."""
     if "RANK" not in os.environ:
         rank, world = 0, 1
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -18,15 +18,8 @@ def revision_skill_table(prefix, seeds=(0, 1, 2), before=None):
     lines = list(HEADER)
     absent, agents = [], []
     for view, label in (("answers", "peers' answers"), ("whole", "whole solutions")):
-        rows, done = [], []
-        for seed in seeds:
-            path = f"revision/{prefix}-seed{seed}-{view}.json"
-            result = load(path)
-            if result is None:
-                absent.append(path)
-                continue
-            done.append(str(seed))
-            rows += [r | {"id": f"{seed}:{r['id']}"} for r in result["rows"]]
+        rows, done, missed = seed_rows(f"revision/{prefix}-seed{{seed}}-{view}.json", seeds)
+        absent += missed
         if rows:
             agents.append(f"{label} (seeds {','.join(done)}): {by_agent(rows)}")
         lines += class_lines(f"{label} (seeds {','.join(done)})", rows)
@@ -37,6 +30,21 @@ def revision_skill_table(prefix, seeds=(0, 1, 2), before=None):
     if before:
         text += "\n\n" + revision_change(before, prefix, seeds)
     return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+def seed_rows(pattern, seeds):
+    """The rows of each seed's revision file (`pattern` with {seed}) pooled, a row's id made
+    "<seed>:<id>"; the seeds found (as text) and the files not there yet."""
+    rows, done, absent = [], [], []
+    for seed in seeds:
+        path = pattern.format(seed=seed)
+        result = load(path)
+        if result is None:
+            absent.append(path)
+            continue
+        done.append(str(seed))
+        rows += [r | {"id": f"{seed}:{r['id']}"} for r in result["rows"]]
+    return rows, done, absent
 
 
 HEADER = [

@@ -8,7 +8,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 """
 
 from experiments.refine_value import gain_summary
-from experiments.revision_tables import HEADER, by_agent, class_lines
+from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
 from experiments.split_pieces import MEMBERS, POLICIES, PREFIX
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
 from experiments.team_tables import gain_text, verdict
@@ -121,17 +121,10 @@ def split_revision_table(seeds=SEEDS):
     the shared questions apart, pooled over the seeds computed: where REFINE over the peers' whole
     solutions ends right against PERSIST and CONCEDE. On a split question every first answer lacks
     a value, so its states are all wrong and only REFINE can end right."""
-    revisions = {seed: load(f"revision/{PREFIX}-seed{seed}.json") for seed in seeds}
-    absent = [f"revision/{PREFIX}-seed{s}.json" for s, r in revisions.items() if r is None]
-    rows = [
-        r | {"id": f"{seed}:{r['id']}"}
-        for seed, revision in revisions.items()
-        if revision
-        for r in revision["rows"]
-    ]
+    rows, done, absent = seed_rows(f"revision/{PREFIX}-seed{{seed}}.json", seeds)
     if not rows:
         return missing(*absent)
-    done = ",".join(str(seed) for seed, r in revisions.items() if r)
+    done = ",".join(done)
     lines = [HEADER[0].replace("REFINE reads", "questions"), HEADER[1]]
     agents = []
     for part in PARTS:

@@ -119,8 +119,9 @@ def trained(ranks, out, fsdp):
 
 def main(out, fsdp):
     with distributed(Path(out).parent) as ranks:
-        # the models die with trained()'s frame, before the process group does: a DDP reducer
-        # freed after it joins gloo's thread while holding the GIL the thread waits for (a hang)
+        # the models die with trained()'s frame, before the process group is torn down: a DDP
+        # reducer freed after the teardown destroys the gloo group itself, joining gloo's thread
+        # while holding the GIL that thread waits for (a hang at exit)
         result = trained(ranks, out, fsdp)
         if ranks.rank == 0:
             torch.save(result | {"world": ranks.world}, out)
