@@ -44,6 +44,7 @@ from deliberate import (
     refine_prompt,
     run_llm,
     solve_calls,
+    solve_prompt,
 )
 from llm.cache import call_seed
 from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
@@ -113,7 +114,7 @@ class Config:
     seeds: str = ""
     """e.g. 0,1,2: one evaluation per seed, then accuracy mean ± sample std over the seeds"""
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
-    """comma-separated: vanilla, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle,
+    """comma-separated: vanilla, alone, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle,
     mpdf=POLICY.pt, leader=MODEL_DIR, leader=default"""
     reference: str = ""
     """a protocol of the list: every other one's paired accuracy difference to it"""
@@ -130,6 +131,13 @@ class Config:
 def vanilla_prompt(example, agent=None):
     """One answer to the question as `agent` sees it (task split: the values it holds)."""
     return f"{example.render(agent)}\nAnswer with {hint(example.task)}."
+
+
+def alone_prompt(example, agent=None, trailer=False):
+    """One answer asked as the game's round 0 asks it (deliberate.solve_prompt): an agent trained on
+    the game's prompt answers alone in the words it learned, so that its accuracy measures the agent
+    and not a wording it never saw."""
+    return solve_prompt(example, trailer, agent)
 
 
 def cot_prompt(example, agent=None):
@@ -208,16 +216,21 @@ def lead(engine, leader, examples, game):
 
 # the games of a fixed policy (mpdf-refine is debate's)
 GAMES = ("debate",) + tuple(f"mpdf-{name}" for name in FIXED_POLICIES)
-PROTOCOLS = ("vanilla", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle")
-PROTOCOLS += ("mpdf=PATH", "leader=PATH", "leader=default")
+PROTOCOLS = (
+    *("vanilla", "alone", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle"),
+    *("mpdf=PATH", "leader=PATH", "leader=default"),
+)
 
 
 def run_protocol(engine, examples, protocol, game, leader=None):
     """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
     game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
     directory or default, + an adapter file or not)."""
-    if protocol in ("vanilla", "cot", "sc"):
-        prompt = vanilla_prompt if protocol == "vanilla" else cot_prompt
+    if protocol in ("vanilla", "alone", "cot", "sc"):
+        prompt = {
+            "vanilla": vanilla_prompt,
+            "alone": lambda ex, agent: alone_prompt(ex, agent, game.trailer),
+        }.get(protocol, cot_prompt)
         # self-consistency gets as many samples as debate makes generations, sample k from agent
         # k mod agents (a team's models take turns); single answers are greedy, agent 0's
         samples = game.agents * (game.rounds + 1) if protocol == "sc" else 1
@@ -473,7 +486,7 @@ def check(cfg):
 def check_protocol(protocol, cfg):
     """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
     a leader's model directory."""
-    if protocol in ("vanilla", "cot", "sc", *GAMES, "leader=default"):
+    if protocol in ("vanilla", "alone", "cot", "sc", *GAMES, "leader=default"):
         return
     if protocol.startswith("mpdf="):
         path = protocol[len("mpdf=") :]

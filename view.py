@@ -139,7 +139,7 @@ def leader_rows(r, agents, names):
 
 
 def sample_rows(r):
-    """vanilla, cot, sc: the samples (one for a greedy answer), then their vote."""
+    """vanilla, alone, cot, sc: the samples (one for a greedy answer), then their vote."""
     answers = r.get("answers", ["?"] * len(r["texts"]))
     oks = r.get("answer_correct", [None] * len(r["texts"]))
     cells = [answer_cell(a, ok, text(body)) for a, ok, body in zip(answers, oks, r["texts"])]

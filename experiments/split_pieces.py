@@ -93,14 +93,15 @@ def seed_pieces(seed):
             "outputs": [out],
             "needs": [policy[algo], *ADAPTERS],
         }
-    # each member alone: its round-0 answer, three copies of it voting
+    # each member alone (a team of three copies of it, so that agent 0's view is the game's): its
+    # greedy answer asked as the game's round 0 asks (alone, the words it was trained on), and
+    # member 0 asked in vanilla's words, the single answer of every other table
     for j, member in enumerate(MEMBERS):
-        alone = ",".join([f"default+results/agents/{member}"] * 3)
-        flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", alone, *test, "--protocols", "vanilla"]
-        pieces[f"table-{name}-vanilla-m{j}"] = {
-            **table(f"{name}-vanilla-m{j}", flags),
-            "needs": ADAPTERS,
-        }
+        copies = ",".join([f"default+results/agents/{member}"] * 3)
+        for protocol in ["alone"] + (["vanilla"] if j == 0 else []):
+            short = f"{name}-{protocol}-m{j}"
+            flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", copies, *test, "--protocols", protocol]
+            pieces[f"table-{short}"] = {**table(short, flags), "needs": ADAPTERS}
     return pieces
 
 

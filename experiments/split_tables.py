@@ -15,8 +15,10 @@ from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
 
 SEEDS = (0, 1, 2)
-# the fixed protocols: the team's vote after round 0, self-consistency, debate, each member alone
-FIXED = ("persist", "sc", "debate", *(f"vanilla-m{j}" for j in range(len(MEMBERS))))
+# the fixed protocols: the team's vote after round 0, self-consistency, debate, vanilla (member 0
+# in the single answer's words) and each member alone (asked as the game's round 0 asks)
+ALONE = tuple(f"alone-m{j}" for j in range(len(MEMBERS)))
+FIXED = ("persist", "sc", "debate", "vanilla-m0", *ALONE)
 LEARNED = (*POLICIES, "leader", "magrpo-debate")
 NAMES = {
     "persist": "the team's vote after round 0",
@@ -24,7 +26,8 @@ NAMES = {
     "debate": "debate (every agent REFINEs every round)",
     "leader": "MLPO leader (reads every solution)",
     "magrpo-debate": "debate, agents trained by MAGRPO",
-    **{f"vanilla-m{j}": f"member {j} alone" for j in range(len(MEMBERS))},
+    "vanilla-m0": "vanilla (member 0, in the single answer's words)",
+    **{f"alone-m{j}": f"member {j} alone (the game's first prompt)" for j in range(len(MEMBERS))},
 }
 PARTS = ("split", "shared")
 
@@ -82,11 +85,11 @@ def runs_of(parts, seeds=SEEDS):
 
 
 def split_agents_table(seeds=SEEDS):
-    """The agents' own targets, per member over the seeds: alone on split questions (at most 0.15:
-    no view holds every value), alone on shared ones (at least 0.60), and REFINE over the peers'
-    whole solutions at the first decision on split questions (at least 0.70: the values pooled;
-    results/revision/, every state of the member)."""
-    alone, absent = runs_of([f"vanilla-m{j}" for j in range(len(MEMBERS))], seeds)
+    """The agents' own targets, per member over the seeds: alone (asked as the game's round 0 asks,
+    greedy) on split questions (at most 0.15: no view holds every value), alone on shared ones (at
+    least 0.60), and REFINE over the peers' whole solutions at the first decision on split questions
+    (at least 0.70: the values pooled; results/revision/, every state of the member)."""
+    alone, absent = runs_of(ALONE, seeds)
     revisions = {seed: load(f"revision/{PREFIX}-seed{seed}.json") for seed in seeds}
     absent += [f"revision/{PREFIX}-seed{s}.json" for s, r in revisions.items() if r is None]
     revisions = {seed: r for seed, r in revisions.items() if r}
@@ -98,7 +101,7 @@ def split_agents_table(seeds=SEEDS):
         "|---|---|---|---|---|",
     ]
     for j, member in enumerate(MEMBERS):
-        runs = alone.get(f"vanilla-m{j}", {})
+        runs = alone.get(f"alone-m{j}", {})
         refined = [
             r["refine"]
             for revision in revisions.values()

@@ -1121,9 +1121,8 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
         "debate": ([not d or q < 20 for q, d in zip(ids, dealt)], 1000),
         "softrank": ([not d or q < 24 for q, d in zip(ids, dealt)], 500),
         "sft": ([not d for d in dealt], 400),
-        **{
-            f"vanilla-m{j}": ([not d and q < 30 for q, d in zip(ids, dealt)], 100) for j in range(3)
-        },
+        "vanilla-m0": ([q < 2 for q in ids], 100),
+        **{f"alone-m{j}": ([not d and q < 30 for q, d in zip(ids, dealt)], 100) for j in range(3)},
     }
     for seed in (0, 1, 2):
         for part, (right, tokens) in plays.items():

@@ -1,9 +1,9 @@
 """The fixed evaluation protocols, MLPO's leader and the game's bookkeeping, pinned on hand-built
 games whose every call is worked out by hand here (issue 43): for each protocol of run_protocol
-(vanilla, cot, sc, debate, mpdf-<fixed>, mpdf=<policy>, leader=<spec>) the number of LLM calls,
-their prompts, seeds, agents (adapters), temperatures and sampling settings, the vote, the tokens
-counted and the actions by round; for lead() what the leader is shown, which seeds its calls and
-its peers' revisions use, and how its answer is scored; for decide() the observations, info,
+(vanilla, alone, cot, sc, debate, mpdf-<fixed>, mpdf=<policy>, leader=<spec>) the number of LLM
+calls, their prompts, seeds, agents (adapters), temperatures and sampling settings, the vote, the
+tokens counted and the actions by round; for lead() what the leader is shown, which seeds its calls
+and its peers' revisions use, and how its answer is scored; for decide() the observations, info,
 per-(question, agent, round) uniforms and greedy flag the policy gets; for play() its records, the
 critic's cost and its progress ticks; action_counts by kind and round.
 
@@ -87,6 +87,7 @@ def answers_by_round(result):
     "protocol, prompt, asks",
     [
         ("vanilla", E.vanilla_prompt, "Answer with a number."),
+        ("alone", E.alone_prompt, "End with 'Answer: <a number>'."),
         ("cot", E.cot_prompt, "Think step by step, then end with 'Answer: <a number>'."),
     ],
 )
@@ -130,6 +131,20 @@ def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt
             "answer_correct": [False],
         },
     ]
+
+
+def test_alone_asks_as_the_games_round_0_asks_with_its_trailer():
+    """alone is the game's round-0 prompt of agent 0 (trailer and all), the words a trained agent
+    learned, greedy, where vanilla asks in other words."""
+    examples = [example("q/1")]
+    for trailer in (False, True):
+        cfg = GameConfig(agents=2, rounds=1, seed=3, temperature=0.7, trailer=trailer)
+        engine = Recorder({call_seed(3, "q/1", 0, "alone"): 5})
+        E.run_protocol(Team([Member(engine, 1), Member(engine, 2)]), examples, "alone", cfg)
+        [call] = engine.log
+        assert call["prompts"] == [D.solve_prompt(examples[0], trailer, 0)]
+        assert call["prompts"] != [E.vanilla_prompt(examples[0])]
+        assert (call["adapters"], call["temperature"]) == ([1], 0.0)
 
 
 def test_self_consistency_votes_as_many_samples_as_debate_makes():
@@ -213,7 +228,7 @@ def test_policy_protocols_play_the_named_policy(protocol, actions, answers, call
 
 
 def test_unknown_protocols_and_a_leader_without_its_engine_are_refused():
-    known = "vanilla, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle, mpdf=PATH, "
+    known = "vanilla, alone, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle, mpdf=PATH, "
     known += "leader=PATH, leader=default"
     engine, leader = Recorder({}), Recorder({})
     message = re.escape(f"unknown protocol 'magic'; known: {known}") + "$"
