@@ -60,7 +60,7 @@ demo: model
 	@echo "project's best result, SoftRankPO with plain ranks over this team (3 seeds: README.md, Results)."
 	@echo
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(SPLIT_GAME) --models $(SPLIT_TEAM) --split test --n 32 --seed 0 \
-		--protocols vanilla,mpdf-persist,mpdf=$(SPLIT_POLICY) --reference mpdf=$(SPLIT_POLICY) --out runs/demo/split.json
+		--protocols alone,mpdf-persist,mpdf=$(SPLIT_POLICY) --reference mpdf=$(SPLIT_POLICY) --out runs/demo/split.json
 	$(PY) view.py runs/demo/split.json --out runs/demo/split.html
 	@echo
 	@echo "The facts split among the agents: on half the questions each agent holds two of the three values."
