@@ -214,19 +214,19 @@ def lead(engine, leader, examples, game):
     return results
 
 
+# the protocols of independent answers and their vote (one greedy answer, but for sc)
+ANSWERS = ("vanilla", "alone", "cot", "sc")
 # the games of a fixed policy (mpdf-refine is debate's)
 GAMES = ("debate",) + tuple(f"mpdf-{name}" for name in FIXED_POLICIES)
-PROTOCOLS = (
-    *("vanilla", "alone", "cot", "sc", "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle"),
-    *("mpdf=PATH", "leader=PATH", "leader=default"),
-)
+PROTOCOLS = (*ANSWERS, "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle")
+PROTOCOLS += ("mpdf=PATH", "leader=PATH", "leader=default")
 
 
 def run_protocol(engine, examples, protocol, game, leader=None):
     """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
     game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
     directory or default, + an adapter file or not)."""
-    if protocol in ("vanilla", "alone", "cot", "sc"):
+    if protocol in ANSWERS:
         prompt = {
             "vanilla": vanilla_prompt,
             "alone": lambda ex, agent: alone_prompt(ex, agent, game.trailer),
@@ -486,7 +486,7 @@ def check(cfg):
 def check_protocol(protocol, cfg):
     """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
     a leader's model directory."""
-    if protocol in ("vanilla", "alone", "cot", "sc", *GAMES, "leader=default"):
+    if protocol in (*ANSWERS, *GAMES, "leader=default"):
         return
     if protocol.startswith("mpdf="):
         path = protocol[len("mpdf=") :]
