@@ -124,14 +124,16 @@ def gain_summary(gains, resamples=10_000, seed=0):
 
 def decision_values(transcripts):
     """Per kind of action taken: gain_over_persist of those decisions; also what REFINE would have
-    gained over PERSIST at every decision, whatever was taken; and the kinds' shares by round."""
+    gained over PERSIST at every decision, whatever was taken, over all rounds and round by round
+    (a first REFINE may pool what a later one only polishes); and the kinds' shares by round."""
     taken = {kind: [] for kind in ACTION_KINDS}
-    refine_everywhere, by_round = [], {}
+    refine_everywhere, by_round, refine_by_round = [], {}, {}
     for tr in transcripts:
         for t, record in enumerate(tr["rounds"][1:], start=1):
             for action, rewards in zip(record["actions"], record["reward_vectors"]):
                 taken[action_kind(action)].append((rewards[action], rewards[PERSIST]))
                 refine_everywhere.append((rewards[REFINE], rewards[PERSIST]))
+                refine_by_round.setdefault(t, []).append((rewards[REFINE], rewards[PERSIST]))
                 counts = by_round.setdefault(t, dict.fromkeys(ACTION_KINDS, 0))
                 counts[action_kind(action)] += 1
     total = sum(len(rows) for rows in taken.values()) or 1
@@ -144,6 +146,9 @@ def decision_values(transcripts):
         ],
         "taken_vs_persist": {kind: gain_over_persist(rows) for kind, rows in taken.items()},
         "refine_at_every_decision_vs_persist": gain_over_persist(refine_everywhere),
+        "refine_at_every_decision_by_round": [
+            gain_over_persist(rows) for _, rows in sorted(refine_by_round.items())
+        ],
     }
 
 

@@ -26,6 +26,7 @@ from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_tables import (
     split_agents_table,
+    split_cost_table,
     split_revision_table,
     split_target_table,
     split_team_table,
@@ -328,6 +329,7 @@ TABLES = {
     "split-revision": split_revision_table,
     "split-team": split_team_table,
     "split-target": split_target_table,
+    "split-cost": split_cost_table,
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS

@@ -44,6 +44,14 @@ PREFIX = "split300-team-split"
 # the meta-policies of a competent team's table: SFT, then SoftRankPO (and with REFINE free of its
 # cost), GRPO, plain ranks and leave-one-out from it
 POLICIES = ("sft", *COMPETENT_RL_ALGOS)
+# SoftRankPO at REFINE costs between its default (0.5 per 1000 tokens) and free: at the default it
+# keeps REFINE to split questions but REFINEs less than debate there; free, it REFINEs on shared
+# questions too. Each cost is a policy of its own, on the same questions as the others.
+REFINE_COSTS = ("0.1", "0.25")
+SWEEP_FLAGS = {
+    f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS
+}
+SWEEP = tuple(SWEEP_FLAGS)
 
 
 def seed_pieces(seed):
@@ -52,7 +60,7 @@ def seed_pieces(seed):
     base = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--seed", str(seed)]
     test = ["--split", "test", "--n", "300", "--seed", str(seed)]
     name = f"{PREFIX}-seed{seed}"
-    policy = {algo: f"results/policies/{name}-{algo}.safetensors" for algo in POLICIES}
+    policy = {algo: f"results/policies/{name}-{algo}.safetensors" for algo in (*POLICIES, *SWEEP)}
     pieces = {
         f"revision-{name}": {
             "command": [PY, "-m", "experiments.revision_skill", *base, "--n", "300"]
@@ -65,15 +73,15 @@ def seed_pieces(seed):
             "needs": ADAPTERS,
         },
     }
-    for algo in POLICIES[1:]:
-        flags = [*base, *RL_FLAGS[algo], "--init", policy["sft"]]
+    for algo in (*POLICIES[1:], *SWEEP):
+        flags = [*base, *{**RL_FLAGS, **SWEEP_FLAGS}[algo], "--init", policy["sft"]]
         pieces[f"train-{name}-{algo}"] = {
             **trained(f"{name}-{algo}", "train_rl.py", flags, policy[algo]),
             "needs": [policy["sft"], *ADAPTERS],
         }
     protocols = {
         "persist": "mpdf-persist",
-        **{algo: f"mpdf={policy[algo]}" for algo in POLICIES},
+        **{algo: f"mpdf={policy[algo]}" for algo in (*POLICIES, *SWEEP)},
         "sc": "sc",
         "debate": "debate",
     }
@@ -85,7 +93,7 @@ def seed_pieces(seed):
         }
     # what each policy's REFINEs and CONCEDEs gain over PERSIST in its test games, split and
     # shared questions apart
-    for algo in POLICIES:
+    for algo in (*POLICIES, *SWEEP):
         out = f"results/refine/{name}-{algo}.json"
         pieces[f"refine-value-{name}-{algo}"] = {
             "command": [PY, "-m", "experiments.refine_value", *base, "--n", "300"]

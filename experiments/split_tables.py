@@ -9,7 +9,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
-from experiments.split_pieces import MEMBERS, POLICIES, PREFIX
+from experiments.split_pieces import MEMBERS, POLICIES, PREFIX, REFINE_COSTS, SWEEP
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
@@ -19,7 +19,10 @@ SEEDS = (0, 1, 2)
 # in the single answer's words) and each member alone (asked as the game's round 0 asks)
 ALONE = tuple(f"alone-m{j}" for j in range(len(MEMBERS)))
 FIXED = ("persist", "sc", "debate", "vanilla-m0", *ALONE)
-LEARNED = (*POLICIES, "leader", "magrpo-debate")
+LEARNED = (*POLICIES, *SWEEP, "leader", "magrpo-debate")
+# SoftRankPO from REFINE free to its default cost, each cost a policy of its own
+BY_ROUND = "refine_at_every_decision_by_round"
+COSTED = {"softrank-cost0": "0 (free)", **dict(zip(SWEEP, REFINE_COSTS)), "softrank": "default"}
 NAMES = {
     "persist": "the team's vote after round 0",
     "sc": "self-consistency",
@@ -189,7 +192,7 @@ def split_target_table(seeds=SEEDS):
         "|---|---|---|---|---|---|---|",
     ]
     waiting = []
-    for policy in POLICIES:
+    for policy in (*POLICIES, *SWEEP):
         played = {seed: runs[policy][seed] for seed in complete if seed in runs.get(policy, {})}
         values = [load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in complete]
         if len(played) < len(complete) or not all(values):
@@ -241,5 +244,68 @@ def split_target_table(seeds=SEEDS):
         lines.append(
             f"\nDebate by the MAGRPO-trained agents against the team's vote ({len(debated)} seeds, "
             f"paired): {format_paired(paired(debated, fixed['persist']))}."
+        )
+    return "\n".join(lines)
+
+
+def pooled_refine(values, part, rounds):
+    """What REFINE would have gained over PERSIST at every decision of `part`'s questions in the
+    rounds `rounds` (1-based), pooled over the refine-value files `values`."""
+    gains = [
+        g
+        for v in values
+        for t, round_gains in enumerate(v["parts"][part][BY_ROUND], 1)
+        if t in rounds
+        for g in round_gains.get("gains", [])
+    ]
+    return gain_text(gain_summary(gains))
+
+
+def split_cost_table(seeds=SEEDS):
+    """SoftRankPO by REFINE's token cost in its reward, over the seeds each cost has: accuracy on
+    the split and shared questions, tokens, REFINE's share on each part, debate's accuracy on the
+    same questions, and what REFINE would have gained over PERSIST at every decision of its own
+    test games: on split questions in round 1 (the values pooled) and later (the answer polished),
+    and on shared questions. A cost that keeps REFINE off shared questions but REFINEs on split ones
+    as long as debate does exists only if the later split REFINEs gain more than the shared ones."""
+    runs, _ = runs_of((*COSTED, "debate"), seeds)
+    debate = runs.get("debate", {})
+    lines = [
+        "| SoftRankPO, REFINE's cost per 1000 tokens | seeds | accuracy | split q. | shared q. | "
+        "tokens/q | REFINE share split / shared | vs debate, same questions [95% CI] | REFINE − "
+        "PERSIST at every decision, split q., round 1 | split q., rounds 2+ | shared q. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    absent, stale = [], []
+    for policy, cost in COSTED.items():
+        played = runs.get(policy, {})
+        values = {seed: load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in played}
+        by_round = [v for v in values.values() if v and BY_ROUND in v["parts"]["split"]]
+        absent += [f"tables/{PREFIX}-seed{s}-{policy}.json" for s in seeds if s not in played]
+        absent += [f"refine/{PREFIX}-seed{s}-{policy}.json" for s, v in values.items() if not v]
+        stale += [
+            f"`results/refine/{PREFIX}-seed{s}-{policy}.json`"
+            for s, v in values.items()
+            if v and BY_ROUND not in v["parts"]["split"]
+        ]
+        if not played or len(by_round) < len(played):
+            continue
+        shares = [mean([v["parts"][p]["shares"]["refine"] for v in by_round]) for p in PARTS]
+        versus = paired(played, debate)
+        lines.append(
+            f"| {cost} (`{policy}`) | {len(played)} | {accuracy_over_seeds(played)} | "
+            f"{fmt(part_mean(played, 'split', 'accuracy'))} | "
+            f"{fmt(part_mean(played, 'shared', 'accuracy'))} | "
+            f"{mean([s['tokens_per_question'] for s in played.values()]):.0f} | "
+            f"{shares[0]:.2f} / {shares[1]:.2f} | {format_paired(versus) if versus else ''} | "
+            f"{pooled_refine(by_round, 'split', {1})} | "
+            f"{pooled_refine(by_round, 'split', range(2, 99))} | "
+            f"{pooled_refine(by_round, 'shared', range(1, 99))} |"
+        )
+    if absent:
+        lines.append("\n" + missing(*absent))
+    if stale:
+        lines.append(
+            f"\n*(computed before the gains by round, to compute again: {', '.join(stale)})*"
         )
     return "\n".join(lines)

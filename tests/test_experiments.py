@@ -1429,3 +1429,61 @@ def test_revision_change_pairs_before_and_after_by_question_over_the_seeds_with_
     assert "PERSIST +0.125 [+0.000, +0.375] (1)" in text
     assert "CONCEDE +0.000 [+0.000, +0.000] (0)" in text
     assert "not computed yet" in revision_tables.revision_change("b", "nothing")
+
+
+def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp_path, monkeypatch):
+    """SoftRankPO by REFINE's cost: each cost's row over the seeds it has, debate paired on the same
+    questions, REFINE's gains at every decision pooled over the seeds per part and round (split
+    round 1 apart from later rounds); a cost without its files waits, a refine file written before
+    the gains by round is named to compute again."""
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    for folder in ("tables", "refine"):
+        (tmp_path / folder).mkdir()
+    ids = range(20)
+    dealt = [q % 2 == 0 for q in ids]
+    plays = {
+        "debate": ([True] * 20, 1000),
+        "softrank-cost0.25": ([q < 18 for q in ids], 400),
+        "softrank": ([q < 16 for q in ids], 300),
+    }
+    by_round = {
+        "split": [{"gains": [1.0, 1.0]}, {"gains": [0.0, 0.5]}, {"gains": [0.5]}],
+        "shared": [{"gains": [0.0, -1.0]}, {"gains": [1.0]}],
+    }
+    for seed in (0, 1):
+        for part, (right, tokens) in plays.items():
+            summary = split_summary(right, dealt, tokens)
+            path = tmp_path / "tables" / f"split300-team-split-seed{seed}-{part}.json"
+            path.write_text(json.dumps({part: summary}))
+        for policy in ("softrank-cost0.25", "softrank"):
+            parts = {
+                part: {
+                    "shares": {"refine": 0.5 if part == "split" else 0.1},
+                    **(
+                        {"refine_at_every_decision_by_round": rounds}
+                        if policy != "softrank"
+                        else {}
+                    ),
+                }
+                for part, rounds in by_round.items()
+            }
+            path = tmp_path / "refine" / f"split300-team-split-seed{seed}-{policy}.json"
+            path.write_text(json.dumps({"parts": parts}))
+    text = split_tables.split_cost_table()
+    rows = {
+        row[0]: row
+        for row in ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
+        if len(row) == 11
+    }
+    row = rows["0.25 (`softrank-cost0.25`)"]
+    assert row[1:6] == ["2", "0.900 ± 0.000", "0.900", "0.900", "400"]
+    assert row[6] == "0.50 / 0.10" and row[7].startswith("-0.100 [")
+    # round 1 of both seeds: 1, 1, 1, 1; later: 0, 0.5, 0.5 twice; shared: 0, -1, 1 twice
+    assert row[8].startswith("+1.000 [") and row[8].endswith("(4)")
+    assert row[9].startswith("+0.333 [") and row[9].endswith("(6)")
+    assert row[10].startswith("+0.000 [") and row[10].endswith("(6)")
+    assert not any(key.startswith("default") or key.startswith("0.1 ") for key in rows)
+    assert "split300-team-split-seed0-softrank-cost0.1.json" in text.split("not computed")[1]
+    stale = text.split("to compute again")[1]
+    assert "seed0-softrank.json" in stale and "seed1-softrank.json" in stale
+    assert "cost0.25" not in stale

@@ -62,6 +62,9 @@ def test_decision_values_by_hand():
     # REFINE at every decision: 1, -0.5, -1, -0.5, 0, 1 -> 0
     everywhere = values["refine_at_every_decision_vs_persist"]
     assert everywhere["decisions"] == 6 and everywhere["mean_gain"] == pytest.approx(0.0)
+    # round by round: 1, -0.5, -1 in round 1; -0.5, 0, 1 in round 2
+    first, second = values["refine_at_every_decision_by_round"]
+    assert first["gains"] == [1.0, -0.5, -1.0] and second["gains"] == [-0.5, 0.0, 1.0]
     assert refine_value.gain_over_persist([]) == {"decisions": 0}
 
 
