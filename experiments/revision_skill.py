@@ -18,6 +18,8 @@ first decision's states are scored, so the numbers do not depend on what the pol
 """
 
 import dataclasses
+import operator
+import re
 from dataclasses import dataclass
 
 import torch
@@ -118,10 +120,38 @@ def concede_pick(policy, observation, agent, before):
     return max(peers, key=lambda j: (before[j].confidence, -j))
 
 
+# a step on its own line, "a + b = c" over integers, as worked solutions write them
+_STEP = re.compile(r"^\s*(-?\d+)\s*([-+*×])\s*(-?\d+)\s*=\s*(-?\d+)\s*$", re.M)
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "×": operator.mul}
+
+
+def steps_right(text):
+    """Whether every step `a op b = c` written on a line of its own in `text` is right (True where
+    none is written)."""
+    return all(_OPS[op](int(a), int(b)) == int(c) for a, op, b, c in _STEP.findall(text))
+
+
+def pooling(example, agent, move):
+    """Task split, a question whose values were dealt: what the agent's REFINE had to pool and
+    what it did, a fact counted as stated where a text has it as the question words it: whether
+    the peers' first solutions state every value the agent lacks, whether its REFINE states every
+    value, and whether every step the REFINE writes is right (so a REFINE that ends wrong is told
+    apart: a value no peer gave, a value not taken, a slip of arithmetic, or a wrong expression)."""
+    facts = [known for known, _ in example.meta["facts"]]
+    lacked = [k for k in range(len(facts)) if k not in example.meta["views"][agent]]
+    peers = [move.before[j].text for j in peers_of(agent, len(move.before))]
+    text = move.refined[agent].text
+    return {
+        "peers_state_lacked": all(any(facts[k] in peer for peer in peers) for k in lacked),
+        "refine_states_all": all(fact in text for fact in facts),
+        "refine_steps_right": steps_right(text),
+    }
+
+
 def first_decisions(games, policy):
     """One row per (game, agent) at the game's first decision: its state class, whether REFINE,
     PERSIST and CONCEDE (to concede_pick) end right, the policy's action and the REFINE call's
-    tokens."""
+    tokens; on a split question (task split) also what its REFINE pooled (`pooling`)."""
     rows = []
     for game in games:
         ex, move = game.example, game.moves[0]
@@ -144,6 +174,7 @@ def first_decisions(games, policy):
                     "refine_tokens": int(move.costs[i]),
                     # task split: whether the question's values were dealt among the agents
                     **({"dealt": ex.meta["dealt"]} if "dealt" in ex.meta else {}),
+                    **(pooling(ex, i, move) if ex.meta.get("dealt") else {}),
                 }
             )
     return rows

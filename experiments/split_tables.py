@@ -139,7 +139,36 @@ def split_revision_table(seeds=SEEDS):
         agents.append(f"{part} questions: {by_agent(mine)}")
     text = "\n".join(lines) + "\n\nEach agent's own answer right → its REFINE right:\n"
     text += "\n".join(f"- {line}" for line in agents)
+    text += "\n\n" + misses_text([r for r in rows if r["dealt"]])
     return text + ("\n\n" + missing(*absent) if absent else "")
+
+
+# why a REFINE on a split question ended wrong, in the order the causes are told apart
+MISSES = {
+    "a value it lacked stated by no peer's first solution": lambda r: not r["peers_state_lacked"],
+    "given by a peer, not stated in its REFINE": lambda r: not r["refine_states_all"],
+    "every value stated, a step's arithmetic wrong": lambda r: not r["refine_steps_right"],
+    "every value stated and every step right (a wrong expression or answer line)": lambda r: True,
+}
+
+
+def misses_text(rows):
+    """The split questions' REFINEs that ended wrong, by cause (revision_skill.pooling), first
+    cause first; rows of a revision file written before the causes were kept are left out, said
+    so."""
+    known = [r for r in rows if "peers_state_lacked" in r]
+    if not known:
+        return "(The causes of the wrong REFINEs: not in these revision files; compute them again.)"
+    wrong = [r for r in known if not r["refine"]]
+    counts = dict.fromkeys(MISSES, 0)
+    for r in wrong:
+        counts[next(cause for cause, test in MISSES.items() if test(r))] += 1
+    causes = "; ".join(f"{cause}: {n}" for cause, n in counts.items())
+    text = f"Split questions, the REFINEs that ended wrong ({len(wrong)} of {len(known)} states"
+    text += f"), by cause: {causes}." if wrong else "): none."
+    if len(known) < len(rows):
+        text += f" ({len(rows) - len(known)} states of revision files without the causes left out.)"
+    return text
 
 
 def split_team_table(seeds=SEEDS):

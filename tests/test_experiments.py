@@ -1211,6 +1211,12 @@ def test_the_split_revision_table_keeps_the_split_and_shared_states_apart(tmp_pa
         rows = [
             row(q, j, True, "all wrong", q % 4 != 0, False, False) for q in range(4) for j in (0, 1)
         ]
+        # seed 1 kept why: question 0's agent 0 got no value from its peers, its agent 1 slipped
+        if seed:
+            for r in rows:
+                r |= {"peers_state_lacked": True, "refine_states_all": True}
+                r["refine_steps_right"] = r["id"] != "0:1"
+            rows[0]["peers_state_lacked"] = False
         rows += [row(4, 0, False, "own right, a peer wrong", True, True, False)]
         rows += [row(4, 1, False, "own wrong, a peer right", False, False, True)]
         (tmp_path / "revision" / f"split300-team-split-seed{seed}.json").write_text(
@@ -1228,6 +1234,11 @@ def test_the_split_revision_table_keeps_the_split_and_shared_states_apart(tmp_pa
     mended = cells[("shared (seeds 0,1)", "own wrong, a peer right")]
     assert mended[:4] == ["2", "0.000", "0.000", "1.000"] and mended[-1] == "100"
     assert cells[("shared (seeds 0,1)", "all states")][:4] == ["4", "0.500", "0.500", "0.500"]
+    misses = text.split("the REFINEs that ended wrong")[1]
+    assert misses.startswith(" (2 of 8 states), by cause: a value it lacked stated by no peer's")
+    assert "first solution: 1; given by a peer, not stated in its REFINE: 0; every value" in misses
+    assert "a step's arithmetic wrong: 1; every value stated and every step right" in misses
+    assert "(8 states of revision files without the causes left out.)" in misses
     assert "- split questions: agent 0 0.000 → 0.750, agent 1 0.000 → 0.750" in text
     assert "- shared questions: agent 0 1.000 → 1.000, agent 1 0.000 → 0.000" in text
     assert "split300-team-split-seed2.json" in text

@@ -150,3 +150,55 @@ def test_first_decisions_concede_to_the_peer_the_learned_policy_picks():
     # agent 0 -> agent 1 (wrong), agent 1 -> agent 0 (right), agent 2 -> agent 0 (right)
     assert [r["concede"] for r in rows] == [False, True, True]
     assert read == [(pytest.approx(observations[i][0]), [i]) for i in range(3)]
+
+
+def test_steps_right_checks_each_step_on_a_line_of_its_own():
+    assert R.steps_right("Tom has 2.\n2 + 3 = 5\n5 - 1 = 4\nAnswer: 4")
+    assert not R.steps_right("27 + 24 = 41\n41 + 4 = 45")
+    assert not R.steps_right("6 * 7 = 41") and R.steps_right("12 - -3 = 15")
+    # a chain on one line is not a step as the worked solutions write one; no step: nothing wrong
+    assert R.steps_right("3 + 4 + 5 = 13") and R.steps_right("I do not know.")
+
+
+def test_pooling_tells_apart_what_a_refine_on_a_split_question_missed():
+    """On a dealt question: whether the peers' first solutions state the values the agent lacks,
+    whether its REFINE states every value (as the question words it), and whether its steps are
+    right; a REFINE that ends wrong with every value and step right took a wrong expression."""
+    from data import split as split_task
+
+    ex = next(e for e in split_task.deal(split_task.load("test"), 3, 2, 1.0) if e.meta["dealt"])
+    facts = [known for known, _ in ex.meta["facts"]]
+    lacked = [k for k in range(3) if k not in ex.meta["views"][0]][0]
+    told = [k for k in range(3) if k in ex.meta["views"][1]]
+
+    def sol(text):
+        return D.parse_solution(text + "\nAnswer: 1", "split")
+
+    before = [sol(facts[0]), sol(" ".join(facts[k] for k in told)), sol("")]
+    whole = " ".join(facts)
+
+    def move(refined):
+        return D.Move(1, [None] * 3, [D.REFINE] * 3, before, before, {0: sol(refined)}, [1.0] * 3)
+
+    gave = lacked in told or any(facts[lacked] in b.text for b in before[1:])
+    got = R.pooling(ex, 0, move(whole + "\n2 + 3 = 5"))
+    assert got == {
+        "peers_state_lacked": gave,
+        "refine_states_all": True,
+        "refine_steps_right": True,
+    }
+    got = R.pooling(ex, 0, move(facts[0] + "\n2 + 3 = 6"))
+    assert not got["refine_states_all"] and not got["refine_steps_right"]
+    # the peer holding the lacked value states it: given; no peer states anything: not given
+    before[2] = sol(facts[lacked])
+    assert R.pooling(ex, 0, move(whole))["peers_state_lacked"]
+    before[1] = before[2] = sol("I hold nothing I can say.")
+    assert not R.pooling(ex, 0, move(whole))["peers_state_lacked"]
+    # each row of a dealt question carries it
+    played = move(whole)
+    played.refined = {i: sol(whole) for i in range(3)}
+    rows = R.first_decisions(
+        [SimpleNamespace(example=ex, moves=[played])], D.FixedPolicy("persist")
+    )
+    assert [r["dealt"] for r in rows] == [True] * 3
+    assert [{k: r[k] for k in got} for r in rows] == [R.pooling(ex, i, played) for i in range(3)]
