@@ -7,9 +7,12 @@ Every paired difference is pooled over the seeds both protocols have, on the sam
 question of seed k is "k:id"); a part (split or shared) pairs the same questions of that part.
 """
 
+import hashlib
+
+from experiments import tables
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
-from experiments.split_pieces import MEMBERS, POLICIES, PREFIX, REFINE_COSTS, SWEEP
+from experiments.split_pieces import MEMBERS, POLICIES, PREFIX, SWEEP
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
@@ -22,7 +25,7 @@ FIXED = ("persist", "sc", "debate", "vanilla-m0", *ALONE)
 LEARNED = (*POLICIES, *SWEEP, "leader", "magrpo-debate")
 # SoftRankPO from REFINE free to its default cost, each cost a policy of its own
 BY_ROUND = "refine_at_every_decision_by_round"
-COSTED = {"softrank-cost0": "0 (free)", **dict(zip(SWEEP, REFINE_COSTS)), "softrank": "default"}
+COSTED = ("softrank-cost0", *SWEEP, "softrank")
 NAMES = {
     "persist": "the team's vote after round 0",
     "sc": "self-consistency",
@@ -290,23 +293,44 @@ def pooled_refine(values, part, rounds):
     return gain_text(gain_summary(gains))
 
 
+def cost_of(policy, seeds):
+    """The REFINE cost a policy was trained at, as its committed settings say (one per seed)."""
+    costs = {
+        (load(f"policies/{PREFIX}-seed{s}-{policy}.json") or {}).get("refine_cost") for s in seeds
+    }
+    return ", ".join("?" if c is None else f"{c:g}" for c in sorted(costs, key=str))
+
+
+def same_weights(policy, seeds, like="softrank"):
+    """The seeds whose committed `policy` file holds the very bytes of `like`'s: SoftRankPO
+    ranks the rewards, so a cost that only breaks ties between them trains the same policy."""
+
+    def digest(name, seed):
+        path = tables.RESULTS / "policies" / f"{PREFIX}-seed{seed}-{name}.safetensors"
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+    return [s for s in seeds if digest(policy, s) and digest(policy, s) == digest(like, s)]
+
+
 def split_cost_table(seeds=SEEDS):
     """SoftRankPO by REFINE's token cost in its reward, over the seeds each cost has: accuracy on
     the split and shared questions, tokens, REFINE's share on each part, debate's accuracy on the
     same questions, and what REFINE would have gained over PERSIST at every decision of its own
     test games: on split questions in round 1 (the values pooled) and later (the answer polished),
-    and on shared questions. A cost that keeps REFINE off shared questions but REFINEs on split ones
-    as long as debate does exists only if the later split REFINEs gain more than the shared ones."""
+    and on shared questions; and the seeds where its weights are the default cost's, byte for byte.
+    A cost that keeps REFINE off shared questions but REFINEs on split ones as long as debate does
+    exists only if the later split REFINEs gain more than the shared ones."""
     runs, _ = runs_of((*COSTED, "debate"), seeds)
     debate = runs.get("debate", {})
     lines = [
         "| SoftRankPO, REFINE's cost per 1000 tokens | seeds | accuracy | split q. | shared q. | "
         "tokens/q | REFINE share split / shared | vs debate, same questions [95% CI] | REFINE − "
-        "PERSIST at every decision, split q., round 1 | split q., rounds 2+ | shared q. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "PERSIST at every decision, split q., round 1 | split q., rounds 2+ | shared q. | "
+        "seeds whose weights are the default cost's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     absent, stale = [], []
-    for policy, cost in COSTED.items():
+    for policy in COSTED:
         played = runs.get(policy, {})
         values = {seed: load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in played}
         by_round = [v for v in values.values() if v and BY_ROUND in v["parts"]["split"]]
@@ -322,14 +346,16 @@ def split_cost_table(seeds=SEEDS):
         shares = [mean([v["parts"][p]["shares"]["refine"] for v in by_round]) for p in PARTS]
         versus = paired(played, debate)
         lines.append(
-            f"| {cost} (`{policy}`) | {len(played)} | {accuracy_over_seeds(played)} | "
+            f"| {cost_of(policy, played)} (`{policy}`) | {len(played)} | "
+            f"{accuracy_over_seeds(played)} | "
             f"{fmt(part_mean(played, 'split', 'accuracy'))} | "
             f"{fmt(part_mean(played, 'shared', 'accuracy'))} | "
             f"{mean([s['tokens_per_question'] for s in played.values()]):.0f} | "
             f"{shares[0]:.2f} / {shares[1]:.2f} | {format_paired(versus) if versus else ''} | "
             f"{pooled_refine(by_round, 'split', {1})} | "
             f"{pooled_refine(by_round, 'split', range(2, 99))} | "
-            f"{pooled_refine(by_round, 'shared', range(1, 99))} |"
+            f"{pooled_refine(by_round, 'shared', range(1, 99))} | "
+            f"{','.join(map(str, same_weights(policy, played))) or 'none'} |"
         )
     if absent:
         lines.append("\n" + missing(*absent))

@@ -1461,7 +1461,14 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
         "split": [{"gains": [1.0, 1.0]}, {"gains": [0.0, 0.5]}, {"gains": [0.5]}],
         "shared": [{"gains": [0.0, -1.0]}, {"gains": [1.0]}],
     }
+    (tmp_path / "policies").mkdir()
     for seed in (0, 1):
+        # the cost-0.25 weights: the default's at seed 0, others at seed 1
+        for policy, weights in (("softrank", b"w"), ("softrank-cost0.25", b"wv"[seed : seed + 1])):
+            name = f"split300-team-split-seed{seed}-{policy}"
+            (tmp_path / "policies" / f"{name}.safetensors").write_bytes(weights)
+            cost = 0.5 if policy == "softrank" else 0.25
+            (tmp_path / "policies" / f"{name}.json").write_text(json.dumps({"refine_cost": cost}))
         for part, (right, tokens) in plays.items():
             summary = split_summary(right, dealt, tokens)
             path = tmp_path / "tables" / f"split300-team-split-seed{seed}-{part}.json"
@@ -1484,7 +1491,7 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
     rows = {
         row[0]: row
         for row in ([c.strip() for c in line.strip("|").split("|")] for line in text.splitlines())
-        if len(row) == 11
+        if len(row) == 12
     }
     row = rows["0.25 (`softrank-cost0.25`)"]
     assert row[1:6] == ["2", "0.900 ± 0.000", "0.900", "0.900", "400"]
@@ -1493,7 +1500,9 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
     assert row[8].startswith("+1.000 [") and row[8].endswith("(4)")
     assert row[9].startswith("+0.333 [") and row[9].endswith("(6)")
     assert row[10].startswith("+0.000 [") and row[10].endswith("(6)")
-    assert not any(key.startswith("default") or key.startswith("0.1 ") for key in rows)
+    assert not any("`softrank`" in key or key.startswith("0.1 ") for key in rows)
+    # seed 0's cost-0.25 weights are the default's byte for byte, seed 1's differ
+    assert row[11] == "0"
     assert "split300-team-split-seed0-softrank-cost0.1.json" in text.split("not computed")[1]
     stale = text.split("to compute again")[1]
     assert "seed0-softrank.json" in stale and "seed1-softrank.json" in stale
