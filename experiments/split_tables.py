@@ -295,9 +295,8 @@ def pooled_refine(values, part, rounds):
 
 def cost_of(policy, seeds):
     """The REFINE cost a policy was trained at, as its committed settings say (one per seed)."""
-    costs = {
-        (load(f"policies/{PREFIX}-seed{s}-{policy}.json") or {}).get("refine_cost") for s in seeds
-    }
+    settings = [load(f"policies/{PREFIX}-seed{s}-{policy}.json") or {} for s in seeds]
+    costs = {of.get("train_config", {}).get("refine_cost") for of in settings}
     return ", ".join("?" if c is None else f"{c:g}" for c in sorted(costs, key=str))
 
 

@@ -1468,7 +1468,8 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
             name = f"split300-team-split-seed{seed}-{policy}"
             (tmp_path / "policies" / f"{name}.safetensors").write_bytes(weights)
             cost = 0.5 if policy == "softrank" else 0.25
-            (tmp_path / "policies" / f"{name}.json").write_text(json.dumps({"refine_cost": cost}))
+            settings = {"train_config": {"refine_cost": cost}}
+            (tmp_path / "policies" / f"{name}.json").write_text(json.dumps(settings))
         for part, (right, tokens) in plays.items():
             summary = split_summary(right, dealt, tokens)
             path = tmp_path / "tables" / f"split300-team-split-seed{seed}-{part}.json"
