@@ -46,7 +46,8 @@ PREFIX = "split300-team-split"
 POLICIES = ("sft", *COMPETENT_RL_ALGOS)
 # SoftRankPO at REFINE costs between its default (0.5 per 1000 tokens) and free: at the default it
 # keeps REFINE to split questions but REFINEs less than debate there; free, it REFINEs on shared
-# questions too. Each cost is a policy of its own, on the same questions as the others.
+# questions too. Each cost is a policy of its own, on the same questions as the others (SoftRankPO
+# ranks a state's rewards, so a cost that changes no order trains the default's policy).
 REFINE_COSTS = ("0.1", "0.25")
 SWEEP_FLAGS = {
     f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS

@@ -280,14 +280,14 @@ def split_target_table(seeds=SEEDS):
     return "\n".join(lines)
 
 
-def pooled_refine(values, part, rounds):
+def pooled_refine(values, part, rounds=lambda t: True):
     """What REFINE would have gained over PERSIST at every decision of `part`'s questions in the
-    rounds `rounds` (1-based), pooled over the refine-value files `values`."""
+    rounds t (1-based) where rounds(t) holds, pooled over the refine-value files `values`."""
     gains = [
         g
         for v in values
         for t, round_gains in enumerate(v["parts"][part][BY_ROUND], 1)
-        if t in rounds
+        if rounds(t)
         for g in round_gains.get("gains", [])
     ]
     return gain_text(gain_summary(gains))
@@ -351,9 +351,9 @@ def split_cost_table(seeds=SEEDS):
             f"{fmt(part_mean(played, 'shared', 'accuracy'))} | "
             f"{mean([s['tokens_per_question'] for s in played.values()]):.0f} | "
             f"{shares[0]:.2f} / {shares[1]:.2f} | {format_paired(versus) if versus else ''} | "
-            f"{pooled_refine(by_round, 'split', {1})} | "
-            f"{pooled_refine(by_round, 'split', range(2, 99))} | "
-            f"{pooled_refine(by_round, 'shared', range(1, 99))} | "
+            f"{pooled_refine(by_round, 'split', lambda t: t == 1)} | "
+            f"{pooled_refine(by_round, 'split', lambda t: t > 1)} | "
+            f"{pooled_refine(by_round, 'shared')} | "
             f"{','.join(map(str, same_weights(policy, played))) or 'none'} |"
         )
     if absent:
