@@ -53,6 +53,9 @@ SWEEP_FLAGS = {
     f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS
 }
 SWEEP = tuple(SWEEP_FLAGS)
+# every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
+TRAINED = (*POLICIES, *SWEEP)
+TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS}
 
 
 def seed_pieces(seed):
@@ -61,7 +64,7 @@ def seed_pieces(seed):
     base = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--seed", str(seed)]
     test = ["--split", "test", "--n", "300", "--seed", str(seed)]
     name = f"{PREFIX}-seed{seed}"
-    policy = {algo: f"results/policies/{name}-{algo}.safetensors" for algo in (*POLICIES, *SWEEP)}
+    policy = {algo: f"results/policies/{name}-{algo}.safetensors" for algo in TRAINED}
     pieces = {
         f"revision-{name}": {
             "command": [PY, "-m", "experiments.revision_skill", *base, "--n", "300"]
@@ -74,15 +77,15 @@ def seed_pieces(seed):
             "needs": ADAPTERS,
         },
     }
-    for algo in (*POLICIES[1:], *SWEEP):
-        flags = [*base, *{**RL_FLAGS, **SWEEP_FLAGS}[algo], "--init", policy["sft"]]
+    for algo in TRAINED[1:]:
+        flags = [*base, *TRAIN_FLAGS[algo], "--init", policy["sft"]]
         pieces[f"train-{name}-{algo}"] = {
             **trained(f"{name}-{algo}", "train_rl.py", flags, policy[algo]),
             "needs": [policy["sft"], *ADAPTERS],
         }
     protocols = {
         "persist": "mpdf-persist",
-        **{algo: f"mpdf={policy[algo]}" for algo in (*POLICIES, *SWEEP)},
+        **{algo: f"mpdf={policy[algo]}" for algo in TRAINED},
         "sc": "sc",
         "debate": "debate",
     }
@@ -94,7 +97,7 @@ def seed_pieces(seed):
         }
     # what each policy's REFINEs and CONCEDEs gain over PERSIST in its test games, split and
     # shared questions apart
-    for algo in (*POLICIES, *SWEEP):
+    for algo in TRAINED:
         out = f"results/refine/{name}-{algo}.json"
         pieces[f"refine-value-{name}-{algo}"] = {
             "command": [PY, "-m", "experiments.refine_value", *base, "--n", "300"]

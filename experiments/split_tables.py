@@ -12,7 +12,7 @@ import hashlib
 from experiments import tables
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
-from experiments.split_pieces import MEMBERS, POLICIES, PREFIX, SWEEP
+from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED
 from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
@@ -22,7 +22,7 @@ SEEDS = (0, 1, 2)
 # in the single answer's words) and each member alone (asked as the game's round 0 asks)
 ALONE = tuple(f"alone-m{j}" for j in range(len(MEMBERS)))
 FIXED = ("persist", "sc", "debate", "vanilla-m0", *ALONE)
-LEARNED = (*POLICIES, *SWEEP, "leader", "magrpo-debate")
+LEARNED = (*TRAINED, "leader", "magrpo-debate")
 # SoftRankPO from REFINE free to its default cost, each cost a policy of its own
 BY_ROUND = "refine_at_every_decision_by_round"
 COSTED = ("softrank-cost0", *SWEEP, "softrank")
@@ -224,7 +224,7 @@ def split_target_table(seeds=SEEDS):
         "|---|---|---|---|---|---|---|",
     ]
     waiting = []
-    for policy in (*POLICIES, *SWEEP):
+    for policy in TRAINED:
         played = {seed: runs[policy][seed] for seed in complete if seed in runs.get(policy, {})}
         values = [load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in complete]
         if len(played) < len(complete) or not all(values):
@@ -308,7 +308,7 @@ def same_weights(policy, seeds, like="softrank"):
         path = tables.RESULTS / "policies" / f"{PREFIX}-seed{seed}-{name}.safetensors"
         return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
-    return [s for s in seeds if digest(policy, s) and digest(policy, s) == digest(like, s)]
+    return [s for s in seeds if (mine := digest(policy, s)) and mine == digest(like, s)]
 
 
 def split_cost_table(seeds=SEEDS):
