@@ -209,7 +209,7 @@ def split_target_table(seeds=SEEDS):
     strongest fixed protocol at no more than 60% of its tokens, its REFINEs gaining over PERSIST
     on split questions (pooled over the seeds, the 95% interval above 0), and REFINE at least three
     times as often on split questions as on shared ones; below it, the MLPO leader against its
-    peers' vote and MAGRPO's debate against the vote."""
+    peers' vote and MAGRPO's debate against the vote and the team's own debate."""
     runs, absent = runs_of((*FIXED, *LEARNED), seeds)
     complete = [seed for seed in seeds if all(seed in runs.get(part, {}) for part in FIXED)]
     if not complete:
@@ -272,11 +272,14 @@ def split_target_table(seeds=SEEDS):
                 f"{format_paired(paired(leaders, own_vote, part))}."
             )
     debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
-    if debated:
-        lines.append(
-            f"\nDebate by the MAGRPO-trained agents against the team's vote ({len(debated)} seeds, "
-            f"paired): {format_paired(paired(debated, fixed['persist']))}."
-        )
+    # the trained agents against the vote, and against the same protocol played by their starting
+    # team: what MAGRPO's training adds to debate
+    for against, part in (("the team's vote", "persist"), ("the team's own debate", "debate")):
+        if debated:
+            lines.append(
+                f"\nDebate by the MAGRPO-trained agents against {against} ({len(debated)} seeds, "
+                f"paired): {format_paired(paired(debated, fixed[part]))}."
+            )
     return "\n".join(lines)
 
 

@@ -1108,8 +1108,8 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     """The split task's tables: the vote right on shared questions only, debate the strongest fixed
     protocol; SoftRankPO meets every target (+0.30 over the vote, +0.05 over debate at half its
     tokens, its split REFINEs gaining, REFINE 6x as often where split); SFT fails the vote margin
-    and the REFINE ratio; the other policies wait; the leader against its peers' vote; the agents'
-    targets per member."""
+    and the REFINE ratio; the other policies wait; the leader against its peers' vote; MAGRPO's
+    debate against the vote and the team's own debate; the agents' targets per member."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     for folder in ("tables", "refine", "revision"):
         (tmp_path / folder).mkdir()
@@ -1120,6 +1120,7 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
         "sc": ([not d for d in dealt], 1200),
         "debate": ([not d or q < 20 for q, d in zip(ids, dealt)], 1000),
         "softrank": ([not d or q < 24 for q, d in zip(ids, dealt)], 500),
+        "magrpo-debate": ([not d or q < 24 for q, d in zip(ids, dealt)], 1000),
         "sft": ([not d for d in dealt], 400),
         "vanilla-m0": ([q < 2 for q in ids], 100),
         **{f"alone-m{j}": ([not d and q < 30 for q, d in zip(ids, dealt)], 100) for j in range(3)},
@@ -1177,6 +1178,9 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     assert (
         "The MLPO leader against its peers' vote (3 seeds, paired, split questions): +0.100" in text
     )
+    debated = "Debate by the MAGRPO-trained agents against the team's"
+    assert f"{debated} vote (3 seeds, paired): +0.300 [" in text
+    assert f"{debated} own debate (3 seeds, paired): +0.050 [" in text
     team = cells(split_tables.split_team_table(), 10)
     assert team["the team's vote after round 0"][2:5] == ["0.500 ± 0.000", "0.000", "1.000"]
     # REFINE on every split question, on 4 of the 20 shared ones
