@@ -274,12 +274,12 @@ def split_target_table(seeds=SEEDS):
     debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
     # the trained agents against the vote, and against the same protocol played by their starting
     # team: what MAGRPO's training adds to debate
-    for against, part in (("the team's vote", "persist"), ("the team's own debate", "debate")):
-        if debated:
-            lines.append(
-                f"\nDebate by the MAGRPO-trained agents against {against} ({len(debated)} seeds, "
-                f"paired): {format_paired(paired(debated, fixed[part]))}."
-            )
+    against = {"the team's vote": "persist", "the team's own debate": "debate"} if debated else {}
+    for name, part in against.items():
+        lines.append(
+            f"\nDebate by the MAGRPO-trained agents against {name} ({len(debated)} seeds, "
+            f"paired): {format_paired(paired(debated, fixed[part]))}."
+        )
     return "\n".join(lines)
 
 
