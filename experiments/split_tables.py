@@ -209,7 +209,8 @@ def split_target_table(seeds=SEEDS):
     strongest fixed protocol at no more than 60% of its tokens, its REFINEs gaining over PERSIST
     on split questions (pooled over the seeds, the 95% interval above 0), and REFINE at least three
     times as often on split questions as on shared ones; below it, the MLPO leader against its
-    peers' vote and MAGRPO's debate against the vote and the team's own debate."""
+    peers' vote and the strongest fixed protocol, and MAGRPO's debate against the vote and the
+    team's own debate."""
     runs, absent = runs_of((*FIXED, *LEARNED), seeds)
     complete = [seed for seed in seeds if all(seed in runs.get(part, {}) for part in FIXED)]
     if not complete:
@@ -271,6 +272,12 @@ def split_target_table(seeds=SEEDS):
                 f"{', split questions' if part else ''}): "
                 f"{format_paired(paired(leaders, own_vote, part))}."
             )
+        # the natural aggregator of split facts against the protocol the policies must match
+        tokens = mean([s["tokens_per_question"] for s in leaders.values()]) / strongest_tokens
+        lines.append(
+            f"\nThe MLPO leader against {NAMES[strongest]} ({len(leaders)} seeds, paired): "
+            f"{format_paired(paired(leaders, fixed[strongest]))}, at {tokens:.0%} of its tokens."
+        )
     debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
     # the trained agents against the vote, and against the same protocol played by their starting
     # team: what MAGRPO's training adds to debate

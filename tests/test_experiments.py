@@ -1108,8 +1108,8 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     """The split task's tables: the vote right on shared questions only, debate the strongest fixed
     protocol; SoftRankPO meets every target (+0.30 over the vote, +0.05 over debate at half its
     tokens, its split REFINEs gaining, REFINE 6x as often where split); SFT fails the vote margin
-    and the REFINE ratio; the other policies wait; the leader against its peers' vote; MAGRPO's
-    debate against the vote and the team's own debate; the agents' targets per member."""
+    and the REFINE ratio; the other policies wait; the leader against its peers' vote and debate;
+    MAGRPO's debate against the vote and the team's own debate; the agents' targets per member."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     for folder in ("tables", "refine", "revision"):
         (tmp_path / folder).mkdir()
@@ -1178,6 +1178,11 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     assert (
         "The MLPO leader against its peers' vote (3 seeds, paired, split questions): +0.100" in text
     )
+    assert (
+        "The MLPO leader against debate (every agent REFINEs every round) (3 seeds, paired): "
+        "-0.200 [" in text
+    )
+    assert ", at 20% of its tokens." in text
     debated = "Debate by the MAGRPO-trained agents against the team's"
     assert f"{debated} vote (3 seeds, paired): +0.300 [" in text
     assert f"{debated} own debate (3 seeds, paired): +0.050 [" in text
