@@ -48,7 +48,7 @@ from common import (
     save_checkpoint,
     user_errors,
 )
-from data import check_task, training_pool
+from data import check_task
 from deliberate import (
     GameConfig,
     check_game,
@@ -63,6 +63,7 @@ from llm.training import (
     check_rollouts,
     check_trainer,
     checkpointed,
+    init_adapters,
     learning_rate,
     loss_modules,
     prompt_ids,
@@ -70,6 +71,7 @@ from llm.training import (
     sample,
     save_trained,
     trained_team,
+    unseen_pool,
     validate,
 )
 from llm_step import TRUNCATED_RULES, Sequence, rollout_update
@@ -137,6 +139,10 @@ class Config:
     alpha) instead of from the base model, e.g. one trained on worked solutions; or a comma list,
     one per trained adapter (a team's agents, --separate-agents), each at its own rank and alpha,
     the highest rank first"""
+    unseen_questions: bool = False
+    """train and validate only on questions that no adapter this run starts from or reads (its
+    --init-adapter, MLPO's --peers, and the adapters those started from) was trained on, as their
+    mpdf.json records it: a team that learned its questions by heart leaves flat reward groups"""
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     gradient_checkpointing: bool = False
@@ -279,13 +285,14 @@ def vote_rollouts(team, examples, cfg, step):
 def train(cfg, ranks):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)
-    pool = training_pool(cfg)[cfg.val_n :]
+    pool = unseen_pool(cfg, init_adapters(cfg))
     models, team = trained_team(cfg, cfg.agents if cfg.separate_agents else 1, ranks.device)
     modules, references = loss_modules(models, cfg, ranks.device, kl=bool(cfg.beta))
     lr = learning_rate(cfg, adapter_lr=5e-4)
     optimizer, holder, counters = checkpointed(models, cfg, out, ranks, lr=lr, extendable="steps")
     log = MetricsLog(out, ranks.rank, counters["step"])
-    validation = training_pool(cfg)[: cfg.val_n][ranks.rank :: ranks.world]
+    validation = pool[: cfg.val_n][ranks.rank :: ranks.world]
+    pool = pool[cfg.val_n :]
     pad = team.first.tokenizer.pad_token_id
 
     def validated(step):

@@ -47,7 +47,7 @@ from common import (
     save_checkpoint,
     user_errors,
 )
-from data import check_task, training_pool
+from data import check_task
 from deliberate import (
     GameConfig,
     check_game,
@@ -58,11 +58,19 @@ from deliberate import (
     solve_calls,
 )
 from llm.cache import call_seed
-from llm.team import EngineConfig, check_engine, check_model, check_models, make_engine
+from llm.team import (
+    EngineConfig,
+    check_engine,
+    check_model,
+    check_models,
+    make_engine,
+    team_entries,
+)
 from llm.training import (
     check_rollouts,
     check_trainer,
     checkpointed,
+    init_adapters,
     learning_rate,
     loss_modules,
     prompt_ids,
@@ -70,6 +78,7 @@ from llm.training import (
     sample,
     save_trained,
     trained_team,
+    unseen_pool,
     validate,
 )
 from llm_step import TRUNCATED_RULES, Sequence, rollout_update
@@ -144,6 +153,10 @@ class Config:
     alpha) instead of from the base model, e.g. one trained on worked solutions; or a comma list,
     one per trained adapter (a team's agents, --separate-agents), each at its own rank and alpha,
     the highest rank first"""
+    unseen_questions: bool = False
+    """train and validate only on questions that no adapter this run starts from or reads (its
+    --init-adapter, MLPO's --peers, and the adapters those started from) was trained on, as their
+    mpdf.json records it: a team that learned its questions by heart leaves flat reward groups"""
     micro_batch: int = 8
     """sequences per forward/backward; gradients accumulate over the optimizer step"""
     gradient_checkpointing: bool = False
@@ -241,11 +254,17 @@ def peer_solutions(examples, cfg, ranks):
     return [(examples[k], solutions) for k, solutions in gathered]
 
 
+def starting_adapters(cfg):
+    """The adapters this run starts from or reads: --init-adapter's and the --peers' own."""
+    peers = team_entries(cfg.peers, cfg.agents, "--peers") if cfg.peers else []
+    return init_adapters(cfg) + [adapter for _, adapter in peers if adapter]
+
+
 def peer_pool(cfg, ranks):
     """The offline pool: the frozen peers' solutions to the candidate training questions, generated
     once. Questions where at least cfg.filter_easy of the peers are right are dropped: the leader
     has nothing to learn there."""
-    candidates = training_pool(cfg)[cfg.val_n : cfg.val_n + cfg.questions]
+    candidates = unseen_pool(cfg, starting_adapters(cfg))[cfg.val_n : cfg.val_n + cfg.questions]
     pool, peer_right, vote_right = [], [], []
     for example, solutions in peer_solutions(candidates, cfg, ranks):
         right = (
@@ -330,7 +349,7 @@ def train(cfg, ranks):
     optimizer, holder, counters = checkpointed(models, cfg, out, ranks, lr=lr, extendable="steps")
     log = MetricsLog(out, ranks.rank, counters["step"])
     # the leader is validated over its peers' solutions
-    validation = training_pool(cfg)[: cfg.val_n]
+    validation = unseen_pool(cfg, starting_adapters(cfg))[: cfg.val_n]
     if cfg.eval_every:
         validation = peer_solutions(validation, cfg, ranks)[ranks.rank :: ranks.world]
     pad = team.first.tokenizer.pad_token_id

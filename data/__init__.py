@@ -15,6 +15,7 @@ templates in arith_templates.py), files.py (the file formats), worked.py (worked
 
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 from . import arith
 from . import split as split_task
@@ -179,3 +180,19 @@ def training_questions(cfg, iteration=0):
             "iteration(s)"
         )
     return pool[start : start + cfg.questions], pool[: cfg.val_n]
+
+
+def trained_questions(trainings):
+    """The question texts the recorded training runs drew (`trainings`: each a run's settings as a
+    dict, as training_questions reads them: task, path, level, seed, val_n, questions, the task's
+    options). A run whose settings do not say which questions it drew is refused."""
+    seen = set()
+    for settings in trainings:
+        if not {"task", "seed", "val_n", "questions"} <= settings.keys():
+            raise DataError(
+                f"a training run of {settings.get('out_dir') or 'unknown origin'} does not record "
+                "which questions it drew (task, seed, val_n, questions)"
+            )
+        run = SimpleNamespace(**{"path": "", "level": 0, **settings})
+        seen |= {example.question for example in training_questions(run)[0]}
+    return seen

@@ -119,14 +119,15 @@ def seed_pieces(seed):
 
 # the MLPO leader over the team's whole solutions (it reads every value): MLPO's leader preset on
 # the split task, from the REFINE-trained adapter (it takes values from solutions), at the rate that
-# held for the aggregator (its preset's 5e-4 broke the aggregator in its first update)
+# held for the aggregator (its preset's 5e-4 broke the aggregator in its first update); it and
+# MAGRPO train on questions no member was trained on (the members solve those by heart)
 LEADER = flags_once(
     [
         *"train_mlpo.py --algo magrpo --agents 3 --group 8 --questions-per-step 8".split(),
         *"--rollout-temperature 0.7 --max-new-tokens 96 --steps 24 --eval-every 6".split(),
         *"--val-n 100 --save-every 6 --lora-rank 8 --lr 1e-4 --truncated zero".split(),
         *SPLIT_TASK,
-        *("--whole-solutions", "--questions", "256", "--peers", TEAM),
+        *("--whole-solutions", "--questions", "256", "--peers", TEAM, "--unseen-questions"),
         *("--init-adapter", "results/agents/split-refine-L1-r8-seed0"),
     ]
 )
@@ -134,6 +135,7 @@ LEADER = flags_once(
 DEBATE = [
     *flags_once([*MAGRPO_LORA, *SPLIT_TASK]),
     *("--protocol", "debate", "--rounds", "1", "--separate-agents", "--whole-solutions"),
+    "--unseen-questions",
     *(
         "--lora-rank",
         "8",

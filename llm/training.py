@@ -19,7 +19,9 @@ save_trained      - adapter files or HF directories
 
 import copy
 import dataclasses
+import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -36,6 +38,7 @@ from common import (
     wrap_ddp,
     wrap_fsdp,
 )
+from data import trained_questions, training_pool
 from llm import backbone, lora
 from llm.engine import Engine
 from llm.team import Member, Team, read_adapter
@@ -78,6 +81,44 @@ def check_trainer(cfg):
 def init_adapters(cfg):
     """--init-adapter's adapters: none, one for every trained adapter, or one for each."""
     return [path for path in cfg.init_adapter.split(",") if path]
+
+
+def adapter_trainings(paths):
+    """The training settings recorded in each adapter folder of `paths` (its mpdf.json) and in
+    every adapter it started from or read (its --init-adapter and --refine-contexts), each once:
+    what a trainer starting from them needs to keep its questions apart from theirs."""
+    trainings, todo, read = [], list(paths), set()
+    while todo:
+        path = todo.pop()
+        if path in read:
+            continue
+        read.add(path)
+        extras = Path(path) / lora.EXTRAS
+        settings = json.loads(extras.read_text()).get("training") if extras.is_file() else None
+        if not settings:
+            raise UsageError(
+                f"{path}: records no training settings (its {lora.EXTRAS}), so its "
+                "questions cannot be told apart"
+            )
+        trainings.append(settings)
+        todo += [
+            p
+            for key in ("init_adapter", "refine_contexts")
+            for p in str(settings.get(key) or "").split(",")
+            if p
+        ]
+    return trainings
+
+
+def unseen_pool(cfg, adapters):
+    """The training pool (data.training_pool): with --unseen-questions, less every question the
+    `adapters` and the adapters they started from were trained on, so that a trainer starting from
+    a team that learned its questions by heart does not validate or train on them."""
+    pool = training_pool(cfg)
+    if not cfg.unseen_questions:
+        return pool
+    seen = trained_questions(adapter_trainings(adapters))
+    return [example for example in pool if example.question not in seen]
 
 
 def check_rollouts(cfg, world, advantages, aggregations):

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import data
 import llm_step
 import softrank
 import train_magrpo
@@ -1033,3 +1034,57 @@ def test_policy_step_normalizes_each_of_three_learners_by_its_own_count(tiny_mod
     stats = step(models, torch.optim.SGD(parameters, lr=0.0), sequences, advantages, pad=pad)
     assert stats["loss"] == pytest.approx((sum(expected) / 3).item(), rel=1e-5)
     assert stats["trained"] == 3 and stats["tokens"] == 3 + 4 + 5
+
+
+def recorded(folder, **settings):
+    """An adapter folder holding only its recorded training settings (mpdf.json)."""
+    folder.mkdir()
+    (folder / lora.EXTRAS).write_text(json.dumps({"training": settings}))
+    return str(folder)
+
+
+def test_unseen_pool_leaves_out_every_question_the_starting_adapters_and_theirs_drew(tmp_path):
+    """--unseen-questions: the pool less the questions each adapter drew (its seed's shuffle, after
+    its validation slice) and those of the adapters it started from (--init-adapter) or read
+    (--refine-contexts), each followed once; the rest in the pool's order, validation first.
+    Without the flag the pool is whole; an adapter with no record, or a record that does not say
+    which questions it drew, is refused."""
+    split = dict(task="split", path="", level=1, agents=3, values_held=2, split_questions=0.5)
+    first = recorded(tmp_path / "first", **split, seed=1, val_n=0, questions=2)
+    read = recorded(tmp_path / "read", **split, seed=2, val_n=1, questions=1)
+    last = recorded(
+        tmp_path / "last",
+        **split,
+        seed=0,
+        val_n=2,
+        questions=3,
+        init_adapter=first,
+        refine_contexts=f"{read},{first}",
+    )
+    cfg = SimpleNamespace(**split, seed=0, unseen_questions=True)
+    pool = {s: data.training_pool(SimpleNamespace(**split, seed=s)) for s in (0, 1, 2)}
+    seen = {e.question for e in pool[0][2:5] + pool[1][:2] + pool[2][1:2]}
+    unseen = training.unseen_pool(cfg, [last])
+    assert not seen & {e.question for e in unseen}
+    assert len(unseen) == len(pool[0]) - len(seen)
+    assert unseen == [e for e in pool[0] if e.question not in seen]
+    assert unseen[:2] == pool[0][:2]
+    whole = SimpleNamespace(**split, seed=0, unseen_questions=False)
+    assert training.unseen_pool(whole, [last]) == pool[0]
+    refused(
+        UsageError,
+        f"{tmp_path / 'none'}: records no training settings (its mpdf.json), so its questions "
+        "cannot be told apart",
+        training.unseen_pool,
+        cfg,
+        [str(tmp_path / "none")],
+    )
+    vague = recorded(tmp_path / "vague", **split, seed=0, out_dir="runs/vague")
+    refused(
+        data.DataError,
+        "a training run of runs/vague does not record which questions it drew (task, seed, "
+        "val_n, questions)",
+        training.unseen_pool,
+        cfg,
+        [vague],
+    )

@@ -15,6 +15,7 @@ import deliberate as D
 import train_magrpo
 import train_mlpo
 from common import Ranks
+from llm import training
 from llm.cache import call_seed
 from llm.engine import Engine
 
@@ -81,7 +82,7 @@ def test_leader_filter_drops_questions_the_peers_solve(monkeypatch, tmp_path):
         data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(3)
     ]
     right = {"t/0": 3, "t/1": 2, "t/2": 0}
-    monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(training, "training_pool", lambda cfg: examples)
     monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, agents, rank, device: None)
     monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers(right))
     cfg = train_mlpo.Config(agents=3, questions=3, val_n=0)
@@ -102,7 +103,7 @@ def test_balance_vote_alternates_the_questions_the_vote_gets_wrong_and_right(mon
     examples = [
         data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(6)
     ]
-    monkeypatch.setattr(train_mlpo, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(training, "training_pool", lambda cfg: examples)
     monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, agents, rank, device: None)
     monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers(right))
     cfg = train_mlpo.Config(agents=3, questions=6, val_n=0, filter_easy=0, balance_vote=True)
@@ -274,7 +275,7 @@ def test_peer_pool_reads_the_config_and_says_what_it_kept(monkeypatch, capsys):
         asked.append((engine, game))
         return peers(engine, calls, game)
 
-    monkeypatch.setattr(train_mlpo, "training_pool", lambda c: examples[: c.val_n + c.questions])
+    monkeypatch.setattr(training, "training_pool", lambda c: examples[: c.val_n + c.questions])
     monkeypatch.setattr(
         train_mlpo,
         "make_engine",
@@ -336,3 +337,41 @@ def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatc
     c, agents, rank, device = engines[-1]
     assert (c.dtype, c.engine_batch_size, c.cache_dir, c.models) == ("bfloat16", 5, "here", "a,b")
     assert (agents, rank, device) == (2, 1, "cpu")
+
+
+def test_unseen_questions_leave_out_what_the_peers_and_the_leaders_start_drew(
+    monkeypatch, tmp_path
+):
+    """--unseen-questions: the candidates and the validation questions leave out the questions a
+    peer's adapter (--peers) and the leader's starting adapter (--init-adapter) were trained on;
+    the peers' base models (`default`) record nothing and are not asked."""
+    examples = [
+        data.Example(question=f"q{k}", answer="5", task="arith", id=f"t/{k}") for k in range(5)
+    ]
+    for module in (training, data):
+        monkeypatch.setattr(module, "training_pool", lambda cfg: examples)
+    monkeypatch.setattr(train_mlpo, "make_engine", lambda cfg, agents, rank, device: None)
+    monkeypatch.setattr(train_mlpo, "run_llm", scripted_peers({f"t/{k}": 0 for k in range(5)}))
+    drew = {"peer": 1, "start": 3}
+    for name, first in drew.items():
+        (tmp_path / name).mkdir()
+        record = {"task": "arith", "seed": 0, "val_n": first, "questions": 1}
+        (tmp_path / name / "mpdf.json").write_text(json.dumps({"training": record}))
+    cfg = train_mlpo.Config(
+        agents=3,
+        questions=3,
+        val_n=1,
+        filter_easy=0,
+        unseen_questions=True,
+        peers=f"default,default+{tmp_path / 'peer'},default",
+        init_adapter=str(tmp_path / "start"),
+    )
+    pool, _ = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
+    assert [ex.id for ex, _ in pool] == ["t/2", "t/4"]
+    assert train_mlpo.starting_adapters(cfg) == [str(tmp_path / "start"), str(tmp_path / "peer")]
+    every = dataclasses.replace(cfg, unseen_questions=False)
+    assert [ex.id for ex, _ in train_mlpo.peer_pool(every, Ranks(0, 1, "cpu"))[0]] == [
+        "t/1",
+        "t/2",
+        "t/3",
+    ]
