@@ -12,6 +12,8 @@ sample, prompt_ids - the rollouts' completions at the loss's temperature; a prom
 loss_modules      - the trained weights as the step runs them (DDP or FSDP2, gradient
                     checkpointing) and the KL's references
 checkpointed      - the optimizer, the checkpoint's holder and the counters to go on from
+unseen_pool       - the training questions, less those the starting adapters were trained on
+                    (--unseen-questions; adapter_trainings: what each adapter's mpdf.json records)
 rollout_stats     - what a step of rollouts logs
 validate          - greedy accuracy on held-out questions (log_accuracy: its sum over the ranks)
 save_trained      - adapter files or HF directories
