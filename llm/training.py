@@ -96,8 +96,11 @@ def adapter_trainings(paths):
             continue
         read.add(path)
         extras = Path(path) / lora.EXTRAS
-        settings = json.loads(extras.read_text()).get("training") if extras.is_file() else None
-        if not settings:
+        try:
+            settings = json.loads(extras.read_text()).get("training") if extras.is_file() else None
+        except (ValueError, AttributeError):
+            settings = None
+        if not isinstance(settings, dict):
             raise UsageError(
                 f"{path}: records no training settings (its {lora.EXTRAS}), so its "
                 "questions cannot be told apart"

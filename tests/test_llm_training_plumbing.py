@@ -1047,8 +1047,8 @@ def test_unseen_pool_leaves_out_every_question_the_starting_adapters_and_theirs_
     """--unseen-questions: the pool less the questions each adapter drew (its seed's shuffle, after
     its validation slice) and those of the adapters it started from (--init-adapter) or read
     (--refine-contexts), each followed once; the rest in the pool's order, validation first.
-    Without the flag the pool is whole; an adapter with no record, or a record that does not say
-    which questions it drew, is refused."""
+    Without the flag the pool is whole; an adapter with no record or one that is not JSON, or a
+    record that does not say which questions it drew, is refused."""
     split = dict(task="split", path="", level=1, agents=3, values_held=2, split_questions=0.5)
     first = recorded(tmp_path / "first", **split, seed=1, val_n=0, questions=2)
     read = recorded(tmp_path / "read", **split, seed=2, val_n=1, questions=1)
@@ -1078,6 +1078,16 @@ def test_unseen_pool_leaves_out_every_question_the_starting_adapters_and_theirs_
         training.unseen_pool,
         cfg,
         [str(tmp_path / "none")],
+    )
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / lora.EXTRAS).write_text("{not json")
+    refused(
+        UsageError,
+        f"{tmp_path / 'garbled'}: records no training settings (its mpdf.json), so its questions "
+        "cannot be told apart",
+        training.unseen_pool,
+        cfg,
+        [str(tmp_path / "garbled")],
     )
     vague = recorded(tmp_path / "vague", **split, seed=0, out_dir="runs/vague")
     refused(
