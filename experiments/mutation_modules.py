@@ -239,6 +239,7 @@ STAGE_FUNCTIONS = {
     "train_solver": ("worked_solutions", "refine_examples", "right_solutions"),
     "train_mlpo": (
         "peer_solutions",
+        "starting_adapters",
         "peer_pool",
         "balanced",
         "leader_rollouts",

@@ -1052,18 +1052,30 @@ def test_unseen_pool_leaves_out_every_question_the_starting_adapters_and_theirs_
     split = dict(task="split", path="", level=1, agents=3, values_held=2, split_questions=0.5)
     first = recorded(tmp_path / "first", **split, seed=1, val_n=0, questions=2)
     read = recorded(tmp_path / "read", **split, seed=2, val_n=1, questions=1)
+    # `read` is reached through an --init-adapter only, and `first` twice, the second time while
+    # `read` still waits to be read
+    middle = recorded(
+        tmp_path / "middle",
+        **split,
+        seed=2,
+        val_n=3,
+        questions=1,
+        init_adapter=read,
+        refine_contexts=first,
+    )
     last = recorded(
         tmp_path / "last",
         **split,
         seed=0,
         val_n=2,
         questions=3,
-        init_adapter=first,
-        refine_contexts=f"{read},{first}",
+        init_adapter=middle,
+        refine_contexts=first,
     )
+    assert len(training.adapter_trainings([last])) == 4
     cfg = SimpleNamespace(**split, seed=0, unseen_questions=True)
     pool = {s: data.training_pool(SimpleNamespace(**split, seed=s)) for s in (0, 1, 2)}
-    seen = {e.question for e in pool[0][2:5] + pool[1][:2] + pool[2][1:2]}
+    seen = {e.question for e in pool[0][2:5] + pool[1][:2] + pool[2][1:2] + pool[2][3:4]}
     unseen = training.unseen_pool(cfg, [last])
     assert not seen & {e.question for e in unseen}
     assert len(unseen) == len(pool[0]) - len(seen)
