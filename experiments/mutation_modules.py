@@ -195,8 +195,21 @@ MODULES = {
     "sft": ("sft.py", ["tests/method/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
     "data": (
         "data/__init__.py",
-        ["tests/test_data.py", "tests/test_common.py"],
-        ["a_script_refuses", "every_flag_has"],
+        [
+            "tests/test_data.py",
+            "tests/test_common.py",
+            "tests/test_split.py",
+            "tests/test_llm_training_plumbing.py",
+        ],
+        [
+            "a_script_refuses",
+            "every_flag_has",
+            "solvers_examples",
+            "runs_",
+            "each_trainer",
+            "solver_under",
+            "magrpo_and_mlpo",
+        ],
     ),
     # the split-information task and the per-agent views of a question (Example.render)
     "data.split": ("data/split.py", ["tests/test_split.py"], ["solvers_examples"]),

@@ -14,6 +14,7 @@ import sys
 import time
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -735,3 +736,34 @@ def test_example_defaults():
     e = Example(question="q", answer="1", task="arith")
     assert e.choices is None and e.meta == {} and e.render() == "q"
     assert math.isfinite(normalize_number(e.answer))
+
+
+def test_trained_questions_are_the_questions_each_recorded_run_drew(tmp_path):
+    """data.trained_questions: the union of each run's training slice (training_questions of its
+    recorded settings; a setting it does not record is the scripts' default: no path, the task's
+    default level), its validation slice left out; a run that does not say what it drew is refused
+    and named by its out_dir when it has one."""
+    arith = {"task": "arith", "seed": 3, "val_n": 2, "questions": 4}
+    pool = data.load_task("arith", split="train", level=1)
+    random.Random(3).shuffle(pool)
+    assert data.trained_questions([arith]) == {e.question for e in pool[2:6]}
+    later = arith | {"seed": 4, "level": 2}
+    drew = data.training_questions(SimpleNamespace(path="", **later))[0]
+    assert data.trained_questions([arith, later]) == {e.question for e in pool[2:6] + drew}
+    assert data.trained_questions([]) == set()
+    # a file task's record: its path; no level, which a file task would refuse
+    rows = [{"question": f"How many {k}?", "answer": f"#### {k}"} for k in range(30)]
+    gsm8k = {"task": "gsm8k", "path": str(_jsonl(tmp_path / "g.jsonl", rows)), "seed": 0}
+    gsm8k |= {"val_n": 1, "questions": 2}
+    drew = data.training_questions(SimpleNamespace(level=0, **gsm8k))[0]
+    assert data.trained_questions([gsm8k]) == {e.question for e in drew}
+    for record, origin in (
+        ({"task": "arith", "seed": 0, "val_n": 2}, "unknown origin"),
+        ({"seed": 0, "val_n": 2, "questions": 4, "out_dir": "runs/a"}, "runs/a"),
+    ):
+        with pytest.raises(data.DataError) as refused:
+            data.trained_questions([record])
+        assert str(refused.value) == (
+            f"a training run of {origin} does not record which questions it drew (task, seed, "
+            "val_n, questions)"
+        )

@@ -235,6 +235,10 @@ def test_the_split_flags_are_checked_in_one_line():
 
     data.check_task(cfg())
     data.check_task(cfg(agents=2, values_held=2))
+    # the edges are in: every or no question split, one value each among exactly three agents
+    data.check_task(cfg(split_questions=0.0))
+    data.check_task(cfg(split_questions=1.0))
+    data.check_task(cfg(values_held=1))
     for bad, message in (
         (dict(split_questions=1.5), "--split-questions 1.5: a share, in [0, 1]"),
         (
@@ -253,6 +257,23 @@ def test_the_split_flags_are_checked_in_one_line():
         assert str(refused.value) == message
     assert data.task_options(cfg(level=2)) == {"level": 2, "agents": 3, "held": 2, "share": 0.5}
     assert data.task_options(cfg(task="arith")) == {}
+
+
+def test_load_task_deals_the_split_pools_by_its_defaults_and_refuses_what_it_does_not_take():
+    """load_task("split"): the training pool at level 1 dealt among 3 agents holding 2 values each,
+    half of the questions split, unless told otherwise; a path or an unknown option is refused."""
+    default = data.load_task("split")
+    assert default == data.load_task("split", split="train", level=1, agents=3, held=2, share=0.5)
+    assert default == split_task.deal(split_task.load("train", 1), agents=3, held=2, share=0.5)
+    level2 = data.load_task("split", split="test", level=2)
+    assert level2 == split_task.deal(split_task.load("test", 2), agents=3, held=2, share=0.5)
+    for kw, message in (
+        (dict(path="x.jsonl"), "task 'split' is generated, it takes no path (got path='x.jsonl')"),
+        (dict(size=3, fast=True), "unexpected option(s) for task 'split': fast, size"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            data.load_task("split", **kw)
+        assert str(refused.value) == message
 
 
 def test_the_solvers_examples_on_the_split_task_follow_each_agents_view(tiny_model_dir, tmp_path):
