@@ -369,6 +369,9 @@ def test_unseen_questions_leave_out_what_the_peers_and_the_leaders_start_drew(
     pool, _ = train_mlpo.peer_pool(cfg, Ranks(0, 1, "cpu"))
     assert [ex.id for ex, _ in pool] == ["t/2", "t/4"]
     assert train_mlpo.starting_adapters(cfg) == [str(tmp_path / "start"), str(tmp_path / "peer")]
+    with pytest.raises(common.UsageError) as refused:
+        train_mlpo.starting_adapters(dataclasses.replace(cfg, peers="default,default"))
+    assert str(refused.value) == "--peers: 2 entries for 3 agents (one per agent)"
     every = dataclasses.replace(cfg, unseen_questions=False)
     assert [ex.id for ex, _ in train_mlpo.peer_pool(every, Ranks(0, 1, "cpu"))[0]] == [
         "t/1",
