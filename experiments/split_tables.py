@@ -13,7 +13,7 @@ from experiments import tables
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
 from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED
-from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing
+from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing, seeds_text
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
 
@@ -268,14 +268,14 @@ def split_target_table(seeds=SEEDS):
         own_vote = {seed: {**s, "correct": s["peer_vote_correct"]} for seed, s in leaders.items()}
         for part in (None, "split"):
             lines.append(
-                f"\nThe MLPO leader against its peers' vote ({len(leaders)} seeds, paired"
+                f"\nThe MLPO leader against its peers' vote ({seeds_text(len(leaders))}, paired"
                 f"{', split questions' if part else ''}): "
                 f"{format_paired(paired(leaders, own_vote, part))}."
             )
         # the natural aggregator of split facts against the protocol the policies must match
         tokens = mean([s["tokens_per_question"] for s in leaders.values()]) / strongest_tokens
         lines.append(
-            f"\nThe MLPO leader against {NAMES[strongest]} ({len(leaders)} seeds, paired): "
+            f"\nThe MLPO leader against {NAMES[strongest]} ({seeds_text(len(leaders))}, paired): "
             f"{format_paired(paired(leaders, fixed[strongest]))}, at {tokens:.0%} of its tokens."
         )
     debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
@@ -284,7 +284,7 @@ def split_target_table(seeds=SEEDS):
     against = {"the team's vote": "persist", "the team's own debate": "debate"} if debated else {}
     for name, part in against.items():
         lines.append(
-            f"\nDebate by the MAGRPO-trained agents against {name} ({len(debated)} seeds, "
+            f"\nDebate by the MAGRPO-trained agents against {name} ({seeds_text(len(debated))}, "
             f"paired): {format_paired(paired(debated, fixed[part]))}."
         )
     return "\n".join(lines)

@@ -31,6 +31,11 @@ def missing(*paths):
     )
 
 
+def seeds_text(n):
+    """'1 seed', '3 seeds'."""
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
 def fmt(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 

@@ -14,6 +14,7 @@ from experiments.tables import (
     paired_over_seeds,
     pictures_of,
     pooled,
+    seeds_text,
     summary_of,
 )
 from experiments.teams import team_members, team_rl_algos
@@ -271,8 +272,8 @@ def team_sentence(team):
         else ""
     )
     return (
-        f"**Team `{team}`** ({TEAM_LABELS[team]}; 300 test questions × {len(seeds)} "
-        f"seed{'s' if len(seeds) > 1 else ''}): SoftRankPO {accuracy['softrank']:.3f} against the "
+        f"**Team `{team}`** ({TEAM_LABELS[team]}; 300 test questions × "
+        f"{seeds_text(len(seeds))}): SoftRankPO {accuracy['softrank']:.3f} against the "
         f"team's strongest fixed protocol ({fixed_name(strongest)}, {accuracy[strongest]:.3f}): "
         f"{gap}, {closed}REFINE on {refine_share:.0%} of its decisions; trained with REFINE free "
         f"of its token cost, it plays {accuracy['softrank-cost0']:.3f} ({free_gap} against the "
@@ -474,8 +475,8 @@ def target_table(team, seeds=(0, 1, 2)):
         if shared:
             versus = paired_difference(pooled(shared), pooled({k: votes[k] for k in shared}))
             lines.append(
-                f"\n{label[0].upper()}{label[1:]} against the team's vote ({len(shared)} "
-                f"seed{'s' if len(shared) > 1 else ''}, paired): {format_paired(versus)}."
+                f"\n{label[0].upper()}{label[1:]} against the team's vote "
+                f"({seeds_text(len(shared))}, paired): {format_paired(versus)}."
             )
     return "\n".join(lines)
 
