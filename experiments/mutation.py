@@ -29,7 +29,7 @@ from collections import Counter
 from difflib import unified_diff
 from pathlib import Path
 
-from experiments.mutation_modules import MODULES, STAGE_FUNCTIONS
+from experiments.mutation_modules import MODULES, STAGE_FUNCTIONS, mutated_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,6 +237,7 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
         "tests": tests,
         "tests_left_out": deselect,
         "only": list(only),
+        "mutated_source_sha256": mutated_source(ROOT, path, only),
         "mutants": len(results),
         "killed": statuses["killed"],
         "survived": len(survivors),

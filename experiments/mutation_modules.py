@@ -1,5 +1,11 @@
 """What experiments/mutation.py mutates: each module's file, the tests that cover it and the
-tests left out, and the functions of a stage script its in-process tests reach."""
+tests left out, and the functions of a stage script its in-process tests reach; and the hash of the
+code a run mutated, which tells a score measured on older code."""
+
+import ast
+import hashlib
+import re
+from pathlib import Path
 
 # module -> its file, the tests that cover it, and the tests left out (pytest -k words): those that
 # load a model or run the scripts as subprocesses (minutes per mutant on two cores)
@@ -262,3 +268,23 @@ STAGE_FUNCTIONS = {
     "train_magrpo": ("revision_reward", "joint_rollouts", "vote_rollouts", "check"),
     "experiments.revision_skill": ("state_class", "concede_pick", "first_decisions", "skill_table"),
 }
+
+
+def mutated_source(root, path, only=()):
+    """sha256 of the code a run mutated: the module's file, or for a run of named functions (`only`:
+    mutmut's globs `<module>.x_<function>__mutmut_*`) those functions' source, in order; None when
+    the file is gone. The report compares it with today's code: a score is the code's it was
+    measured on, and an edit since leaves it stale."""
+    file = Path(root) / path
+    if not file.is_file():
+        return None
+    text = file.read_text()
+    names = [re.fullmatch(r"[\w.]+\.x_(\w+?)__mutmut_\*", glob) for glob in only]
+    if only and all(names):
+        defs = {
+            node.name: ast.get_source_segment(text, node)
+            for node in ast.parse(text).body
+            if isinstance(node, ast.FunctionDef)
+        }
+        text = "\n".join(defs.get(name[1], f"(no function {name[1]})") for name in names)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from experiments import plots
+from experiments.mutation_modules import mutated_source
 from stats import format_paired, paired_difference, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,14 +42,15 @@ def fmt(value, digits=3):
 
 
 def mutation_table():
-    """Every mutation run's counts and score (results/mutation/*.json, experiments/mutation.py)."""
+    """Every mutation run's counts and score (results/mutation/*.json, experiments/mutation.py),
+    and whether the code it mutated is today's (a score measured on older code is stale)."""
     runs = sorted((RESULTS / "mutation").glob("*.json"))
     if not runs:
         return missing("mutation/MODULE.json")
     lines = [
         "| file | module | mutants | killed | timeouts | reviewed equivalent | survivors | score "
-        "| finished |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| finished | the code it mutated |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path in runs:
         r = json.loads(path.read_text())
@@ -56,9 +58,20 @@ def mutation_table():
         lines.append(
             f"| `{path.name}` | `{r['path']}`{only} | {r['mutants']} | {r['killed']} | "
             f"{r['timeouts']} | {r['equivalent_by_review']} | {r['survived']} | "
-            f"{fmt(r['score'], 4)} | {r['finished']} |"
+            f"{fmt(r['score'], 4)} | {r['finished']} | {code_since(r)} |"
         )
     return "\n".join(lines)
+
+
+def code_since(run):
+    """Whether a mutation run's code is today's: the hash it recorded against today's."""
+    today = mutated_source(ROOT, run["path"], run.get("only") or ())
+    recorded = run.get("mutated_source_sha256")
+    if today is None:
+        return "its file is gone"
+    if not recorded:
+        return "not recorded"
+    return "today's" if recorded == today else "changed since"
 
 
 def auroc_table():

@@ -24,6 +24,7 @@ from experiments import (
     teams,
 )
 from experiments import run as runner
+from experiments.mutation_modules import mutated_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1314,9 +1315,15 @@ def test_each_team_table_asks_for_its_own_members_greedy_answers(tmp_path, monke
 
 
 def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
+    """Each run's counts, and whether the code it mutated is today's: the whole module's, or only
+    the functions a stage script's run named (an edit elsewhere in the file leaves it current)."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
     assert "not computed yet" in tables.mutation_table()
     (tmp_path / "mutation").mkdir()
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "x.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "y.py").write_text("def f():\n    return 1\n\n\ndef g():\n    return 2\n")
     run = {
         "path": "llm/x.py",
         "only": [],
@@ -1328,14 +1335,26 @@ def test_mutation_table_lists_every_run_from_its_file(tmp_path, monkeypatch):
         "score": 0.875,
         "finished": "2026-11-27 04:00",
     }
-    (tmp_path / "mutation" / "llm.x.json").write_text(json.dumps(run))
-    (tmp_path / "mutation" / "y.json").write_text(json.dumps(dict(run, path="y.py", only=["y.f"])))
-    lines = tables.mutation_table().splitlines()
-    assert lines[2:] == [
-        "| `llm.x.json` | `llm/x.py` | 10 | 6 | 1 | 2 | 1 | 0.8750 | 2026-11-27 04:00 |",
-        "| `y.json` | `y.py` (the functions named) | 10 | 6 | 1 | 2 | 1 | 0.8750 | "
-        "2026-11-27 04:00 |",
+    named = dict(run, path="y.py", only=["y.x_f__mutmut_*"])
+    for name, r in {"llm.x": run, "y": named, "old": dict(run, path="gone.py")}.items():
+        r = dict(r, mutated_source_sha256=mutated_source(tmp_path, r["path"], r["only"]))
+        (tmp_path / "mutation" / f"{name}.json").write_text(json.dumps(r))
+    (tmp_path / "mutation" / "z.json").write_text(json.dumps(run))
+    head = "| 10 | 6 | 1 | 2 | 1 | 0.8750 | 2026-11-27 04:00 |"
+    assert tables.mutation_table().splitlines()[2:] == [
+        f"| `llm.x.json` | `llm/x.py` {head} today's |",
+        f"| `old.json` | `gone.py` {head} its file is gone |",
+        f"| `y.json` | `y.py` (the functions named) {head} today's |",
+        f"| `z.json` | `llm/x.py` {head} not recorded |",
     ]
+    # g was not mutated: its edit leaves y's score current; f's makes it stale, as any edit of x
+    (tmp_path / "y.py").write_text("def f():\n    return 1\n\n\ndef g():\n    return 3\n")
+    assert tables.mutation_table().splitlines()[4].endswith("| today's |")
+    (tmp_path / "y.py").write_text("def f():\n    return 0\n\n\ndef g():\n    return 3\n")
+    (tmp_path / "llm" / "x.py").write_text("def f():\n    return 1  # one\n")
+    lines = tables.mutation_table().splitlines()
+    assert lines[2].endswith("| changed since |") and lines[4].endswith("| changed since |")
+    assert lines[5].endswith("| not recorded |")
 
 
 def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_path, monkeypatch):
