@@ -175,6 +175,15 @@ def test_check_model_reads_the_context_and_the_tokenizer_files(tmp_path):
     assert str(error.value) == (
         f"--models {str(bare)!r}: no tokenizer files (tokenizer.json) in the directory"
     )
+    # a model the engine cannot decode is refused in backbone.refusal's words, naming the flag
+    t5 = model_dir(tmp_path, "t5")
+    (t5 / "config.json").write_text(json.dumps({"is_encoder_decoder": True, "model_type": "t5"}))
+    with pytest.raises(UsageError) as error:
+        teams.check_model("--peers-model", str(t5), 1)
+    assert str(error.value) == (
+        f"--peers-model {str(t5)!r}: t5 is an encoder-decoder model; the engine runs decoder-only "
+        "causal LMs of text"
+    )
     adapter = tmp_path / "a.pt"
     adapter.write_text("")
     teams.check_models("--models", f"{gpt2}+{adapter},{gpt2}", 2, 31)
