@@ -428,14 +428,16 @@ def merged_copy(model, k):
 
 
 def main(argv=None):
-    """python -m llm.lora OLD.pt FOLDER: an adapter file of this project's older layout (a torch
-    file read as data) as a PEFT LoRA folder."""
+    """python -m llm.lora OLD.pt FOLDER, as its description says."""
     import argparse
 
     from common import load_file
     from llm import backbone
 
-    parser = argparse.ArgumentParser(description=main.__doc__.split(":")[0])
+    parser = argparse.ArgumentParser(
+        description="an adapter file of this project's older layout (a torch file read as data) "
+        "as a PEFT LoRA folder"
+    )
     parser.add_argument("old", help="an adapter .pt file (the LLM-weight trainers' older output)")
     parser.add_argument("folder", help="the PEFT folder to write")
     args = parser.parse_args(argv)
