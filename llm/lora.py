@@ -288,9 +288,10 @@ def read_peft(folder):
     except (OSError, ValueError, SafetensorError) as error:
         raise AdapterMismatch(f"{folder}: not a PEFT LoRA folder ({error})") from None
     plain = dict(peft_type="LORA", bias="none", use_dora=False, use_rslora=False)
-    for key, value in plain.items():
-        if config.get(key, value) != value or config.get("modules_to_save"):
-            raise AdapterMismatch(f"{folder}: not a plain LoRA adapter ({key}: {config.get(key)})")
+    odd = [key for key, value in plain.items() if config.get(key, value) != value]
+    odd += ["modules_to_save"] if config.get("modules_to_save") else []
+    if odd:
+        raise AdapterMismatch(f"{folder}: not a plain LoRA adapter ({odd[0]}: {config[odd[0]]})")
     rank, pairs = config["r"], {}
     for key, tensor in tensors.items():
         match = PEFT_KEY.fullmatch(key)
@@ -379,7 +380,7 @@ def load_adapter(model, state):
     # a PEFT folder made elsewhere names its base but has no fingerprint: the names must agree
     if theirs["base_fingerprint"] is None:
         theirs["base_fingerprint"] = mine["base_fingerprint"]
-        named = [Path(str(n).rstrip("/")).name.lower() for n in (state["base"], model.name_or_path)]
+        named = [Path(str(n)).name.casefold() for n in (state["base"], model.name_or_path)]
         if all(named) and named[0] != named[1]:
             raise AdapterMismatch(
                 f"an adapter for another base model ({state['base']!r} there, "

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import load_file
-from llm import lora
+from common import FileRefused, load_file
+from llm import backbone, lora
 from llm.engine import Engine
 from llm.team import read_adapter
 
@@ -628,6 +628,50 @@ def test_an_old_adapter_file_converts_to_a_peft_folder_of_the_same_weights(tmp_p
     assert extras["converted_from"] == "old-adapter.pt"
 
 
+def test_the_conversion_command_says_what_it_does_and_refuses_what_it_cannot_convert(
+    tmp_path, capsys, monkeypatch
+):
+    """`python -m llm.lora`'s help; a file that is not an adapter (torch's plain data, or not a
+    torch file) refused in one line with exit status 2; a file of the default backbone names it
+    in PEFT's config by its hub name."""
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as done:
+        lora.main(["--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.split("\n")[2:10] == [
+        "an adapter file of this project's older layout (a torch file read as data) as a PEFT "
+        "LoRA folder",
+        "",
+        "positional arguments:",
+        "  old         an adapter .pt file (the LLM-weight trainers' older output)",
+        "  folder      the PEFT folder to write",
+        "",
+        "options:",
+        "  -h, --help  show this help message and exit",
+    ]
+    torch.save({"tensors": {}}, tmp_path / "plain.pt")
+    with pytest.raises(SystemExit) as done:
+        lora.main([str(tmp_path / "plain.pt"), str(tmp_path / "out")])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'plain.pt'}: not an adapter file\n"
+    (tmp_path / "text.pt").write_text("not torch")
+    with pytest.raises(FileRefused) as refused:
+        lora.main([str(tmp_path / "text.pt"), str(tmp_path / "out")])
+    assert str(refused.value) == (
+        f"{tmp_path / 'text.pt'}: not a plain-data adapter file (Unsupported operand 110); refused"
+    )
+    old = torch.load(OLD_ADAPTER, weights_only=True)
+    torch.save({**old, "base": "default"}, tmp_path / "default.pt")
+    lora.main([str(tmp_path / "default.pt"), str(tmp_path / "default")])
+    config = json.loads((tmp_path / "default" / lora.PEFT_CONFIG).read_text())
+    assert config["base_model_name_or_path"] == backbone.DEFAULT_NAME
+    lora.main([str(OLD_ADAPTER), str(tmp_path / "tiny")])
+    assert (
+        json.loads((tmp_path / "tiny" / lora.PEFT_CONFIG).read_text())["base_model_name_or_path"]
+        == "tiny"
+    )
+
+
 def test_add_lora_settings_names_and_initial_adapters(tiny_model):
     """add_lora: rank 1 is allowed and 0 refused in one line; the adapters are named unsaved<k>;
     a fresh A is drawn uniform in +-1/sqrt(in) in the base's dtype (seed 0 by default), B zero;
@@ -662,11 +706,15 @@ def test_add_lora_settings_names_and_initial_adapters(tiny_model):
 
 
 def test_the_stacked_cache_notices_a_replaced_parameter(tiny_model):
-    """A parameter replaced by a new one (not changed in place) rebuilds the stacked A and B."""
+    """A parameter replaced by a new one (not changed in place) rebuilds the stacked A and B; while
+    none changes, the kept ones are not written again (the decode steps read them as they are)."""
     model = lora.add_lora(copy.deepcopy(tiny_model[0]), 4, alpha=8, adapters=2)
     layer = next(iter(lora.lora_layers(model).values()))
     with torch.no_grad():
         assert not layer.stacked()[1].any()
+        kept = layer.stacked()
+        written = [t._version for t in kept]
+        assert [t._version for t in layer.stacked()] == written
         layer.lora_B[0] = torch.nn.Parameter(torch.ones_like(layer.lora_B[0]))
         assert torch.equal(layer.stacked()[1][:, :4], torch.ones_like(layer.lora_B[0]))
 

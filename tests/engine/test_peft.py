@@ -2,6 +2,7 @@
 writes, PEFT loads to the same logits as the engine; what PEFT writes, the engine loads to the same
 logits as PEFT; a folder that does not fit is refused in one line, and nothing in one runs code."""
 
+import hashlib
 import json
 import pickle
 import shutil
@@ -189,3 +190,99 @@ def test_nothing_in_a_crafted_folder_runs_code(written, tiny_model_dir, tmp_path
     (crafted / lora.PEFT_WEIGHTS).write_bytes(pickle.dumps({"x": Payload()}))
     assert "not a PEFT LoRA folder" in refusal(crafted, tiny_model_dir)
     assert not marker.exists()
+
+
+def test_peft_targets_name_each_kind_of_layer_adapted_everywhere_else_every_module():
+    """target_modules as PEFT reads them: the last names where each kind is adapted in every layer
+    (a model without numbered layers has one of each), else the full names."""
+    every = [f"model.layers.{i}.self_attn.{k}" for i in (0, 1) for k in ("v_proj", "q_proj")]
+    assert lora.peft_targets(every) == ["q_proj", "v_proj"]
+    assert lora.peft_targets(every[:3]) == sorted(every[:3])
+    # two kinds of one last name in each layer: its last name alone would not tell them apart
+    twice = [f"model.layers.{i}.{p}.q_proj" for i in (0, 1) for p in ("self_attn", "cross_attn")]
+    assert lora.peft_targets(twice) == sorted(twice)
+    assert lora.peft_targets(["lm_head"]) == ["lm_head"]
+    assert lora.peft_targets(["transformer.head"]) == ["head"]
+    assert lora.peft_targets(["model.head.proj", "model.tail.proj"]) == [
+        "model.head.proj",
+        "model.tail.proj",
+    ]
+    name = "model.layers.0.self_attn.q_proj"
+    assert lora.peft_matches(name, r"model\.layers\.\d+\.self_attn\.(q|k)_proj")
+    assert not lora.peft_matches(name, r"self_attn\.q_proj")
+    assert lora.peft_matches(name, ["v_proj", "q_proj"]) and lora.peft_matches(name, [name])
+    assert not lora.peft_matches(name, ["_proj", "attn.q"])
+
+
+GOLDEN_CONFIG = "65049b5f8084e69994df900cd706fb929d7296e6c12693d5ae5c98aa818fb462"
+
+
+def test_write_peft_writes_peft_s_own_config_and_tensor_names(written, tmp_path):
+    """The folder as PEFT writes one: adapter_config.json's settings, the tensors under PEFT's
+    names with safetensors' torch metadata, this project's extras beside them; into a new folder
+    and over an old one."""
+    state = read_adapter(written)
+    folder = lora.write_peft(state, tmp_path / "new" / "adapter", {"agent": 1})
+    again = lora.write_peft(state, folder)
+    assert folder == again == tmp_path / "new" / "adapter"
+    config = (folder / lora.PEFT_CONFIG).read_text()
+    settings = json.loads(config)
+    assert settings["target_modules"] == ["down_proj", "q_proj"] and settings["r"] == 2
+    assert settings["base_model_name_or_path"] == state["base"] and settings["lora_alpha"] == 32.0
+    # the whole file byte for byte, its base's path aside: PEFT's plain-LoRA settings (peft_type
+    # LORA, task_type CAUSAL_LM, no dropout, bias none, fan_in_fan_out off, inference_mode on, no
+    # rsLoRA, no DoRA, no modules_to_save), one per line as json.dumps(indent=1) writes them
+    text = config.replace(json.dumps(state["base"]), '"BASE"')
+    assert hashlib.sha256(text.encode()).hexdigest() == GOLDEN_CONFIG
+    extras = {"format": lora.FORMAT, "base_fingerprint": state["base_fingerprint"]}
+    assert (folder / lora.EXTRAS).read_text() == json.dumps(extras, indent=1) + "\n"
+    lora.write_peft(state, folder, {"agent": 1})
+    assert json.loads((folder / lora.EXTRAS).read_text()) == extras | {"agent": 1}
+    with safetensors.safe_open(folder / lora.PEFT_WEIGHTS, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        assert sorted(f.keys()) == sorted(
+            f"base_model.model.{key[:-2]}.lora_{key[-1]}.weight" for key in state["tensors"]
+        )
+
+
+def test_read_peft_takes_plain_lora_only_and_defaults_what_a_config_leaves_out(written, tmp_path):
+    """A config that leaves out PEFT's defaults (type, bias, DoRA, rsLoRA, base) reads as plain
+    LoRA of no named base; each other kind is refused naming the setting; a tensor of another rank
+    names its size."""
+    defaults = ("peft_type", "bias", "use_dora", "use_rslora", "base_model_name_or_path")
+    bare = edited(
+        written,
+        tmp_path,
+        "bare",
+        config=lambda c: {k: v for k, v in c.items() if k not in defaults},
+    )
+    state = lora.read_peft(bare)
+    assert state["base"] == "" and state["rank"] == 2 and state["alpha"] == 32.0
+    assert state["target_modules"] == ["down_proj", "q_proj"]
+    for key, value in (
+        ("peft_type", "PREFIX_TUNING"),
+        ("bias", "all"),
+        ("use_dora", True),
+        ("use_rslora", True),
+        ("modules_to_save", ["lm_head"]),
+    ):
+        odd = edited(written, tmp_path, key, config=lambda c: {**c, key: value})
+        with pytest.raises(lora.AdapterMismatch) as refused:
+            lora.read_peft(odd)
+        assert str(refused.value) == f"{odd}: not a plain LoRA adapter ({key}: {value})"
+    rank3 = edited(written, tmp_path, "rank3", config=lambda c: {**c, "r": 3})
+    with pytest.raises(lora.AdapterMismatch) as refused:
+        lora.read_peft(rank3)
+    first = sorted(safetensors.torch.load_file(rank3 / lora.PEFT_WEIGHTS))[0]
+    assert str(refused.value).startswith(f"{rank3}: {first} is (")
+    assert str(refused.value).endswith("), not of rank 3 (its config's)")
+
+
+def test_a_regex_target_modules_names_the_layers_not_their_wrapped_base(written, tiny_model_dir):
+    """A folder whose target_modules is a regex (PEFT's other form) that also matches what follows
+    a layer's name loads: the engine's LoRA wrapper keeps the layer's weights in `<name>.base`,
+    which no folder adapts."""
+    engine = Engine(model_path=tiny_model_dir)
+    state = dict(read_adapter(written), target_modules=r".*\.(q_proj|down_proj).*")
+    lora.add_lora(engine.model, 2, 32.0, 1, 0, ["q_proj", "down_proj"])
+    assert lora.load_adapter(engine.model, state) == 1
