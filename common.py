@@ -610,13 +610,19 @@ def crash_if_asked(cfg, step):
 
 class MetricsLog:
     """metrics.jsonl, written by rank 0. On resume, the lines past the checkpoint's step (work the
-    killed run did after its last checkpoint, which is being redone) are dropped."""
+    killed run did after its last checkpoint, which is being redone) are dropped; without a
+    checkpoint (resume_step 0) every line is, the step-0 validation included, which the run begun
+    again writes anew."""
 
     def __init__(self, out_dir, rank, resume_step):
         self.path, self.rank = Path(out_dir) / "metrics.jsonl", rank
         if rank == 0 and self.path.exists():
             lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-            keep = [line for line in lines if json.loads(line).get("step", 0) <= resume_step]
+            keep = [
+                line
+                for line in lines
+                if resume_step and json.loads(line).get("step", 0) <= resume_step
+            ]
             self.path.write_text("".join(line + "\n" for line in keep))
 
     def write(self, **record):

@@ -545,11 +545,12 @@ def test_metrics_log_is_rank_0s_and_drops_the_redone_steps(tmp_path):
         (tmp_path / "metrics.jsonl").read_text() + '\n{"val": 1}\n'
     )
     common.MetricsLog(tmp_path, 0, 2).write(step=3, loss=0.0)
-    # a line without a step (written before step 1) survives any resume
+    # a line without a step (written before step 1) survives a resume from a checkpoint; a run
+    # begun again without one (killed before its first) writes its step 0 anew: nothing is kept
     (tmp_path / "zero").mkdir()
-    (tmp_path / "zero" / "metrics.jsonl").write_text('{"val": 0}\n{"step": 1}\n')
+    (tmp_path / "zero" / "metrics.jsonl").write_text('{"val": 0}\n{"step": 0}\n{"step": 1}\n')
     common.MetricsLog(tmp_path / "zero", 0, 0)
-    assert (tmp_path / "zero" / "metrics.jsonl").read_text() == '{"val": 0}\n'
+    assert (tmp_path / "zero" / "metrics.jsonl").read_text() == ""
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
         {"step": 1, "loss": 0.5},
