@@ -273,7 +273,7 @@ STAGE_FUNCTIONS = {
 def mutated_source(root, path, only=()):
     """sha256 of the code a run mutated: the module's file, or for a run of named functions (`only`:
     mutmut's globs `<module>.x_<function>__mutmut_*`) those functions' source, in order; None when
-    the file is gone. The report compares it with today's code: a score is the code's it was
+    the file is gone. The report compares it with today's: a score holds for the code it was
     measured on, and an edit since leaves it stale."""
     file = Path(root) / path
     if not file.is_file():
