@@ -1050,28 +1050,19 @@ def test_unseen_pool_leaves_out_every_question_the_starting_adapters_and_theirs_
     Without the flag the pool is whole; an adapter with no record or one that is not JSON, or a
     record that does not say which questions it drew, is refused."""
     split = dict(task="split", path="", level=1, agents=3, values_held=2, split_questions=0.5)
-    first = recorded(tmp_path / "first", **split, seed=1, val_n=0, questions=2)
-    read = recorded(tmp_path / "read", **split, seed=2, val_n=1, questions=1)
+
+    def drew(name, seed, val_n, questions, **read_from):
+        """An adapter recorded as trained on its seed's pool[val_n : val_n + questions]."""
+        return recorded(
+            tmp_path / name, **split, seed=seed, val_n=val_n, questions=questions, **read_from
+        )
+
+    first = drew("first", 1, 0, 2)
+    read = drew("read", 2, 1, 1)
     # `read` is reached through an --init-adapter only, and `first` twice, the second time while
     # `read` still waits to be read
-    middle = recorded(
-        tmp_path / "middle",
-        **split,
-        seed=2,
-        val_n=3,
-        questions=1,
-        init_adapter=read,
-        refine_contexts=first,
-    )
-    last = recorded(
-        tmp_path / "last",
-        **split,
-        seed=0,
-        val_n=2,
-        questions=3,
-        init_adapter=middle,
-        refine_contexts=first,
-    )
+    middle = drew("middle", 2, 3, 1, init_adapter=read, refine_contexts=first)
+    last = drew("last", 0, 2, 3, init_adapter=middle, refine_contexts=first)
     assert len(training.adapter_trainings([last])) == 4
     cfg = SimpleNamespace(**split, seed=0, unseen_questions=True)
     pool = {s: data.training_pool(SimpleNamespace(**split, seed=s)) for s in (0, 1, 2)}
