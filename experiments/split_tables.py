@@ -63,6 +63,14 @@ def paired(mine, theirs, part=None):
     return paired_difference(pool(mine), pool(theirs))
 
 
+def by_part(mine, theirs):
+    """mine - theirs on every question, then on the split and the shared ones apart, as one
+    sentence's clauses."""
+    clauses = [format_paired(paired(mine, theirs))]
+    clauses += [f"{part} questions {format_paired(paired(mine, theirs, part))}" for part in PARTS]
+    return "; ".join(clauses)
+
+
 def part_mean(runs, part, key):
     """A part's `key` (accuracy, tokens_per_question) averaged over the seeds."""
     return mean([s["parts"][part][key] for s in runs.values()])
@@ -266,17 +274,15 @@ def split_target_table(seeds=SEEDS):
     leaders = runs.get("leader", {})
     if leaders:
         own_vote = {seed: {**s, "correct": s["peer_vote_correct"]} for seed, s in leaders.items()}
-        for part in (None, "split"):
-            lines.append(
-                f"\nThe MLPO leader against its peers' vote ({seeds_text(len(leaders))}, paired"
-                f"{', split questions' if part else ''}): "
-                f"{format_paired(paired(leaders, own_vote, part))}."
-            )
+        lines.append(
+            f"\nThe MLPO leader against its peers' vote ({seeds_text(len(leaders))}, paired): "
+            f"{by_part(leaders, own_vote)}."
+        )
         # the natural aggregator of split facts against the protocol the policies must match
         tokens = mean([s["tokens_per_question"] for s in leaders.values()]) / strongest_tokens
         lines.append(
             f"\nThe MLPO leader against {NAMES[strongest]} ({seeds_text(len(leaders))}, paired): "
-            f"{format_paired(paired(leaders, fixed[strongest]))}, at {tokens:.0%} of its tokens."
+            f"{by_part(leaders, fixed[strongest])}; at {tokens:.0%} of its tokens."
         )
     debated = {seed: s for seed, s in runs.get("magrpo-debate", {}).items() if seed in complete}
     # the trained agents against the vote, and against the same protocol played by their starting
@@ -285,7 +291,7 @@ def split_target_table(seeds=SEEDS):
     for name, part in against.items():
         lines.append(
             f"\nDebate by the MAGRPO-trained agents against {name} ({seeds_text(len(debated))}, "
-            f"paired): {format_paired(paired(debated, fixed[part]))}."
+            f"paired): {by_part(debated, fixed[part])}."
         )
     return "\n".join(lines)
 
