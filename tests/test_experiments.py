@@ -1175,22 +1175,26 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     assert target["sft"][6] == "not met: vote, strongest, REFINE gain, REFINE where split"
     text = split_tables.split_target_table()
     assert "grpo" not in target and "grpo" in text.split("waiting")[1]
+
+    def line_after(prefix):
+        return text.split(prefix)[1].split("\n")[0]
+
     # the leader gains on split questions only; every line says each part apart
-    leader_vote = text.split("The MLPO leader against its peers' vote (3 seeds, paired): ")[1]
+    leader_vote = line_after("The MLPO leader against its peers' vote (3 seeds, paired): ")
     assert leader_vote.startswith("+0.050 [")
-    assert "; split questions +0.100 [" in leader_vote.split("\n")[0]
-    assert "; shared questions +0.000 [+0.000, +0.000] (0)." in leader_vote.split("\n")[0]
+    assert "; split questions +0.100 [" in leader_vote
+    assert "; shared questions +0.000 [+0.000, +0.000] (0)." in leader_vote
     versus = "The MLPO leader against debate (every agent REFINEs every round) (3 seeds, paired): "
-    leader_debate = text.split(versus)[1].split("\n")[0]
+    leader_debate = line_after(versus)
     assert leader_debate.startswith("-0.200 [") and "; split questions -0.400 [" in leader_debate
     assert leader_debate.endswith(
         "; shared questions +0.000 [+0.000, +0.000] (0); at 20% of its tokens."
     )
     debated = "Debate by the MAGRPO-trained agents against the team's"
-    magrpo_vote = text.split(f"{debated} vote (3 seeds, paired): ")[1].split("\n")[0]
+    magrpo_vote = line_after(f"{debated} vote (3 seeds, paired): ")
     assert magrpo_vote.startswith("+0.300 [") and "; split questions +0.600 [" in magrpo_vote
     assert magrpo_vote.endswith("; shared questions +0.000 [+0.000, +0.000] (0).")
-    magrpo_debate = text.split(f"{debated} own debate (3 seeds, paired): ")[1].split("\n")[0]
+    magrpo_debate = line_after(f"{debated} own debate (3 seeds, paired): ")
     assert magrpo_debate.startswith("+0.050 [") and "; split questions +0.100 [" in magrpo_debate
     team = cells(split_tables.split_team_table(), 10)
     assert team["the team's vote after round 0"][2:5] == ["0.500 ± 0.000", "0.000", "1.000"]
