@@ -1545,3 +1545,52 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
     stale = text.split("to compute again")[1]
     assert "seed0-softrank.json" in stale and "seed1-softrank.json" in stale
     assert "cost0.25" not in stale
+
+
+def test_the_magrpo_replay_plays_both_teams_greedy_on_the_runs_own_questions(tmp_path, monkeypatch):
+    """experiments/magrpo_replay.py: the run's flags from its piece, the starting adapters from its
+    --init-adapter and the trained ones from its committed folders, each team played greedy (the
+    validation's settings) on the run's validation questions and the seed's test questions, the two
+    teams paired question by question."""
+    import train_magrpo
+    from experiments import magrpo_replay
+    from llm.training import unseen_pool
+
+    run = "magrpo-debate-split-seed0"
+    played, models = [], []
+
+    def team_of(cfg, n_trained, device):
+        played.append((cfg.init_adapter, n_trained, cfg.group, cfg.rollout_temperature))
+        assert cfg.format_reward == 0.0
+        models.append(torch.nn.Linear(1, 1).train())
+        return models[-1:], cfg.init_adapter
+
+    def votes(team, questions, cfg, step):
+        # the trained team right on every question, the starting one on every other
+        trained = "magrpo-debate" in team
+        return None, torch.tensor([trained or k % 2 == 0 for k in range(len(questions))])
+
+    monkeypatch.setattr(magrpo_replay, "trained_team", team_of)
+    monkeypatch.setattr(train_magrpo, "vote_rollouts", votes)
+    out = tmp_path / "replay.json"
+    monkeypatch.setattr(sys, "argv", ["x", run, "--n-test", "10", "--out", str(out)])
+    magrpo_replay.main()
+    result = json.loads(out.read_text())
+    starting = magrpo_replay.run_config(run).init_adapter.split(",")
+    trained = [f"results/agents/{run}/agent{k}" for k in range(3)]
+    assert result["teams"] == {"starting": starting, "trained": trained}
+    assert [p[0] for p in played] == [",".join(starting), ",".join(trained)] * 2
+    assert all(p[1:] == (3, 1, 0.0) for p in played)
+    assert not any(m.training for m in models)
+    validation, test = result["validation"], result["test"]
+    cfg = magrpo_replay.run_config(run)
+    # the questions train_magrpo.py validates on: the first --val-n of its unseen pool
+    asked = [q.id for q in unseen_pool(cfg, starting)[: cfg.val_n]]
+    assert validation["votes"]["trained"]["question_ids"] == asked and len(asked) == 100
+    assert asked[0].startswith("split/train/")
+    assert [q.startswith("split/test/") for q in test["votes"]["starting"]["question_ids"]] == [
+        True
+    ] * 10
+    assert (validation["starting_accuracy"], validation["trained_accuracy"]) == (0.5, 1.0)
+    assert test["trained_minus_starting"]["diff"] == pytest.approx(0.5)
+    assert test["trained_minus_starting"]["disagree"] == 5
