@@ -239,6 +239,8 @@ def test_runner_checks_a_committed_eval_piece_by_rerunning_it_without_the_cache(
     piece = {"command": [sys.executable, str(fake_eval), "--out", str(committed)]}
     monkeypatch.setattr(runner, "PIECES", {"after-x": dict(piece, outputs=[str(committed)])})
     monkeypatch.setattr(runner, "ROOT", tmp_path)
+    # runner.main changes into its ROOT: monkeypatch puts the test's own directory back after
+    monkeypatch.chdir(tmp_path)
     for accuracy, code in ((0.71, 0), (0.73, 1)):
         committed.write_text(json.dumps({"vanilla": {"accuracy": accuracy}}))
         monkeypatch.setattr(sys, "argv", ["run.py", "--check", "after-x"])
@@ -1557,6 +1559,8 @@ def test_the_magrpo_replay_plays_both_teams_greedy_on_the_runs_own_questions(tmp
     from llm.training import unseen_pool
 
     run = "magrpo-debate-split-seed0"
+    # the piece's paths are the repository's, as the runner runs them
+    monkeypatch.chdir(ROOT)
     played, models = [], []
 
     def team_of(cfg, n_trained, device):
