@@ -13,6 +13,8 @@ between the question sets. The run's flags are its piece's (experiments/pieces.p
 
 import argparse
 import dataclasses
+import json
+from pathlib import Path
 
 import torch
 
@@ -33,7 +35,15 @@ def run_config(run):
 def saved_adapters(run):
     """The run's committed adapter folders, agent by agent (its piece's copies)."""
     targets = PIECES[f"llm-{run}"]["copies"].values()
-    return sorted(t for t in targets if "/agent" in t and not t.endswith(".jsonl"))
+    return sorted(t for t in targets if t.startswith(f"results/agents/{run}/"))
+
+
+def logged_validation(run):
+    """{step: held-out accuracy} as the run's committed metrics log holds it: what the replay of
+    the validation questions should give, the starting team at step 0, the trained at the last."""
+    log = next(t for t in PIECES[f"llm-{run}"]["copies"].values() if t.endswith(".jsonl"))
+    records = [json.loads(line) for line in Path(log).read_text().splitlines() if line.strip()]
+    return {r["step"]: r["val_accuracy"] for r in records if "val_accuracy" in r}
 
 
 def question_sets(cfg, n_test):
@@ -63,7 +73,12 @@ def main():
     args = parser.parse_args()
     cfg = run_config(args.run)
     teams = {"starting": init_adapters(cfg), "trained": saved_adapters(args.run)}
-    result = {"run": args.run, "machine": machine(), "teams": teams}
+    result = {
+        "run": args.run,
+        "machine": machine(),
+        "teams": teams,
+        "logged_validation": logged_validation(args.run),
+    }
     for name, questions in question_sets(cfg, args.n_test).items():
         votes = {team: greedy_votes(cfg, adapters, questions) for team, adapters in teams.items()}
         result[name] = {

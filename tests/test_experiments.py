@@ -1583,6 +1583,9 @@ def test_the_magrpo_replay_plays_both_teams_greedy_on_the_runs_own_questions(tmp
     starting = magrpo_replay.run_config(run).init_adapter.split(",")
     trained = [f"results/agents/{run}/agent{k}" for k in range(3)]
     assert result["teams"] == {"starting": starting, "trained": trained}
+    # what the run's metrics log says its validation gave, first and last (the replay's yardstick)
+    logged = result["logged_validation"]
+    assert (logged["0"], logged["24"], len(logged)) == (0.71, 0.72, 5)
     assert [p[0] for p in played] == [",".join(starting), ",".join(trained)] * 2
     assert all(p[1:] == (3, 1, 0.0) for p in played)
     assert not any(m.training for m in models)
