@@ -184,18 +184,4 @@ SPLIT_PIECES = {
     # the team's revision skill and table, seed by seed, then its trained leader and debaters
     **merged(seed_pieces(seed) for seed in TABLE_SEEDS),
     **merged(trained_pieces(seed) for seed in TABLE_SEEDS),
-    # seed 0's MAGRPO validation held while its test table fell: both question sets replayed from
-    # the committed adapters through the validation's own code path
-    "replay-magrpo-debate-split-seed0": {
-        "command": [
-            PY,
-            "-m",
-            "experiments.magrpo_replay",
-            "magrpo-debate-split-seed0",
-            "--out",
-            "results/llm/magrpo-debate-split-seed0.replay.json",
-        ],
-        "outputs": ["results/llm/magrpo-debate-split-seed0.replay.json"],
-        "needs": [f"results/agents/magrpo-debate-split-seed0/agent{i}" for i in range(3)],
-    },
 }
