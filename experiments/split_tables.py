@@ -293,7 +293,30 @@ def split_target_table(seeds=SEEDS):
             f"\nDebate by the MAGRPO-trained agents against {name} ({seeds_text(len(debated))}, "
             f"paired): {by_part(debated, fixed[part])}."
         )
+    if debated:
+        lines.append(
+            f"\nRound by round, the team's own debate → the MAGRPO-trained agents' (mean over "
+            f"{seeds_text(len(debated))}): {round_by_round(debated, fixed['debate'])}."
+        )
     return "\n".join(lines)
+
+
+def round_by_round(mine, theirs):
+    """theirs → mine, averaged over the seeds both have: the members' own first answers, then the
+    team's answer after each round, to say in which round two debates part."""
+    seeds = [seed for seed in mine if seed in theirs]
+
+    def both(value):
+        return " → ".join(f"{mean([value(runs[s]) for s in seeds]):.3f}" for runs in (theirs, mine))
+
+    rounds = range(len(mine[seeds[0]]["accuracy_per_round"]))
+    after = ", ".join(
+        f"after round {t} {both(lambda s: s['accuracy_per_round'][t])}" for t in rounds
+    )
+    return (
+        f"members' own first answers right {both(lambda s: s['agent_accuracy_round0'])}; "
+        f"the team's answer {after}"
+    )
 
 
 def pooled_refine(values, part, rounds=lambda t: True):

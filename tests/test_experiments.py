@@ -1112,7 +1112,8 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     protocol; SoftRankPO meets every target (+0.30 over the vote, +0.05 over debate at half its
     tokens, its split REFINEs gaining, REFINE 6x as often where split); SFT fails the vote margin
     and the REFINE ratio; the other policies wait; the leader against its peers' vote and debate;
-    MAGRPO's debate against the vote and the team's own debate; the agents' targets per member."""
+    MAGRPO's debate against the vote and the team's own debate, and the two debates round by round;
+    the agents' targets per member."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     for folder in ("tables", "refine", "revision"):
         (tmp_path / folder).mkdir()
@@ -1129,9 +1130,17 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
         **{f"alone-m{j}": ([not d and q < 30 for q, d in zip(ids, dealt)], 100) for j in range(3)},
     }
     for seed in (0, 1, 2):
+        # the members' first answers and the team's answer per round, for MAGRPO's round by round
+        per_round = {
+            "debate": {"agent_accuracy_round0": 0.4, "accuracy_per_round": [0.3, 0.7]},
+            "magrpo-debate": {
+                "agent_accuracy_round0": 0.1 * seed,
+                "accuracy_per_round": [0.25, 0.5 + 0.1 * seed],
+            },
+        }
         for part, (right, tokens) in plays.items():
             refine = (lambda q: q % 2 == 0 or q % 12 == 1) if part == "softrank" else None
-            summary = split_summary(right, dealt, tokens, refine)
+            summary = split_summary(right, dealt, tokens, refine, **per_round.get(part, {}))
             path = tmp_path / "tables" / f"split300-team-split-seed{seed}-{part}.json"
             path.write_text(json.dumps({part: summary}))
         leader = split_summary(
@@ -1198,6 +1207,10 @@ def test_split_tables_judge_each_target_on_the_split_and_shared_questions_apart(
     assert magrpo_vote.endswith("; shared questions +0.000 [+0.000, +0.000] (0).")
     magrpo_debate = line_after(f"{debated} own debate (3 seeds, paired): ")
     assert magrpo_debate.startswith("+0.050 [") and "; split questions +0.100 [" in magrpo_debate
+    assert line_after("Round by round, the team's own debate → the MAGRPO-trained agents' ") == (
+        "(mean over 3 seeds): members' own first answers right 0.400 → 0.100; the team's answer "
+        "after round 0 0.300 → 0.250, after round 1 0.700 → 0.600."
+    )
     team = cells(split_tables.split_team_table(), 10)
     assert team["the team's vote after round 0"][2:5] == ["0.500 ± 0.000", "0.000", "1.000"]
     # REFINE on every split question, on 4 of the 20 shared ones
