@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup model demo test clean-venv
+.PHONY: setup model demo test test-method clean-venv
 
 # Re-installs only when requirements.txt changes.
 $(STAMP): requirements.txt
@@ -72,6 +72,10 @@ test: model
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+# The method's worked examples alone (seconds, no model): the student's tests.
+test-method: $(STAMP)
+	$(PY) -m pytest -q tests/method
 
 clean-venv:
 	rm -rf $(VENV)

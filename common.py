@@ -63,7 +63,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data
 from llm import backbone
 from llm.cache import call_seed
-from llm.engine import ContextTooLong
 
 
 # --------------------------------------------------------------------------------------------------
@@ -126,7 +125,7 @@ def user_errors(out_dir=None):
     saying how to resume (out_dir None: a run with no checkpoint, whose generations are cached)."""
     try:
         yield
-    except (UsageError, FileRefused, data.DataError, ContextTooLong) as error:
+    except (UsageError, FileRefused, data.DataError) as error:
         usage_error(str(error))
     except KeyboardInterrupt:
         where = (

@@ -25,7 +25,7 @@ from dataclasses import replace
 from .arith import LEVELS, POOL_SIZE
 from .arith_templates import ITEMS, NAMES
 from .example import Example, split_of
-from .worked import expression_steps
+from .steps import expression_steps
 
 FACTS = 3
 _SEED = 4721

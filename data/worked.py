@@ -13,17 +13,11 @@ The format is the one the solve prompt asks for: short steps, then `Answer: n` o
 Other tasks carry no solution: WorkedSolutionMissing says so.
 """
 
-import ast
-import operator
 import re
-from fractions import Fraction
 
-OPERATORS = {
-    ast.Add: ("+", operator.add),
-    ast.Sub: ("-", operator.sub),
-    ast.Mult: ("*", operator.mul),
-    ast.Div: ("/", operator.truediv),
-}
+from .split import worked as split_worked
+from .steps import expression_steps
+
 CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")
 
 
@@ -31,41 +25,11 @@ class WorkedSolutionMissing(ValueError):
     """An example whose task carries no worked solution."""
 
 
-def _number(value: Fraction) -> str:
-    if value.denominator != 1:
-        raise ValueError(f"a step's result {value} is not a whole number")
-    return str(value.numerator)
-
-
-def expression_steps(expr: str) -> tuple[list[str], str]:
-    """The lines `a op b = c` that evaluate expr, and its value. Every intermediate value must be a
-    whole number (arith builds its divisions from their quotients)."""
-    steps = []
-
-    def evaluate(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return Fraction(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
-            left, right = evaluate(node.left), evaluate(node.right)
-            symbol, apply = OPERATORS[type(node.op)]
-            if symbol == "/" and right == 0:
-                raise ValueError(f"{expr!r} divides by zero")
-            value = apply(left, right)
-            steps.append(f"{_number(left)} {symbol} {_number(right)} = {_number(value)}")
-            return value
-        raise ValueError(f"{expr!r}: only whole numbers and + - * / are allowed")
-
-    value = evaluate(ast.parse(expr, mode="eval").body)
-    return steps, _number(value)
-
-
 def worked_solution(example, agent=None) -> str:
     """The worked solution of one example, ending in `Answer: <gold>`; task split: from the values
     `agent` holds (None: every one; data/split.py worked)."""
     if example.task == "split":
-        from .split import worked
-
-        return worked(example, agent)
+        return split_worked(example, agent)
     if example.task == "arith":
         steps, value = expression_steps(example.meta["expr"])
         return "\n".join([*steps, f"Answer: {value}"])

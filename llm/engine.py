@@ -31,6 +31,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from common import UsageError
 from llm import lora
 from llm.backbone import default_model_path, load_model, resolve_dtype
 from llm.cache import GenerationCache, weights_fingerprint
@@ -78,8 +79,9 @@ def check_decode(decode, device):
     return decode
 
 
-class ContextTooLong(ValueError):
-    """A prompt and its token budget do not fit in the model's context (a user's setting)."""
+class ContextTooLong(UsageError):
+    """A prompt and its token budget do not fit in the model's context (a user's setting, so a
+    script ends on its one line as on any other usage error)."""
 
 
 class Engine(Prefill):

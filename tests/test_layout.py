@@ -108,6 +108,10 @@ def test_readme_leads_with_the_method_and_the_reading_path():
     for script in ("sft.py", "train_rl.py", "train_magrpo.py", "deliberate.py", "softrank.py"):
         assert script in first_screen, script
     assert "make demo" in first_screen and "make test" in first_screen
+    # the student's tests, one command that runs tests/method alone
+    assert "make test-method" in first_screen
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test-method:.*\n\t.*pytest -q tests/method$", makefile, re.M)
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -157,3 +161,72 @@ def test_the_cited_names_check_sees_a_stale_name():
     with pytest.raises(AttributeError):
         resolve("train_rl.make_loss")
     assert resolve("llm.engine.Engine.generate") is not None
+
+
+def module_graph(root):
+    """Every module of the tree under `root` (its top-level files and its packages' files, tests
+    aside) -> the modules of that tree it imports anywhere in its source, inside functions too, a
+    relative import resolved against its package."""
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[0] in {"tests", ".venv", "runs", "cache"} or parts[0].startswith("."):
+            continue
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[name] = sorted(found & set(files) - {name})
+    return graph
+
+
+def import_circles(graph):
+    """Each circle of imports in `graph`, as the list of modules around it (depth-first search)."""
+    circles, state = [], {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for target in graph[name]:
+            if state.get(target) == "open":
+                circles.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return circles
+
+
+def test_no_import_circles_counting_imports_inside_functions():
+    assert import_circles(module_graph(ROOT)) == []
+
+
+def test_the_circle_check_sees_an_import_inside_a_function(tmp_path):
+    """A planted circle closed by a function-level import and one by a relative import are found;
+    the same tree without them has none."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from .b import f\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "top.py").write_text("import pkg.a\n")
+    (tmp_path / "other.py").write_text("def g():\n    return 2\n")
+    assert import_circles(module_graph(tmp_path)) == []
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from . import a\n\n    return a\n")
+    assert import_circles(module_graph(tmp_path)) == [["pkg.a", "pkg.b", "pkg.a"]]
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "other.py").write_text("def g():\n    import top\n\n    return top\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    import other\n\n    return other\n")
+    assert import_circles(module_graph(tmp_path)) == [["other", "top", "pkg.a", "pkg.b", "other"]]
