@@ -219,6 +219,12 @@ MODULES = {
     ),
     # the split-information task and the per-agent views of a question (Example.render)
     "data.split": ("data/split.py", ["tests/test_split.py"], ["solvers_examples"]),
+    # an expression's steps: the arith and split tasks' worked solutions and the split task's gold
+    "data.steps": (
+        "data/steps.py",
+        ["tests/test_worked.py", "tests/test_split.py"],
+        ["solvers_examples"],
+    ),
     "data.example": ("data/example.py", ["tests/test_split.py", "tests/test_data.py"], []),
     "llm.kvcache": ("llm/kvcache.py", ["tests/engine/test_engine.py"], []),
     # the static decode step, on CPU without capture (the CUDA graphs themselves: experiments/

@@ -51,9 +51,18 @@ def test_steps_follow_the_evaluation_order():
     assert expression_steps("7") == ([], "7")
 
 
-@pytest.mark.parametrize("expr", ["7 / 2", "3 ** 2", "x + 1", "4 / 0", "2.5 + 1"])
-def test_expressions_beyond_whole_number_arithmetic_are_refused(expr):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "expr, says",
+    [
+        ("7 / 2", "7/2 is not a whole number"),
+        ("3 ** 2", "only whole numbers and"),
+        ("x + 1", "only whole numbers and"),
+        ("4 / 0", "'4 / 0' divides by zero"),
+        ("2.5 + 1", "only whole numbers and"),
+    ],
+)
+def test_expressions_beyond_whole_number_arithmetic_are_refused(expr, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
         expression_steps(expr)
 
 
