@@ -2,10 +2,20 @@
 an evaluation table, a seed's policies and their tables, for the default team or a trained one
 (experiments/teams.py)."""
 
+from pathlib import Path
+
 from experiments.llm_pieces import PY, RUNS, committed
 from experiments.teams import team_adapters, team_flags
 
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
+
+
+def outputs(piece):
+    """The files a piece leaves in results/: what its command writes, and what is copied from its
+    run."""
+    return [Path(p) for p in piece.get("outputs", [])] + [
+        Path(p) for p in piece.get("copies", {}).values()
+    ]
 
 
 def flags_once(command):

@@ -19,45 +19,18 @@ in cache/generations, so a piece that replays games another piece played costs n
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from common import load_tensors, machine
+from common import machine
+from experiments import weights
+from experiments.piece_kit import outputs
 from experiments.pieces import PIECES
-from llm.team import read_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def outputs(piece):
-    return [Path(p) for p in piece.get("outputs", [])] + [
-        Path(p) for p in piece.get("copies", {}).values()
-    ]
-
-
-def keep(source, target):
-    """A run's file committed as its piece's target: a PEFT adapter folder or a safetensors policy
-    in the .pt form that piece's target has always had (the runner skips a piece whose target
-    exists), or as it is where the target is in that form too (a safetensors policy with its
-    settings' JSON); anything else (an adapter folder included) copied."""
-    if target.suffix == ".pt" and source.is_dir():
-        torch.save(read_adapter(source), target)
-    elif target.suffix == ".pt" and source.suffix == ".safetensors":
-        tensors, settings = load_tensors(source, "policy")
-        torch.save({**settings, "state_dict": tensors}, target)
-    elif target.suffix == source.suffix == ".safetensors":
-        shutil.copyfile(source, target)
-        shutil.copyfile(source.with_suffix(".json"), target.with_suffix(".json"))
-    elif source.is_dir():
-        shutil.copytree(source, target, dirs_exist_ok=True)
-    else:
-        shutil.copyfile(source, target)
 
 
 def run_piece(name, piece, commit):
@@ -66,7 +39,7 @@ def run_piece(name, piece, commit):
     subprocess.run(piece["command"], check=True)
     for source, target in piece.get("copies", {}).items():
         Path(target).parent.mkdir(parents=True, exist_ok=True)
-        keep(Path(source), Path(target))
+        weights.keep(Path(source), Path(target))
     log = Path("results/pieces.jsonl")
     with open(log, "a") as f:
         record = {
@@ -79,7 +52,8 @@ def run_piece(name, piece, commit):
         f.write(json.dumps(record) + "\n")
     if commit:
         files = [str(p) for p in outputs(piece)] + [str(log)]
-        subprocess.run(["git", "add", *files], check=True)
+        # weights are ignored by .gitignore, so that restored ones are not committed again
+        subprocess.run(["git", "add", "--force", *files], check=True)
         subprocess.run(["git", "commit", "-q", "-m", f"results: {name}", "--", *files], check=True)
 
 
@@ -143,10 +117,11 @@ def main():
         checked = [check_piece(name, piece, args.tolerance) for name, piece in chosen.items()]
         sys.exit(0 if all(checked) else 1)
     for name, piece in chosen.items():
-        done = all(p.exists() for p in outputs(piece))
+        # a weight that left the tree (experiments/weights.py) counts as done: it can be restored
+        done = all(weights.present(p) for p in outputs(piece))
         if args.list:
             print(f"{'done   ' if done else 'missing'}  {name}")
-        elif not done and not all(Path(p).exists() for p in piece.get("needs", [])):
+        elif not done and not all(weights.present(p) for p in piece.get("needs", [])):
             # a policy not trained yet, or LLM weights (out
             # of git: a later session may not have them)
             llm = any(not p.startswith("results/") for p in piece["needs"])
@@ -162,6 +137,9 @@ def main():
                 file=sys.stderr,
             )
         elif not done:
+            for need in piece.get("needs", []):
+                if need.startswith("results/"):
+                    weights.restore(need)
             run_piece(name, piece, args.commit)
 
 

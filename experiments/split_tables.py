@@ -7,9 +7,7 @@ Every paired difference is pooled over the seeds both protocols have, on the sam
 question of seed k is "k:id"); a part (split or shared) pairs the same questions of that part.
 """
 
-import hashlib
-
-from experiments import tables
+from experiments import tables, weights
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
 from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED
@@ -344,8 +342,10 @@ def same_weights(policy, seeds, like="softrank"):
     ranks the rewards, so a cost that only breaks ties between them trains the same policy."""
 
     def digest(name, seed):
-        path = tables.RESULTS / "policies" / f"{PREFIX}-seed{seed}-{name}.safetensors"
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+        # a policy that left the tree is compared by the sha256 its manifest row keeps
+        return weights.recorded(
+            tables.RESULTS / "policies" / f"{PREFIX}-seed{seed}-{name}.safetensors", "sha256"
+        )
 
     return [s for s in seeds if (mine := digest(policy, s)) and mine == digest(like, s)]
 

@@ -3,7 +3,7 @@ against the untrained one; each from the committed files in results/."""
 
 import re
 
-from experiments import plots, tables
+from experiments import plots, tables, weights
 from experiments.tables import (
     NO_PNG,
     fmt,
@@ -298,8 +298,8 @@ def lora_table():
         mine = summary_of(load(f"after/{path.name}"), "mpdf-persist")
         if mine is None:
             continue
-        adapter = tables.RESULTS / "agents" / f"{name}.pt"
-        size = f"{adapter.stat().st_size:,}" if adapter.exists() else ""
+        size = weights.recorded(tables.RESULTS / "agents" / f"{name}.pt", "bytes")
+        size = f"{size:,}" if size else ""
         reference_seed = seed if full.get(seed) else 0
         reference = full.get(reference_seed)
         cells = [

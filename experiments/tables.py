@@ -244,7 +244,23 @@ def pictures_of(name, runs):
     return text
 
 
-def reward_scale_table(algos=("softrank", "grpo"), variants=("x0.1", "x1", "x10", "exp")):
+REWARD_SCALE_ALGOS = ("softrank", "grpo")
+REWARD_SCALE_VARIANTS = ("x0.1", "x1", "x10", "exp")
+
+
+def reward_scale_policy(algo, variant):
+    """A reward variant's final policy, under results/: the table reads its tensors."""
+    return f"policies/arith-seed0-{algo}-{variant}.pt"
+
+
+REWARD_SCALE_POLICIES = tuple(
+    f"results/{reward_scale_policy(algo, variant)}"
+    for algo in REWARD_SCALE_ALGOS
+    for variant in REWARD_SCALE_VARIANTS
+)
+
+
+def reward_scale_table(algos=REWARD_SCALE_ALGOS, variants=REWARD_SCALE_VARIANTS):
     """Table c: validation accuracy over the steps of SoftRankPO and GRPO under scaled and
     transformed rewards (results/training/arith-seed0-<algo>-<variant>.metrics.jsonl), as numbers
     and a PNG."""
@@ -285,7 +301,7 @@ def weight_gap(algo, variant):
     """Max |w - w_x1| between a reward variant's final policy and its algorithm's unscaled one: 0
     means the variant did not change training at all (what a rank-based advantage promises for
     increasing maps)."""
-    paths = [RESULTS / "policies" / f"arith-seed0-{algo}-{v}.pt" for v in (variant, "x1")]
+    paths = [RESULTS / reward_scale_policy(algo, v) for v in (variant, "x1")]
     if not all(path.exists() for path in paths):
         return "–"
     from common import load_file  # a policy file is read as plain data, never as code
