@@ -26,28 +26,30 @@ from common import UsageError, check_at_least, check_choice, machine, parse_conf
 from data import check_task
 from deliberate import (
     ACTION_KINDS,
-    CONFIDENCE_SIGNALS,
     FIXED_POLICIES,
-    Call,
     FixedPolicy,
-    GameConfig,
     action_counts,
-    check_game,
     check_team,
+    load_policy,
+    make_policy,
+    play,
+)
+from llm.cache import call_seed
+from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
+from solutions import (
+    CONFIDENCE_SIGNALS,
+    Call,
+    GameConfig,
+    check_game,
     hint,
     leader_prompt,
-    load_policy,
     majority_vote,
-    make_policy,
     per_question,
-    play,
     refine_prompt,
     run_llm,
     solve_calls,
     solve_prompt,
 )
-from llm.cache import call_seed
-from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
 from stats import auroc, format_paired, paired_difference, pooled, sample_std
 
 
@@ -85,7 +87,7 @@ class Config:
     critic: bool = False
     """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    """the vote's tie-break signal, the same for every protocol (solutions.VOTE_RULES)"""
     whole_solutions: bool = False
     """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
     and its own last 300 characters, the leader each solution's last 300)"""
@@ -134,7 +136,7 @@ def vanilla_prompt(example, agent=None):
 
 
 def alone_prompt(example, agent=None, trailer=False):
-    """One answer asked as the game's round 0 asks it (deliberate.solve_prompt): an agent trained on
+    """One answer asked as the game's round 0 asks it (solutions.solve_prompt): an agent trained on
     the game's prompt answers alone in the words it learned, so that its accuracy measures the agent
     and not a wording it never saw."""
     return solve_prompt(example, trailer, agent)

@@ -49,14 +49,6 @@ from common import (
     user_errors,
 )
 from data import check_task
-from deliberate import (
-    GameConfig,
-    check_game,
-    majority_vote,
-    parse_solution,
-    refine_prompt,
-    solve_prompt,
-)
 from llm.cache import call_seed
 from llm.team import EngineConfig, check_engine
 from llm.training import (
@@ -75,6 +67,14 @@ from llm.training import (
     validate,
 )
 from llm_step import TRUNCATED_RULES, Sequence, rollout_update
+from solutions import (
+    GameConfig,
+    check_game,
+    majority_vote,
+    parse_solution,
+    refine_prompt,
+    solve_prompt,
+)
 
 
 @dataclass
@@ -105,7 +105,7 @@ class Config:
     trailer: bool = False
     """ask for the Steps / Confidence / Answer trailer (it costs the default backbone accuracy)"""
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    """the vote's tie-break signal, the same for every protocol (solutions.VOTE_RULES)"""
     whole_solutions: bool = False
     """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
     and its own last 300 characters, the leader each solution's last 300)"""

@@ -65,10 +65,8 @@ from deliberate import (
     ACTION_KINDS,
     PERSIST,
     REFINE,
-    GameConfig,
     action_counts,
     action_distribution,
-    check_game,
     check_team,
     collect_states,
     concede,
@@ -80,6 +78,7 @@ from deliberate import (
     save_policy,
 )
 from llm.team import check_engine, make_engine, resolve_engine_dtype, team_name
+from solutions import GameConfig, check_game
 
 # the algorithms that score every action of a state (the corpus knows each one's reward)
 FULL_SET_ADVANTAGES = {
@@ -126,7 +125,7 @@ class Config:
     critic: bool = False
     """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    """the vote's tie-break signal, the same for every protocol (solutions.VOTE_RULES)"""
     whole_solutions: bool = False
     """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
     and its own last 300 characters, the leader each solution's last 300)"""

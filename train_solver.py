@@ -44,7 +44,6 @@ from common import (
 )
 from data import check_task, training_pool, training_questions
 from data.worked import WorkedSolutionMissing, worked_solution
-from deliberate import GameConfig, check_game, parse_solution, refine_prompt, solve_prompt
 from llm import lora
 from llm.cache import call_seed
 from llm.logprobs import without_dropout
@@ -60,6 +59,7 @@ from llm.training import (
     trained_team,
 )
 from llm_step import Sequence, policy_step
+from solutions import GameConfig, check_game, parse_solution, refine_prompt, solve_prompt
 
 # the cross-entropy of the solution tokens as policy_step computes it with advantage 1: every token
 # of the step weighs the same (the token mean), no KL term, the model's own distribution

@@ -30,8 +30,8 @@ from tqdm import tqdm
 import common
 import data
 import deliberate
+import solutions
 from common import check_choice, machine, parse_config, user_errors, write_result
-from deliberate import parse_solution
 from experiments.bench_common import (
     deliberation_prompts,
     hf_generate,
@@ -41,6 +41,7 @@ from experiments.bench_common import (
 from llm import backbone, lora
 from llm.cache import call_seed
 from llm.engine import Engine
+from solutions import parse_solution
 
 
 @dataclass
@@ -188,19 +189,19 @@ def bench_round(cfg):
     (200) arith test questions, then one REFINE of every agent (the game's prompts, seeds and token
     budget; greedy, no cache), in each dtype of bench_dtypes. Per round, HF generate (the prompts in
     the game's order, left-padded batches of cfg.hf_batch_size) and then the engine's continuous
-    batching in cfg.engine_batch_size slots (deliberate.run_llm's call, eval.py's default slots);
+    batching in cfg.engine_batch_size slots (solutions.run_llm's call, eval.py's default slots);
     each side builds its refine prompts from its own round-0 texts. The top-level keys are fp32's;
     a bf16 run adds its own under "bfloat16"."""
     n, dtypes = cfg.n or 200, bench_dtypes(cfg)
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    game = deliberate.GameConfig(
+    game = solutions.GameConfig(
         agents=cfg.agents,
         rounds=1,
         temperature=0.0,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
     )
-    calls = deliberate.solve_calls(examples, game)
+    calls = solutions.solve_calls(examples, game)
     per_dtype, outputs = {}, {}
     for dtype in dtypes:
         engine = Engine(model_path=cfg.model or None, dtype=dtype, batch_size=cfg.engine_batch_size)
@@ -230,7 +231,7 @@ def bench_round(cfg):
                 round_s[side].append(time.time() - start)
                 rows_of[side] += rows
                 if t == 0:  # REFINE: each agent sees its own round-0 solution, its peers' answers
-                    teams = deliberate.per_question(
+                    teams = solutions.per_question(
                         [
                             parse_solution(tokenizer.decode(r, skip_special_tokens=True), ex.task)
                             for (ex, *_), r in zip(calls, rows)
@@ -240,7 +241,7 @@ def bench_round(cfg):
                     requests[side] = [
                         (
                             ex,
-                            deliberate.refine_prompt(ex, team, i),
+                            solutions.refine_prompt(ex, team, i),
                             call_seed(cfg.seed, ex.id, i, 1, "refine"),
                             i,
                         )
@@ -302,7 +303,7 @@ def bench_debate(cfg):
         batch_size=cfg.engine_batch_size,
         progress=True,
     )
-    game = deliberate.GameConfig(
+    game = solutions.GameConfig(
         agents=cfg.agents,
         rounds=cfg.rounds,
         temperature=cfg.temperature,
@@ -338,9 +339,9 @@ def bench_debate(cfg):
                 )
                 return parse_solution(text, ex.task)
 
-            team = [solve(deliberate.solve_prompt(ex)) for _ in range(game.agents)]
+            team = [solve(solutions.solve_prompt(ex)) for _ in range(game.agents)]
             for _ in range(game.rounds):
-                team = [solve(deliberate.refine_prompt(ex, team, i)) for i in range(game.agents)]
+                team = [solve(solutions.refine_prompt(ex, team, i)) for i in range(game.agents)]
     usual_s = time.time() - start
     result = {
         "questions": n,
@@ -407,8 +408,8 @@ def bench_team(cfg, repeats=2):
     merged = [Engine(model=lora.merged_copy(model, k), tokenizer=plain.tokenizer,
                      batch_size=cfg.engine_batch_size) for k in range(cfg.agents)]  # fmt: skip
     examples = data.load_task("arith", split="test", n=n, seed=0)
-    game = deliberate.GameConfig(agents=cfg.agents, seed=cfg.seed)
-    calls = deliberate.solve_calls(examples, game)
+    game = solutions.GameConfig(agents=cfg.agents, seed=cfg.seed)
+    calls = solutions.solve_calls(examples, game)
     prompts, seeds, agents = zip(*((plain.chat(p), seed, i) for _, p, seed, i in calls))
     budget = {"max_new_tokens": cfg.max_new_tokens, "temperature": 0.0}
 

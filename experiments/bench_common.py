@@ -9,9 +9,9 @@ import warnings
 
 import torch
 
-import deliberate
-from deliberate import parse_solution
+import solutions
 from llm import backbone
+from solutions import parse_solution
 
 
 def matmul_peak_flops(dtype):
@@ -80,7 +80,7 @@ def deliberation_prompts(engine, examples):
     refine prompts of 3-agent teams (canned solutions) for the rest, as in a debate round; no
     generation needed."""
     half = len(examples) // 2
-    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples[:half]]
+    prompts = [engine.chat(solutions.solve_prompt(ex)) for ex in examples[:half]]
     for k in range(len(examples) - half):
         ex = examples[half + k // 3]
         team = [
@@ -91,7 +91,7 @@ def deliberation_prompts(engine, examples):
             )
             for d in (0, 1, 2)
         ]
-        prompts.append(engine.chat(deliberate.refine_prompt(ex, team, k % 3)))
+        prompts.append(engine.chat(solutions.refine_prompt(ex, team, k % 3)))
     return prompts
 
 

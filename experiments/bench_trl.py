@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import data
-import deliberate
+import solutions
 from llm import backbone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def trl(steps, dtype, root):
     dataset = Dataset.from_list(
         [
             {
-                "prompt": [{"role": "user", "content": deliberate.solve_prompt(ex)}],
+                "prompt": [{"role": "user", "content": solutions.solve_prompt(ex)}],
                 "answer": ex.answer,
             }
             for ex in examples
@@ -68,7 +68,7 @@ def trl(steps, dtype, root):
         return [
             float(
                 data.is_correct(
-                    deliberate.parse_solution(c[0]["content"], "arith").answer, a, "arith"
+                    solutions.parse_solution(c[0]["content"], "arith").answer, a, "arith"
                 )
             )
             for c, a in zip(completions, answer)

@@ -5,11 +5,11 @@ table).
     python -m experiments.confidence_auroc --task mawps \
         --path ../shared/data/mawps_asdiv/train.csv --n 200 --out results/auroc/mawps.json
 
-The round-0 solutions are the game's own calls (deliberate.solve_calls: same prompts and seeds as
+The round-0 solutions are the game's own calls (solutions.solve_calls: same prompts and seeds as
 eval.py, so they come from the generation cache when eval.py made them). Signals: the critic as it
 was (p(Correct) from the first tokens where `Correct` and `Incorrect` differ, i.e. `Correct` vs
 `In`), the critic as it is (deliberate.run_critic: each verdict scored by its whole token sequence),
-and the free generation-confidence signals (deliberate.generation_confidence). AUROC 0.5 is
+and the free generation-confidence signals (solutions.generation_confidence). AUROC 0.5 is
 chance; below 0.5 the signal points the wrong way.
 """
 
@@ -21,8 +21,8 @@ import torch
 import data
 import deliberate
 from common import parse_config, write_result
-from deliberate import CONFIDENCE_SIGNALS
 from llm.team import as_team, make_engine
+from solutions import CONFIDENCE_SIGNALS, GameConfig, run_llm, solve_calls
 from stats import auroc
 
 
@@ -73,14 +73,14 @@ def main(cfg):
     examples = data.load_task(cfg.task, path=cfg.path or None, split=split, n=cfg.n, seed=cfg.seed)
     team = make_engine(cfg, cfg.agents, 0)
     engine = as_team(team).first
-    game = deliberate.GameConfig(
+    game = GameConfig(
         agents=cfg.agents,
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
     )
-    calls = deliberate.solve_calls(examples, game)
-    solutions = [s for s, _ in deliberate.run_llm(team, calls, game)]
+    calls = solve_calls(examples, game)
+    solutions = [s for s, _ in run_llm(team, calls, game)]
     items = [(ex, s) for (ex, *_), s in zip(calls, solutions)]
     labels = [data.is_correct(s.answer, ex.answer, ex.task) for ex, s in items]
     scores = {"critic_first_token": first_token_critic(engine, items)}

@@ -19,11 +19,18 @@ import dataclasses
 from dataclasses import dataclass
 
 import data
-import deliberate
 from common import parse_config, write_result
-from deliberate import GameConfig, majority_vote
 from llm.cache import call_seed
 from llm.engine import Engine
+from solutions import (
+    GameConfig,
+    leader_prompt,
+    majority_vote,
+    per_question,
+    run_llm,
+    solve_calls,
+    solve_prompt,
+)
 
 GROUPS = (2, 4, 8)
 
@@ -50,13 +57,8 @@ def main(cfg):
     G = max(GROUPS)
     if cfg.target == "leader":
         peers_game = GameConfig(agents=cfg.agents, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-        peers = deliberate.per_question(
-            [
-                s
-                for s, _ in deliberate.run_llm(
-                    engine, deliberate.solve_calls(examples, peers_game), peers_game
-                )
-            ],
+        peers = per_question(
+            [s for s, _ in run_llm(engine, solve_calls(examples, peers_game), peers_game)],
             cfg.agents,
         )
         peer_right = [
@@ -65,12 +67,7 @@ def main(cfg):
         ]
         kept = [(ex, team) for ex, team, right in zip(examples, peers, peer_right) if right < 0.75]
         calls = [
-            (
-                ex,
-                deliberate.leader_prompt(ex, team),
-                call_seed(cfg.seed, "flat-leader", ex.id, g),
-                0,
-            )
+            (ex, leader_prompt(ex, team), call_seed(cfg.seed, "flat-leader", ex.id, g), 0)
             for ex, team in kept
             for g in range(G)
         ]
@@ -78,18 +75,18 @@ def main(cfg):
         examples = [ex for ex, _ in kept]
     else:
         calls = [
-            (ex, deliberate.solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i), i)
+            (ex, solve_prompt(ex), call_seed(cfg.seed, "flat-groups", ex.id, g, i), i)
             for ex in examples
             for g in range(G)
             for i in range(cfg.agents)
         ]
         per_rollout = cfg.agents
-    outputs = deliberate.run_llm(engine, calls, game)
+    outputs = run_llm(engine, calls, game)
     # per question, the reward of each rollout: the vote's
     # or the leader's correctness (the mean: vote_accuracy)
     rewards = []
-    for ex, question_outputs in zip(examples, deliberate.per_question(outputs, G * per_rollout)):
-        teams = deliberate.per_question([s for s, _ in question_outputs], per_rollout)
+    for ex, question_outputs in zip(examples, per_question(outputs, G * per_rollout)):
+        teams = per_question([s for s, _ in question_outputs], per_rollout)
         rewards.append(
             [data.is_correct(majority_vote(team)[0], ex.answer, ex.task) for team in teams]
         )

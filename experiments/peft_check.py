@@ -20,7 +20,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 import data
-import deliberate
+import solutions
 from common import machine, parse_config, write_result
 from llm import lora
 from llm.backbone import default_model_path
@@ -45,7 +45,7 @@ def greedy(path, examples, cfg):
     engine with its adapter's index."""
     engine = Engine(model_path=default_model_path(), dtype="float32")
     k = lora.load_adapter(engine.model, read_adapter(path))
-    prompts = [engine.chat(deliberate.solve_prompt(ex)) for ex in examples]
+    prompts = [engine.chat(solutions.solve_prompt(ex)) for ex in examples]
     done = engine.generate(
         prompts,
         list(range(len(prompts))),
@@ -80,7 +80,7 @@ def main(cfg):
         old, _, _, _ = greedy(f"results/agents/{name}.pt", examples, cfg)
         new, engine, k, prompts = greedy(f"results/agents/{name}", examples, cfg)
         answers = [
-            [deliberate.parse_solution(c.text, "arith").answer for c in done] for done in (old, new)
+            [solutions.parse_solution(c.text, "arith").answer for c in done] for done in (old, new)
         ]
         tokens = [[c.token_ids for c in done] for done in (old, new)]
         rows.append(

@@ -6,8 +6,8 @@ non-blank lines, read from the imports with `ast`.
 
 The rings, imports pointing inward (tests/test_layout.py checks them):
   library  llm/, data/, common.py: the engine, the tasks, the plumbing; imports no spine or lab
-  spine    the scripts and the modules they share (deliberate.py, softrank.py, stats.py): all a
-           method learns with; imports no lab, and no script imports another
+  spine    the scripts and the modules they share (solutions.py, deliberate.py, softrank.py,
+           stats.py): all a method learns with; imports no lab, and no script imports another
   lab      experiments/: the studies; imports the spine's shared modules and the library
 Sizes are advice, never a test: a reading set past about 4 files or 2,000 lines, or a script past
 about 600 lines of its own, is worth a second look at its shape.

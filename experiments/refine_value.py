@@ -27,12 +27,12 @@ from deliberate import (
     ACTION_KINDS,
     PERSIST,
     REFINE,
-    GameConfig,
     action_kind,
     counterfactual_rewards,
     make_policy,
 )
 from llm.team import check_models, make_engine, resolve_engine_dtype
+from solutions import GameConfig
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Config:
     critic: bool = False
     """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    """the vote's tie-break signal, the same for every protocol (solutions.VOTE_RULES)"""
     whole_solutions: bool = False
     """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
     and its own last 300 characters, the leader each solution's last 300)"""

@@ -27,8 +27,9 @@ import torch
 import data
 import deliberate
 from common import machine, parse_config, write_result
-from deliberate import GameConfig, MetaPolicy, adopted_agent, concede, make_policy, peers_of
+from deliberate import MetaPolicy, adopted_agent, concede, make_policy, peers_of
 from experiments.refine_value import study_setup
+from solutions import GameConfig
 from stats import paired_difference
 
 STATE_CLASSES = ("own right, a peer wrong", "own wrong, a peer right", "all wrong", "all right")
@@ -70,7 +71,7 @@ class Config:
     critic: bool = False
     """run the critic pass: its p(Correct) in the state (always for a policy trained with it)"""
     vote: str = "mean_prob"
-    """the vote's tie-break signal, the same for every protocol (deliberate.VOTE_RULES)"""
+    """the vote's tie-break signal, the same for every protocol (solutions.VOTE_RULES)"""
     whole_solutions: bool = False
     """REFINE and the leader read every solution whole (default: REFINE sees peers' final answers
     and its own last 300 characters, the leader each solution's last 300)"""

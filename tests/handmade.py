@@ -6,7 +6,7 @@ magrpo_step  - llm_step.policy_step as train_magrpo.py calls it, on rank 0 of 1 
 
 import torch
 
-import deliberate
+import solutions
 from common import Ranks
 from llm_step import policy_step
 
@@ -14,7 +14,7 @@ from llm_step import policy_step
 def sol(answer, confidence=0.5, text=None):
     """A hand-built Solution for vote / reward tests; `confidence` is what breaks vote ties."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    s = deliberate.parse_solution(text, "arith", completion_tokens=10)
+    s = solutions.parse_solution(text, "arith", completion_tokens=10)
     s.confidence = confidence
     return s
 

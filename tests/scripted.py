@@ -14,6 +14,7 @@ import torch
 
 import data
 import deliberate
+import solutions
 from llm.engine import Completion
 
 
@@ -45,7 +46,7 @@ class ScriptedEngine:
         completions = []
         for p, s in zip(prompts, seeds):
             text = self.script(p, s)
-            confidence = deliberate.parse_solution(text, "arith").self_confidence or 0.5
+            confidence = solutions.parse_solution(text, "arith").self_confidence or 0.5
             completions.append(
                 Completion(
                     text, len(p.split()), 5, "eos", token_logprobs=[math.log(confidence)] * 5

@@ -1,5 +1,5 @@
 """common.py's checks and files, llm/team.py's engine from flags and data's training questions, by
-hand, in process and without a model: the flags that data.check_task, deliberate.check_game and
+hand, in process and without a model: the flags that data.check_task, solutions.check_game and
 llm.team.check_engine refuse and the one line each says (task, --path, level, agents, rounds,
 temperature, token budget, vote, dtype, --model / --models, checkpoint directories, context),
 team_entries, the training pool and its validation / iteration slices, make_engine's arguments (and
@@ -21,9 +21,10 @@ import common
 import data
 import deliberate
 import llm.team as teams
+import solutions
 from common import FileRefused, UsageError
-from deliberate import GameConfig
 from llm import lora
+from solutions import GameConfig
 
 
 def model_dir(
@@ -65,7 +66,7 @@ def game(tmp_path, **kw):
 def check_flags(cfg, **kw):
     """What a game script checks first: its task, game and engine flags."""
     data.check_task(cfg)
-    deliberate.check_game(cfg, **kw)
+    solutions.check_game(cfg, **kw)
     teams.check_engine(cfg, cfg.agents, cfg.max_new_tokens)
 
 
@@ -95,7 +96,7 @@ def test_check_game_accepts_the_edges(tmp_path):
     # a trainer's share of the flags (no rounds, temperature, top-p, vote, dtype or models): the
     # game's and the engine's settings it builds, the others at their defaults
     model = str(tmp_path / "model")
-    deliberate.check_game(GameConfig(agents=1, max_new_tokens=63), min_agents=1)
+    solutions.check_game(GameConfig(agents=1, max_new_tokens=63), min_agents=1)
     teams.check_engine(teams.EngineConfig(model=model, engine_batch_size=1), 1, 63)
     with pytest.raises(UsageError, match="^--engine-batch-size 0: must be at least 1$"):
         teams.check_engine(teams.EngineConfig(model=model, engine_batch_size=0), 1, 63)

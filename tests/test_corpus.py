@@ -11,7 +11,8 @@ from method.test_meaning import Script
 import deliberate as D
 import train_rl
 from common import Ranks
-from deliberate import PERSIST, REFINE, GameConfig, concede
+from deliberate import PERSIST, REFINE, concede
+from solutions import GameConfig
 
 ALONE = Ranks(0, 1, "cpu")
 

@@ -14,14 +14,22 @@ import data
 import deliberate as D
 import eval as E
 from common import UsageError
-from deliberate import PERSIST, REFINE, GameConfig
+from deliberate import PERSIST, REFINE
 from llm.cache import call_seed
 from llm.engine import Engine
+from solutions import (
+    GameConfig,
+    generation_confidence,
+    leader_prompt,
+    parse_solution,
+    refine_prompt,
+    solve_prompt,
+)
 
 
 # ---------------------------------------------------------------- parsing and state features
 def test_parse_full_trailer():
-    s = D.parse_solution(
+    s = parse_solution(
         "3 * 4 = 12. 12 - 2 = 10.\nSteps: 2\nConfidence: 9/10\nAnswer: 10", "arith", 30
     )
     assert (s.answer, s.steps, s.self_confidence, s.trailer_ok) == ("10", 2, 0.9, True)
@@ -41,13 +49,13 @@ def test_parse_full_trailer():
     ],
 )
 def test_parse_garbled_never_crashes(text):
-    s = D.parse_solution(text, "arith")
+    s = parse_solution(text, "arith")
     features = D.profile(s)
     assert len(features) == len(D.PROFILE_FEATURES) and all(0.0 <= f <= 1.0 for f in features)
 
 
 def test_parse_garbled_defaults():
-    s = D.parse_solution("I think it is 12 apples", "arith")
+    s = parse_solution("I think it is 12 apples", "arith")
     assert s.answer == "12" and not s.trailer_ok and s.steps is None and s.self_confidence is None
     # unknown
     assert s.confidence == 0.5 and s.signals == {
@@ -55,14 +63,14 @@ def test_parse_garbled_defaults():
         "min_prob": 0.5,
         "tail_prob": 0.5,
     }
-    missing = D.parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
+    missing = parse_solution("Steps: 2\nConfidence: 8/10\nAnswer:", "arith")
     # a trailer without a value is no answer
     assert missing.answer is None and not missing.trailer_ok
 
 
 def test_inconsistent_answer_flag():
-    assert not D.parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
-    assert D.parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
+    assert not parse_solution("5 + 5 = 10\nAnswer: 11", "arith").consistent
+    assert parse_solution("5 + 5 = 10\nAnswer: 10", "arith").consistent
 
 
 def test_observe_relations_not_values():
@@ -114,41 +122,41 @@ def test_the_prompts_word_for_word():
         "Show short steps, then end with three lines:\nSteps: <number of steps>\n"
         "Confidence: <0-10>/10\nAnswer: <a number>"
     )
-    assert D.solve_prompt(ex) == f"{question}\n{plain}"
-    assert D.solve_prompt(ex, True) == (
+    assert solve_prompt(ex) == f"{question}\n{plain}"
+    assert solve_prompt(ex, True) == (
         f"Solve the problem. {trailer}\n\nExample:\nProblem: Ann has 3 bags with 4 apples in "
         "each bag. She eats 2 apples. How many apples are left?\n3 * 4 = 12. 12 - 2 = 10.\n"
         f"Steps: 2\nConfidence: 9/10\nAnswer: 10\n\nProblem: {question}\n"
     )
     tail = "y" * 291 + "Answer: 1"
-    assert D.refine_prompt(ex, sols, 0) == (
+    assert refine_prompt(ex, sols, 0) == (
         f"{question}\n\nYour previous solution:\n{tail}\n\nOther agents' answers: Agent 2: no "
         f"answer, Agent 3: 13.\nCheck the solutions and solve the problem again. {plain}"
     )
-    assert D.refine_prompt(ex, sols, 2, True) == (
+    assert refine_prompt(ex, sols, 2, True) == (
         f"{question}\n\nYour previous solution:\n7 + 5 = 12\nAnswer: 13\n\nOther agents' "
         "answers: Agent 1: 1, Agent 2: no answer.\nCheck the solutions and solve the problem "
         f"again. {trailer}"
     )
-    assert D.leader_prompt(ex, sols) == (
+    assert leader_prompt(ex, sols) == (
         f"{question}\n\nSolutions from 3 agents:\n\nAgent 1:\n{tail}\n\nAgent 2:\nno idea\n\n"
         "Agent 3:\n7 + 5 = 12\nAnswer: 13\n\nCheck these solutions and solve the problem. "
         f"{plain}"
     )
-    assert D.leader_prompt(ex, sols[1:], True).endswith(
+    assert leader_prompt(ex, sols[1:], True).endswith(
         f"Solutions from 2 agents:\n\nAgent 1:\nno idea\n\nAgent 2:\n7 + 5 = 12\nAnswer: 13"
         f"\n\nCheck these solutions and solve the problem. {trailer}"
     )
     # whole solutions: the own one and every peer's, untruncated
-    assert D.refine_prompt(ex, sols, 2, whole=True) == (
+    assert refine_prompt(ex, sols, 2, whole=True) == (
         f"{question}\n\nYour previous solution:\n7 + 5 = 12\nAnswer: 13\n\nOther agents' "
         f"solutions:\n\nAgent 1:\n{long}\n\nAgent 2:\nno idea\n\nCheck the solutions and "
         f"solve the problem again. {plain}"
     )
-    assert D.refine_prompt(ex, sols, 0, whole=True).startswith(
+    assert refine_prompt(ex, sols, 0, whole=True).startswith(
         f"{question}\n\nYour previous solution:\n{long}\n\nOther agents' solutions:\n\nAgent 2:"
     )
-    assert D.leader_prompt(ex, sols, whole=True).startswith(
+    assert leader_prompt(ex, sols, whole=True).startswith(
         f"{question}\n\nSolutions from 3 agents:\n\nAgent 1:\n{long}\n\nAgent 2:\nno idea\n\n"
     )
     assert D.critic_prompt(ex, sols[2]) == (
@@ -484,19 +492,19 @@ def test_lead_peers_vote_then_leader_decides_and_peers_revise():
 # generation confidence and the one vote rule
 def test_generation_confidence_signals():
     logprobs = [math.log(0.9)] * 10 + [math.log(0.2)] + [math.log(0.8)] * 7
-    signals = D.generation_confidence(logprobs)
+    signals = generation_confidence(logprobs)
     assert signals["min_prob"] == pytest.approx(0.2)
     assert signals["tail_prob"] == pytest.approx(math.exp((math.log(0.2) + 7 * math.log(0.8)) / 8))
     assert signals["mean_prob"] == pytest.approx(math.exp(sum(logprobs) / len(logprobs)))
-    s = D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
+    s = parse_solution("Answer: 3", "arith", 18, logprobs, vote="min_prob")
     assert s.confidence == pytest.approx(0.2) and s.signals == signals
     assert (
-        D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence
+        parse_solution("Answer: 3", "arith", 18, logprobs, vote="tail_prob").confidence
         == signals["tail_prob"]
     )
-    assert D.parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
+    assert parse_solution("Answer: 3", "arith", 18, logprobs, vote="index").confidence == 0.5
     with pytest.raises(ValueError, match="unknown vote rule"):
-        D.parse_solution("Answer: 3", "arith", vote="critic")
+        parse_solution("Answer: 3", "arith", vote="critic")
     features = dict(zip(D.PROFILE_FEATURES, D.profile(s)))
     assert (
         features["min_prob"] == pytest.approx(0.2) and features["mean_prob"] == signals["mean_prob"]

@@ -75,18 +75,35 @@ def test_every_trainer_reads_its_learning_step_in_the_spine():
     assert imports_of(ROOT / "softrank.py") == {"torch"}
 
 
+def test_the_llm_trainers_read_the_solutions_not_the_game():
+    """What the LLM-weight trainers use of the game (prompts, a solution's parse, the vote, the LLM
+    calls) is solutions.py; deliberate.py, the game itself, is in none of their reading sets: it
+    reads solutions.py, which imports no other module of the spine."""
+    for script in ("train_solver.py", "train_magrpo.py", "train_mlpo.py"):
+        names = reading_sets.reading_set(script)
+        assert "solutions" in names and "deliberate" not in names, script
+    assert "solutions" in imports_of(ROOT / "deliberate.py")
+    assert not {m.split(".")[0] for m in imports_of(ROOT / "solutions.py")} & SPINE
+
+
 def test_the_reading_sets_count_what_they_say():
     """A spine module imported by a script joins its reading set, and a library module never
     does."""
-    assert reading_sets.reading_set("train_rl.py") == ["deliberate", "softrank", "train_rl"]
-    assert reading_sets.reading_set("sft.py") == ["deliberate", "sft"]
-    assert reading_sets.reading_set("train_magrpo.py") == [
+    assert reading_sets.reading_set("train_rl.py") == [
         "deliberate",
+        "softrank",
+        "solutions",
+        "train_rl",
+    ]
+    assert reading_sets.reading_set("sft.py") == ["deliberate", "sft", "solutions"]
+    assert reading_sets.reading_set("train_magrpo.py") == [
         "llm_step",
         "softrank",
+        "solutions",
         "train_magrpo",
     ]
-    assert "common" not in SPINE and {"deliberate", "softrank", "stats", "llm_step"} <= SPINE
+    assert "common" not in SPINE
+    assert {"solutions", "deliberate", "softrank", "stats", "llm_step"} <= SPINE
 
 
 def test_the_lab_runs_as_a_package():
@@ -105,8 +122,8 @@ def test_the_lab_runs_as_a_package():
 def test_readme_leads_with_the_method_and_the_reading_path():
     lines = (ROOT / "README.md").read_text().splitlines()
     first_screen = "\n".join(lines[:60])
-    for script in ("sft.py", "train_rl.py", "train_magrpo.py", "deliberate.py", "softrank.py"):
-        assert script in first_screen, script
+    for name in ("sft", "train_rl", "train_magrpo", "solutions", "deliberate", "softrank"):
+        assert f"{name}.py" in first_screen, name
     assert "make demo" in first_screen and "make test" in first_screen
     # the student's tests, one command that runs tests/method alone
     assert "make test-method" in first_screen

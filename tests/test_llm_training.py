@@ -9,9 +9,9 @@ import torch
 
 import softrank
 from common import Ranks
-from deliberate import GameConfig
 from llm.logprobs import completion_batch, completion_logprobs, token_logprobs
 from llm_step import Sequence, policy_step
+from solutions import GameConfig
 
 ALONE = Ranks(0, 1, torch.device("cpu"))
 

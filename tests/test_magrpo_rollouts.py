@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 import data
-import deliberate as D
 import train_magrpo
 from common import UsageError
 from llm.cache import call_seed
+from solutions import solve_prompt
 
 EXAMPLES = [
     data.Example(question="q0", answer="5", task="arith", id="t/0"),
@@ -118,7 +118,7 @@ def test_the_trailer_flag_reaches_every_prompt(monkeypatch):
     for (q, g, i, t), prompt in calls:
         assert "Confidence: <0-10>/10" in prompt
         if t == 0:
-            assert prompt == D.solve_prompt(EXAMPLES[q], True)
+            assert prompt == solve_prompt(EXAMPLES[q], True)
 
 
 def test_the_vote_breaks_ties_by_the_rule_on_the_samples_log_probs(monkeypatch):
@@ -259,6 +259,6 @@ def test_each_agent_answers_round_0_from_its_own_view(monkeypatch):
     calls = scripted(monkeypatch, cfg, lambda q, g, i, t: 1, examples=examples)
     train_magrpo.joint_rollouts(TEAM, examples, cfg, step=0)
     for (q, g, i, t), prompt in calls:
-        assert prompt == D.solve_prompt(examples[q], cfg.trailer, i)
+        assert prompt == solve_prompt(examples[q], cfg.trailer, i)
     # the three agents are told different things
     assert len({prompt for (q, g, _, _), prompt in calls if (q, g) == (0, 0)}) == 3

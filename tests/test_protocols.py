@@ -30,9 +30,10 @@ from scripted import ScriptedEngine, played
 
 import deliberate as D
 import eval as E
-from deliberate import PERSIST, REFINE, GameConfig, concede
+from deliberate import PERSIST, REFINE, concede
 from llm.cache import call_seed
 from llm.team import Member, Team
+from solutions import GameConfig, leader_prompt, refine_prompt, solve_prompt
 
 PROMPT, COMPLETION, CRITIC = 100, 10, 7
 CALL = PROMPT + COMPLETION  # the tokens one LLM call counts
@@ -142,7 +143,7 @@ def test_alone_asks_as_the_games_round_0_asks_with_its_trailer():
         engine = Recorder({call_seed(3, "q/1", 0, "alone"): 5})
         E.run_protocol(Team([Member(engine, 1), Member(engine, 2)]), examples, "alone", cfg)
         [call] = engine.log
-        assert call["prompts"] == [D.solve_prompt(examples[0], trailer, 0)]
+        assert call["prompts"] == [solve_prompt(examples[0], trailer, 0)]
         assert call["prompts"] != [E.vanilla_prompt(examples[0])]
         assert (call["adapters"], call["temperature"]) == ([1], 0.0)
 
@@ -200,7 +201,7 @@ def test_debate_refines_every_agent_every_round():
     keys = [(i, t) for t in (1, 2) for i in range(3)]
     assert engine.column("seeds")[3:] == seeds(1, "q/1", "refine", keys)
     # round 1's prompts show the round-0 answers: agent 2 sees agents 1 and 2 say 3 and 5
-    assert engine.log[1]["prompts"][2] == D.refine_prompt(
+    assert engine.log[1]["prompts"][2] == refine_prompt(
         example("q/1"), [sol("3"), sol("5"), sol("4")], 2
     )
     assert "Your previous solution:\nAnswer: 4" in engine.log[1]["prompts"][2]
@@ -298,7 +299,7 @@ def test_lead_shows_the_leader_every_peer_and_scores_its_last_answer():
     shown = [[sol(str(a)) for a in rounds] for rounds in PEERS["q/1"]]
     q1 = example("q/1")
     assert [call["prompts"][0] for call in leader.log] == [
-        D.leader_prompt(q1, shown[t], True) for t in range(3)
+        leader_prompt(q1, shown[t], True) for t in range(3)
     ]
     assert "Agent 1:\nAnswer: 5\n\nAgent 2:\nAnswer: 4" in leader.log[1]["prompts"][0]
     assert all("Confidence: <0-10>/10" in call["prompts"][0] for call in leader.log)
@@ -311,7 +312,7 @@ def test_lead_shows_the_leader_every_peer_and_scores_its_last_answer():
     leader_said = [sol(str(a)) for a in LEADER["q/1"]]
     for t in (1, 2):
         assert peers.log[t]["prompts"][:2] == [
-            D.refine_prompt(q1, shown[t - 1] + [leader_said[t - 1]], i, True) for i in range(2)
+            refine_prompt(q1, shown[t - 1] + [leader_said[t - 1]], i, True) for i in range(2)
         ]
     assert "Other agents' answers: Agent 1: 3, Agent 3: 4." in peers.log[1]["prompts"][1]
     assert "Other agents' answers: Agent 2: 4, Agent 3: 5." in peers.log[2]["prompts"][0]
@@ -352,9 +353,9 @@ def test_play_records_prompts_and_progress():
     )
     assert ticks.n == 2
     solve, refine = engine.log[0]["prompts"], engine.log[1]["prompts"]
-    assert solve == [D.solve_prompt(example("q/1"), True)] * 3 and "Example:\n" in solve[0]
+    assert solve == [solve_prompt(example("q/1"), True)] * 3 and "Example:\n" in solve[0]
     assert refine == [
-        D.refine_prompt(example("q/1"), [sol("3"), sol("5"), sol("4")], i, True) for i in (0, 2)
+        refine_prompt(example("q/1"), [sol("3"), sol("5"), sol("4")], i, True) for i in (0, 2)
     ]
     assert (
         "Your previous solution:\nAnswer: 3" in refine[0] and "Agent 2: 5, Agent 3: 4" in refine[0]
@@ -482,7 +483,7 @@ def test_a_team_answers_each_call_with_its_own_agent_and_whole_solutions_reach_r
             1, "q/1", "refine", [(i, 1)]
         )
         before = [sol("3"), sol("5"), sol("4")]
-        assert engine.log[1]["prompts"] == [D.refine_prompt(example("q/1"), before, i, whole=True)]
+        assert engine.log[1]["prompts"] == [refine_prompt(example("q/1"), before, i, whole=True)]
     assert (
         "Other agents' solutions:\n\nAgent 1:\nAnswer: 3\n\nAgent 2:\nAnswer: 5"
         in (engines[2].log[1]["prompts"][0])

@@ -10,6 +10,7 @@ import torch
 import data
 import deliberate as D
 from experiments import revision_skill as R
+from solutions import parse_solution
 
 OWN_RIGHT, OWN_WRONG, ALL_WRONG, ALL_RIGHT = R.STATE_CLASSES
 
@@ -31,7 +32,7 @@ def test_each_agent_falls_in_the_class_its_teams_answers_say():
 
 
 def solution(answer, confidence=0.5):
-    s = D.parse_solution(f"Answer: {answer}" if answer is not None else "no idea", "arith")
+    s = parse_solution(f"Answer: {answer}" if answer is not None else "no idea", "arith")
     s.confidence = confidence
     return s
 
@@ -172,7 +173,7 @@ def test_pooling_tells_apart_what_a_refine_on_a_split_question_missed():
     told = [k for k in range(3) if k in ex.meta["views"][1]]
 
     def sol(text):
-        return D.parse_solution(text + "\nAnswer: 1", "split")
+        return parse_solution(text + "\nAnswer: 1", "split")
 
     before = [sol(facts[0]), sol(" ".join(facts[k] for k in told)), sol("")]
     whole = " ".join(facts)

@@ -21,9 +21,16 @@ import view
 from common import Ranks
 from data import split as split_task
 from data.worked import expression_steps, worked_solution
-from deliberate import GameConfig
 from llm import lora
 from llm.engine import Engine
+from solutions import (
+    GameConfig,
+    leader_prompt,
+    parse_solution,
+    refine_prompt,
+    solve_calls,
+    solve_prompt,
+)
 
 
 def dealt(n=60, agents=3, held=2, share=0.5, split="test", seed=0):
@@ -194,18 +201,16 @@ def test_each_agents_view_reaches_its_own_prompts_only():
     game = GameConfig(agents=3, rounds=1, whole_solutions=True)
     D.play(ScriptedEngine(script), examples, D.FixedPolicy("refine"), game)
     for ex in examples:
-        for i, call in enumerate(D.solve_calls([ex], game)):
+        for i, call in enumerate(solve_calls([ex], game)):
             assert values_in(call.prompt, ex) == set(ex.meta["views"][i])
             # the prompt with the answer trailer's worked example shows the same view
-            assert values_in(D.solve_prompt(ex, True, i), ex) == set(ex.meta["views"][i])
+            assert values_in(solve_prompt(ex, True, i), ex) == set(ex.meta["views"][i])
         mine = [p for p in asked if ex.meta["query"] in p]
         assert len(mine) == 6
         for i in range(3):
-            prompt = D.refine_prompt(
-                ex, [D.parse_solution("Answer: 1", "split")] * 3, i, False, True
-            )
+            prompt = refine_prompt(ex, [parse_solution("Answer: 1", "split")] * 3, i, False, True)
             assert prompt in mine and values_in(prompt, ex) == set(ex.meta["views"][i])
-        leader = D.leader_prompt(ex, [D.parse_solution("Answer: 1", "split")] * 3)
+        leader = leader_prompt(ex, [parse_solution("Answer: 1", "split")] * 3)
         assert values_in(leader, ex) == set.intersection(*map(set, ex.meta["views"]))
         for k in range(3):
             assert values_in(E.vanilla_prompt(ex, k), ex) == set(ex.meta["views"][k])
@@ -289,7 +294,7 @@ def test_the_solvers_examples_on_the_split_task_follow_each_agents_view(tiny_mod
     assert len(pairs) == 3 * len(questions)
     for k, (prompt, completion) in enumerate(pairs):
         ex, agent = questions[k // 3], k % 3
-        assert prompt == engine.encode(engine.chat(D.solve_prompt(ex, agent=agent)))
+        assert prompt == engine.encode(engine.chat(solve_prompt(ex, agent=agent)))
         assert engine.tokenizer.decode(completion[:-1]) == worked_solution(ex, agent)
     adapter = tmp_path / "a.pt"
     model = lora.add_lora(Engine(model_path=tiny_model_dir).model, 2, 4.0, 1, 0)
@@ -306,7 +311,7 @@ def test_the_solvers_examples_on_the_split_task_follow_each_agents_view(tiny_mod
 
     engine.generate = spy
     examples = train_solver.refine_examples(engine, refine, Ranks(0, 1, "cpu"))
-    assert asked == [engine.chat(D.solve_prompt(ex, agent=i)) for ex in questions for i in range(3)]
+    assert asked == [engine.chat(solve_prompt(ex, agent=i)) for ex in questions for i in range(3)]
     for ex, (prompt, target) in zip(questions, examples):
         text = engine.tokenizer.decode(prompt)
         assert "Other agents' solutions:" in text

@@ -11,13 +11,13 @@ from test_train_magrpo import rollout_run
 
 import common
 import data
-import deliberate as D
 import train_magrpo
 import train_mlpo
 from common import Ranks
 from llm import training
 from llm.cache import call_seed
 from llm.engine import Engine
+from solutions import leader_prompt, parse_solution
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
@@ -69,7 +69,7 @@ def scripted_peers(right):
         for ex, *_ in calls:
             k = seen[ex.id] = seen.get(ex.id, 0) + 1
             outputs.append(
-                (D.parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
+                (parse_solution("Answer: " + ("5" if k <= right[ex.id] else "7"), "arith"), 1)
             )
         return outputs
 
@@ -141,7 +141,7 @@ def test_leader_peers_are_the_team_the_flag_names(monkeypatch, tmp_path):
     monkeypatch.setattr(
         train_mlpo,
         "run_llm",
-        lambda engine, calls, game: [(D.parse_solution("Answer: 5", "arith"), 1) for _ in calls],
+        lambda engine, calls, game: [(parse_solution("Answer: 5", "arith"), 1) for _ in calls],
     )
     examples = [data.Example(question="q", answer="5", task="arith", id="t/0")]
     adapter = tmp_path / "a.pt"
@@ -200,11 +200,11 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
         (
             data.Example(question="q0", answer="5", task="arith", id="t/0"),
             # longer than the 300 characters a solution is cut to unless shown whole
-            [D.parse_solution("6 - 0 = 6\n" * 40 + "Answer: 6", "arith")] * 2,
+            [parse_solution("6 - 0 = 6\n" * 40 + "Answer: 6", "arith")] * 2,
         ),
         (
             data.Example(question="q1", answer="8", task="arith", id="t/1"),
-            [D.parse_solution("Answer: 8", "arith")] * 2,
+            [parse_solution("Answer: 8", "arith")] * 2,
         ),
     ]
     team = object()
@@ -228,7 +228,7 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
         out = []
         for prompt, seed in zip(prompts, call_seeds):
             q, g = seeds[seed]
-            assert prompt == D.leader_prompt(*items[q], True, True)
+            assert prompt == leader_prompt(*items[q], True, True)
             finish = "length" if (q, g) == (1, 1) else "eos"
             out.append(SimpleNamespace(text=texts[q, g], token_ids=[q, g], finish=finish))
         return out
@@ -242,7 +242,7 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
     sequences, rewards = train_mlpo.leader_rollouts(team, items, cfg, step=3)
     # the strict reader's rewards; the cut-off rollout is marked, for llm_step's truncation rule
     assert rewards.tolist() == [[1.0, 0.0], [1.0, 1.0]]
-    prompts = {q: len(D.leader_prompt(*items[q], True, True)) for q in range(2)}
+    prompts = {q: len(leader_prompt(*items[q], True, True)) for q in range(2)}
     assert [
         (s.question, s.sample, s.agent, s.prompt_ids, s.completion_ids, s.truncated, s.lenient_only)
         for s in sequences
@@ -252,8 +252,8 @@ def test_leader_rollouts_sample_the_leader_over_each_items_peers(monkeypatch):
         (1, 0, 0, [prompts[1]], [1, 0], False, False),
         (1, 1, 0, [prompts[1]], [1, 1], True, False),
     ]
-    assert "Other" not in D.leader_prompt(*items[0], True, True)
-    assert D.leader_prompt(*items[0], True, True) != D.leader_prompt(*items[0], True, False)
+    assert "Other" not in leader_prompt(*items[0], True, True)
+    assert leader_prompt(*items[0], True, True) != leader_prompt(*items[0], True, False)
     _, held_out = train_mlpo.held_out_rollouts(team, items, cfg, step=3)
     assert held_out.tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
@@ -317,7 +317,7 @@ def test_peer_solutions_come_from_the_peers_model_on_this_ranks_shard(monkeypatc
 
     def run_llm(engine, calls, game):
         asked.append([ex.id for ex, *_ in calls])
-        return [(D.parse_solution("Answer: 5", "arith"), 1) for _ in calls]
+        return [(parse_solution("Answer: 5", "arith"), 1) for _ in calls]
 
     monkeypatch.setattr(train_mlpo, "run_llm", run_llm)
     examples = [

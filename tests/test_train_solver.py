@@ -13,7 +13,7 @@ from test_train import metrics, run
 
 import common
 import data
-import deliberate
+import solutions
 import train_solver
 from common import Ranks
 from data.worked import WorkedSolutionMissing, worked_solution
@@ -82,7 +82,7 @@ def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_mo
     questions, _ = data.training_questions(cfg)
     assert len(pairs) == 3
     for ex, (prompt, completion) in zip(questions, pairs):
-        assert prompt == engine.encode(engine.chat(deliberate.solve_prompt(ex)))
+        assert prompt == engine.encode(engine.chat(solutions.solve_prompt(ex)))
         assert completion[-1] == engine.tokenizer.eos_token_id
         solution = engine.tokenizer.decode(completion[:-1])
         assert solution.endswith(f"Answer: {ex.answer}") and " = " in solution
@@ -142,7 +142,7 @@ def test_refine_examples_show_sampled_peers_and_teach_the_worked_solution(tmp_pa
     # the flags' budget and temperature
     [(prompts, seeds, kwargs)] = generated
     assert prompts == [
-        engine.chat(deliberate.solve_prompt(ex)) for ex in questions for _ in range(3)
+        engine.chat(solutions.solve_prompt(ex)) for ex in questions for _ in range(3)
     ]
     assert seeds == [call_seed(1, ex.id, i, "refine-context") for ex in questions for i in range(3)]
     assert kwargs == {"max_new_tokens": 8, "temperature": 0.9, "adapters": [0] * 9}
@@ -268,12 +268,12 @@ def test_rejection_sampling_asks_agent_0s_view_and_keeps_right_answers_that_ende
 
     kept = train_solver.right_solutions(Engine(), cfg, Ranks(0, 1, torch.device("cpu")))
     wanted = [ex for ex in (split, arith) for _ in range(2)]
-    assert asked["prompts"] == [f"<{deliberate.solve_prompt(ex, trailer, 0)}>" for ex in wanted]
-    assert deliberate.solve_prompt(split, trailer, 0) != deliberate.solve_prompt(split, trailer)
+    assert asked["prompts"] == [f"<{solutions.solve_prompt(ex, trailer, 0)}>" for ex in wanted]
+    assert solutions.solve_prompt(split, trailer, 0) != solutions.solve_prompt(split, trailer)
     seeds = [call_seed(3, ex.id, k, "sft-llm") for ex in (split, arith) for k in (0, 1)]
     assert asked["seeds"] == seeds
     assert (asked["max_new_tokens"], asked["temperature"]) == (40, 0.7)
-    prompt = Engine().encode(f"<{deliberate.solve_prompt(arith, trailer, 0)}>")
+    prompt = Engine().encode(f"<{solutions.solve_prompt(arith, trailer, 0)}>")
     right = [trailed] if trailer else [trailed, "2 + 3 = 5\nAnswer: 5"]
     assert kept == sorted((prompt, Engine().encode(text) + [0]) for text in right)
     kind = " well-formatted" if trailer else ""

@@ -299,8 +299,8 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     """Agent 0: the tiny model + adapter a0; agent 1: the tiny model as it is; agent 2: another
     model. Each agent's round-0 text is what its own model and adapter write alone."""
     import data
-    import deliberate
     import eval as E
+    import solutions
     from llm.team import make_engine
 
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
@@ -324,7 +324,7 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
     ]
     for ex, result in zip(examples, results):
         for i, text in enumerate(result["rounds"][0]["texts"]):
-            (_, prompt, seed, _) = deliberate.solve_calls([ex], game)[i]
+            (_, prompt, seed, _) = solutions.solve_calls([ex], game)[i]
             engine, adapter = alone[i]
             want = engine.generate(
                 [engine.chat(prompt)], [seed], 8, game.temperature, adapters=[adapter]

@@ -18,9 +18,10 @@ import deliberate as D
 import eval as E
 import sft
 import train_rl
-from deliberate import PERSIST, REFINE, GameConfig, concede
+from deliberate import PERSIST, REFINE, concede
 from llm.cache import call_seed
 from llm.engine import Completion
+from solutions import GameConfig, parse_solution
 
 GOLD = "5"
 
@@ -29,7 +30,7 @@ def sol(answer, text=None, tokens=10, logprobs=None):
     """A hand-built Solution: its vote confidence is 0.5 (no token log-probs), so vote ties go to
     the lower agent index."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
-    return D.parse_solution(text, "arith", tokens, logprobs, vote="mean_prob")
+    return parse_solution(text, "arith", tokens, logprobs, vote="mean_prob")
 
 
 class SeedEngine:
@@ -494,11 +495,11 @@ def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
 def test_profile_caps_and_defaults():
     """Written-out operations count up to 10 (the feature caps at 1); a solution parsed without a
     token count has 0 completion tokens; the vote rule refused lists the known ones."""
-    many = D.parse_solution("1 + 1 = 2\n" * 25 + "Answer: 2", "arith")
+    many = parse_solution("1 + 1 = 2\n" * 25 + "Answer: 2", "arith")
     assert many.n_operations == 25 and many.completion_tokens == 0
     assert dict(zip(D.PROFILE_FEATURES, D.profile(many)))["operations"] == 1.0
     with pytest.raises(ValueError, match=r"choose one of min_prob, mean_prob, tail_prob, index$"):
-        D.parse_solution("Answer: 2", "arith", vote="loudest")
+        parse_solution("Answer: 2", "arith", vote="loudest")
 
 
 def test_describe_vote_names_the_tie_break():

@@ -24,6 +24,7 @@ import train_mlpo
 import train_solver
 from common import Ranks
 from llm.cache import call_seed
+from solutions import parse_solution, solve_prompt
 
 EXAMPLE = data.Example(question="What is 2 + 3?", answer="5", task="arith", id="t/0")
 # name -> (completion, how it ended: "eos" by itself, "length" at the token cap)
@@ -234,7 +235,7 @@ def test_mlpo_pays_the_leaders_hack_nothing(monkeypatch, hack):
     seeds = {call_seed(cfg.seed, "leader", 0, EXAMPLE.id, g): g for g in range(2)}
     monkeypatch.setattr(train_mlpo, "sample", sampled(names, cfg, seeds))
     monkeypatch.setattr(train_mlpo, "prompt_ids", lambda team, prompt, i: [7])
-    peers = [D.parse_solution("Answer: 5", "arith")] * 2
+    peers = [parse_solution("Answer: 5", "arith")] * 2
     sequences, rewards = train_mlpo.leader_rollouts(None, [(EXAMPLE, peers)], cfg, step=0)
     format_paid = 0.5 * (hack == "well-formed, cut off")
     assert rewards.tolist() == [[1.5, 1.0 * (hack == "well-formed, cut off") + format_paid]]
@@ -265,7 +266,7 @@ def test_rejection_sampling_keeps_only_well_formed_right_answers_that_ended(monk
             return [SimpleNamespace(text=text, finish=finish) for text, finish in texts]
 
     kept = train_solver.right_solutions(Engine(), cfg, ALONE)
-    assert kept == [([len(D.solve_prompt(EXAMPLE))], [len(COMPLETIONS["well-formed"][0]), 0])]
+    assert kept == [([len(solve_prompt(EXAMPLE))], [len(COMPLETIONS["well-formed"][0]), 0])]
 
 
 def test_the_meta_policys_corpus_pays_what_the_evaluation_counts():
@@ -274,11 +275,11 @@ def test_the_meta_policys_corpus_pays_what_the_evaluation_counts():
     writes a completion learns from it, so a hack has no gradient to ride. A REFINE sample that
     hedges earns its REFINE what the team's vote counts (here the vote turns right), the same
     reward whether the text is well formed or not."""
-    before = [D.parse_solution(text, "arith") for text in ("Answer: 4", "Answer: 4", "Answer: 5")]
+    before = [parse_solution(text, "arith") for text in ("Answer: 4", "Answer: 4", "Answer: 5")]
     rewards = {}
     for name in ("well-formed", "several answer lines", "numbers to the cap"):
         # every agent's REFINE sample is drawn (train_rl.py's corpus): agents 1 and 2 keep theirs
-        refined = {0: D.parse_solution(COMPLETIONS[name][0], "arith"), 1: before[1], 2: before[2]}
+        refined = {0: parse_solution(COMPLETIONS[name][0], "arith"), 1: before[1], 2: before[2]}
         move = D.Move(1, [], [D.PERSIST] * 3, before, before, refined, [0.0] * 3)
         rewards[name] = D.counterfactual_rewards(move, "5", "arith")[0][D.REFINE]
     # agent 0 mends its own answer (+1) and turns the vote (4, 4, 5 -> 5, 4, 5: +1)

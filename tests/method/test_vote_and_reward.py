@@ -10,30 +10,31 @@ import pytest
 from handmade import sol
 
 import deliberate as D
+from solutions import majority_vote
 
 
 # ---------------------------------------------------------------- the vote
 def test_vote_majority():
-    assert D.majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
+    assert majority_vote([sol("1"), sol("2"), sol("2")]) == ("2", 1)
 
 
 def test_vote_unparseable_never_wins():
-    assert D.majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
-    assert D.majority_vote([sol(None), sol(None)]) == (None, None)
+    assert majority_vote([sol(None), sol(None), sol("3")])[0] == "3"
+    assert majority_vote([sol(None), sol(None)]) == (None, None)
 
 
 def test_vote_tie_goes_to_confidence_then_index():
-    assert D.majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
-    assert D.majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
+    assert majority_vote([sol("1", 0.2), sol("2", 0.9), sol(None)])[0] == "2"
+    assert majority_vote([sol("1", 0.5), sol("2", 0.5)])[0] == "1"
     # two-vs-two tie: the group with the single most confident member wins
     team = [sol("1", 0.6), sol("1", 0.6), sol("2", 0.1), sol("2", 0.95)]
-    assert D.majority_vote(team) == ("2", 3)
+    assert majority_vote(team) == ("2", 3)
 
 
 def test_vote_without_agent():
     team = [sol("1"), sol("2"), sol("2")]
-    assert D.majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
-    assert D.majority_vote(team, exclude=0)[0] == "2"
+    assert majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
+    assert majority_vote(team, exclude=0)[0] == "2"
 
 
 # ---------------------------------------------------------------- the shaped reward
