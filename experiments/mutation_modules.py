@@ -35,6 +35,36 @@ MODULES = {
         # eval.py's run in a subprocess imports the mutated module outside mutmut's runner
         ["runner_pieces", "every_piece", "eval_reference_in_table"],
     ),
+    # an agent's solution: its prompts, its parse, the vote, the game's settings and the LLM calls;
+    # in-process tests only, as for the game below
+    "solutions": (
+        "solutions.py",
+        [
+            "tests/method/test_vote_and_reward.py",
+            "tests/method/test_meaning.py",
+            "tests/method/test_reward_hacks.py",
+            "tests/test_game.py",
+            "tests/test_protocols.py",
+            # the game's flags as the scripts check them
+            "tests/test_bad_input.py",
+            "tests/test_common.py",
+            # each agent's own view of a split question in its prompts
+            "tests/test_split.py",
+            # the LLM-weight trainers' prompts, votes and peers' calls
+            "tests/test_magrpo_rollouts.py",
+            "tests/test_train_mlpo.py",
+        ],
+        # and the scripts run as subprocesses (the original module, minutes per mutant)
+        [
+            "tiny_model",
+            "a_script_refuses",
+            "corpus_is_reused",
+            "without_validation",
+            "refusal_is_one_line",
+            "solvers_examples",
+            "mlpo_runs",
+        ],
+    ),
     # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
     # load and a training run for each mutant its tests reach
     "deliberate": (
