@@ -540,7 +540,10 @@ def decide(policy, games, t, cfg, greedy):
         for g, i in rows
     ]
     explained = [None] * len(games)
-    if isinstance(policy, Oracle):
+    if hasattr(policy, "team_actions"):
+        # a rule (rules.py) decides for the whole team from its answers
+        actions = [a for g in games for a in policy.team_actions(g.solutions, t)]
+    elif isinstance(policy, Oracle):
         # the one policy that reads the gold answer: each team's correctness, not the observations
         teams = {id(g): g.vote_summary(g.solutions) for g in games}
         actions = [

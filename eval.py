@@ -36,6 +36,7 @@ from deliberate import (
 )
 from llm.cache import call_seed
 from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
+from rules import load_rule
 from solutions import (
     CONFIDENCE_SIGNALS,
     Call,
@@ -116,8 +117,10 @@ class Config:
     seeds: str = ""
     """e.g. 0,1,2: one evaluation per seed, then accuracy mean ± sample std over the seeds"""
     protocols: str = "vanilla,cot,sc,debate,mpdf-persist,mpdf-random,mpdf-oracle"
-    """comma-separated: vanilla, alone, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle,
-    mpdf=POLICY.pt, leader=MODEL_DIR, leader=default"""
+    """comma-separated: vanilla, alone, cot, sc, debate, debate-1, debate-2 (debate of 1 or 2
+    rounds), mpdf-persist, mpdf-random, mpdf-oracle, mpdf=POLICY.pt, the rules that decide when to
+    talk (rules.py: freeze, minority, gate=RULES.json, trigger=RULES.json, fitted by python -m
+    experiments.talk_rules), leader=MODEL_DIR, leader=default"""
     reference: str = ""
     """a protocol of the list: every other one's paired accuracy difference to it"""
     out: str = ""
@@ -220,8 +223,13 @@ def lead(engine, leader, examples, game):
 ANSWERS = ("vanilla", "alone", "cot", "sc")
 # the games of a fixed policy (mpdf-refine is debate's)
 GAMES = ("debate",) + tuple(f"mpdf-{name}" for name in FIXED_POLICIES)
-PROTOCOLS = (*ANSWERS, "debate", "mpdf-persist", "mpdf-random", "mpdf-oracle")
-PROTOCOLS += ("mpdf=PATH", "leader=PATH", "leader=default")
+# debate stopped after 1 or 2 rounds whatever --rounds says: the same calls as debate's first rounds
+SHORT_DEBATES = ("debate-1", "debate-2")
+# the rules that decide when to talk (rules.py); gate=PATH and trigger=PATH read their fitted JSON
+RULES = ("freeze", "minority")
+FITTED_RULES = ("gate=", "trigger=")
+PROTOCOLS = (*ANSWERS, "debate", *SHORT_DEBATES, "mpdf-persist", "mpdf-random", "mpdf-oracle")
+PROTOCOLS += (*RULES, "gate=PATH", "trigger=PATH", "mpdf=PATH", "leader=PATH", "leader=default")
 
 
 def run_protocol(engine, examples, protocol, game, leader=None):
@@ -269,6 +277,11 @@ def run_protocol(engine, examples, protocol, game, leader=None):
                 }
             )
         return results
+    if protocol in SHORT_DEBATES:
+        short = dataclasses.replace(game, rounds=int(protocol.removeprefix("debate-")))
+        return [g.transcript() for g in play(engine, examples, FixedPolicy("refine"), short)]
+    if protocol in RULES or protocol.startswith(FITTED_RULES):
+        return [g.transcript() for g in play(engine, examples, load_rule(protocol), game)]
     if protocol == "debate" or protocol.startswith(("mpdf-", "mpdf=")):
         policy = FixedPolicy("refine") if protocol == "debate" else make_policy(protocol[5:])
         return [g.transcript() for g in play(engine, examples, policy, game)]
@@ -488,7 +501,16 @@ def check(cfg):
 def check_protocol(protocol, cfg):
     """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
     a leader's model directory."""
-    if protocol in (*ANSWERS, *GAMES, "leader=default"):
+    if protocol in (*ANSWERS, *GAMES, *SHORT_DEBATES, *RULES, "leader=default"):
+        return
+    if protocol.startswith(FITTED_RULES):
+        path = protocol.partition("=")[2]
+        if not Path(path).is_file():
+            raise UsageError(f"--protocols {protocol}: no file {path!r} of fitted rules")
+        try:
+            load_rule(protocol)
+        except (ValueError, json.JSONDecodeError) as error:
+            raise UsageError(f"--protocols {protocol}: {error}") from None
         return
     if protocol.startswith("mpdf="):
         path = protocol[len("mpdf=") :]

@@ -24,6 +24,7 @@ from experiments.piece_kit import (
     table_policy,
     trained,
 )
+from experiments.rule_pieces import RULE_PIECES
 from experiments.split_pieces import SPLIT_PIECES
 from experiments.team_pieces import TEAM_PIECES
 from experiments.teams import team_adapters, team_flags
@@ -297,6 +298,9 @@ PIECES = {
     **TEAM_PIECES,
     # the split-information task: its agents, their team's table, leader and debaters
     **SPLIT_PIECES,
+    # the rules that decide when to talk, beside the learned policies: fitted on validation
+    # questions, then on the tables' test questions; the oracle's headroom on split
+    **RULE_PIECES,
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

@@ -28,13 +28,23 @@ def save(plt, fig, path):
     return True
 
 
-def frontier(runs, title, path):
+def frontier(runs, title, path, line=()):
     """Accuracy against tokens per question, one point per protocol (mean over its seeds, ± sample
-    std). runs: {protocol: {seed: eval.py summary}}."""
+    std). runs: {protocol: {seed: eval.py summary}}; `line`: protocols joined by a dashed line in
+    the order of their tokens (a Pareto frontier)."""
     plt = pyplot()
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
+    if line:
+        joined = sorted(
+            tuple(
+                mean([s[k] for s in runs[p].values()]) for k in ("tokens_per_question", "accuracy")
+            )
+            for p in line
+        )
+        ax.plot(*zip(*joined), linestyle="--", color="gray", label="the rules' frontier")
+        ax.legend(loc="lower right", fontsize=8)
     # points already labelled: a label next to a point at the same place goes below the others
     placed = []
     for part, by_seed in runs.items():

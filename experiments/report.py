@@ -22,8 +22,10 @@ from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
+from experiments.rule_tables import frontier_table, learned
 from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
+from experiments.split_pieces import TRAINED as SPLIT_TRAINED
 from experiments.split_tables import (
     split_agents_table,
     split_cost_table,
@@ -59,7 +61,7 @@ from experiments.team_tables import (
     team_fixed_protocols,
     team_sentence,
 )
-from experiments.teams import TEAMS
+from experiments.teams import TEAMS, team_rl_algos
 from stats import format_paired, paired_difference, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -330,6 +332,12 @@ TABLES = {
     "split-team": split_team_table,
     "split-target": split_target_table,
     "split-cost": split_cost_table,
+    "rules-split": lambda: frontier_table(
+        SPLIT_PREFIX, learned(SPLIT_TRAINED), {"oracle": "the oracle (reads the gold answer)"}
+    ),
+    "rules-varied": lambda: frontier_table(
+        "arith300-team-varied", learned(("sft", *team_rl_algos("varied")))
+    ),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS

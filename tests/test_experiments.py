@@ -17,6 +17,7 @@ from experiments import (
     llm_pieces,
     piece_kit,
     revision_tables,
+    rule_pieces,
     split_tables,
     studies,
     tables,
@@ -716,6 +717,10 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             | {"leader-strict"}
             if team == "varied"
             else set()
+        )
+        # and the rules that decide when to talk, beside team varied's policies
+        competent |= (
+            set(rule_pieces.FIXED_RULES) | {"gate", "trigger"} if team == "varied" else set()
         )
         assert names == {
             *(f"vanilla-m{j}" for j in range(len(members))),

@@ -229,8 +229,9 @@ def test_policy_protocols_play_the_named_policy(protocol, actions, answers, call
 
 
 def test_unknown_protocols_and_a_leader_without_its_engine_are_refused():
-    known = "vanilla, alone, cot, sc, debate, mpdf-persist, mpdf-random, mpdf-oracle, mpdf=PATH, "
-    known += "leader=PATH, leader=default"
+    known = "vanilla, alone, cot, sc, debate, debate-1, debate-2, mpdf-persist, mpdf-random, "
+    known += "mpdf-oracle, freeze, minority, gate=PATH, trigger=PATH, mpdf=PATH, leader=PATH, "
+    known += "leader=default"
     engine, leader = Recorder({}), Recorder({})
     message = re.escape(f"unknown protocol 'magic'; known: {known}") + "$"
     # a leader engine does not make any protocol a leader's

@@ -1,0 +1,112 @@
+"""The rules that decide when to talk against the learned policies, on the accuracy-token frontier
+(experiments/rule_pieces.py): per team, every rule's and every policy's accuracy and tokens per
+question over the seeds, the rules' Pareto frontier (a PNG), and each policy's paired difference to
+the rule nearest its token cost and to every rule that spends at least its tokens, pooled over the
+seeds' questions."""
+
+import math
+
+from experiments import plots
+from experiments.tables import RESULTS, by_seed, mean, missing, seeds_text
+from stats import format_paired, paired_difference, pooled, sample_std
+
+SEEDS = (0, 1, 2)
+# table name -> what the row says; the vote is round 0's, debate's 3 rounds the tables' own
+RULE_ROWS = {
+    "persist": "the vote (round 0)",
+    "debate1": "debate, 1 round",
+    "debate2": "debate, 2 rounds",
+    "debate": "debate, 3 rounds",
+    "freeze": "freeze: REFINE unless unanimous",
+    "minority": "minority: REFINE off the vote",
+    "gate": "gate: debate above a vote entropy",
+    "trigger": "trigger: a logistic regression on round 0",
+}
+
+
+def pareto(points):
+    """The names of `points` ({name: (tokens, accuracy)}) no other point dominates: none spends no
+    more tokens and is at least as accurate, one of the two strictly."""
+    return [
+        name
+        for name, (tokens, accuracy) in points.items()
+        if not any(
+            t <= tokens and a >= accuracy and (t, a) != (tokens, accuracy)
+            for other, (t, a) in points.items()
+            if other != name
+        )
+    ]
+
+
+def point(runs):
+    """(tokens per question, accuracy), each a mean over the seeds."""
+    return (
+        mean([s["tokens_per_question"] for s in runs.values()]),
+        mean([s["accuracy"] for s in runs.values()]),
+    )
+
+
+def against(mine, theirs):
+    """The paired difference of two protocols over the seeds both have, pooled by question."""
+    seeds = sorted(set(mine) & set(theirs))
+    return paired_difference(
+        pooled({s: mine[s] for s in seeds}), pooled({s: theirs[s] for s in seeds})
+    )
+
+
+def nearest(tokens, rules):
+    """The rule whose tokens per question are nearest `tokens` on a log scale."""
+    return min(rules, key=lambda name: abs(math.log(rules[name][0] / tokens)))
+
+
+def learned(names):
+    """The rows of the learned policies of these table names."""
+    return {name: f"learned policy: {name}" for name in names}
+
+
+def frontier_table(prefix, policies, extra=None):
+    """One team's frontier (tables/<prefix>-seed<k>-<part>.json): a row per rule and per learned
+    policy (`policies`: table name -> what the row says) and `extra` rows (the oracle), and a PNG
+    of every point."""
+    parts = {**RULE_ROWS, **policies, **(extra or {})}
+    runs = {part: by_seed(prefix, part, SEEDS) for part in parts}
+    absent = [
+        f"tables/{prefix}-seed{s}-{part}.json"
+        for part in parts
+        for s in SEEDS
+        if s not in runs[part]
+    ]
+    rules = {part: point(runs[part]) for part in RULE_ROWS if runs[part]}
+    if not rules:
+        return missing(*absent)
+    front = pareto(rules)
+    lines = [
+        "| protocol | seeds | accuracy (± sample std) | tokens per question | on the rules' "
+        "frontier | against the rule nearest its tokens, pooled [95% CI] (disagree) | against "
+        "the least accurate rule at ≥ its tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for part, label in parts.items():
+        if not runs[part]:
+            continue
+        tokens, accuracy = point(runs[part])
+        spread = sample_std([s["accuracy"] for s in runs[part].values()])
+        near = at_least = ""
+        if part in policies:
+            rule = nearest(tokens, rules)
+            near = f"{rule}: {format_paired(against(runs[part], runs[rule]))}"
+            costlier = [r for r, (t, _) in rules.items() if t >= tokens]
+            if costlier:
+                worst = min(costlier, key=lambda r: against(runs[part], runs[r])["diff"])
+                at_least = f"{worst}: {format_paired(against(runs[part], runs[worst]))}"
+        on = "yes" if part in front else ("" if part not in RULE_ROWS else "no")
+        lines.append(
+            f"| {label} (`{part}`) | {len(runs[part])} | {accuracy:.3f} (± {spread:.3f}) | "
+            f"{tokens:.0f} | {on} | {near} | {at_least} |"
+        )
+    png = RESULTS / "rules" / f"{prefix}-frontier.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    title = f"{prefix}: rules and learned policies ({seeds_text(len(SEEDS))})"
+    if plots.frontier({part: runs[part] for part in parts if runs[part]}, title, png, front):
+        lines.append(f"\n![{prefix} frontier](results/rules/{png.name})")
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

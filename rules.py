@@ -1,0 +1,153 @@
+"""The rules that decide when a team talks, with no learned policy: the baselines a learned
+meta-policy has to beat on the accuracy-token frontier (docs/design.md §7).
+
+    freeze    every agent REFINEs in a round unless the team's answers are unanimous; a unanimous
+              round is all PERSIST, which ends the game (ConFreeze)
+    minority  an agent REFINEs when its answer is not the team's vote, else it PERSISTs
+    gate      debate (every agent REFINEs every round) only when the entropy of the round-0 answers
+              exceeds a threshold chosen on validation questions, else the round-0 vote (a
+              vote-entropy router, as Statistical Scouting's)
+    trigger   debate only when a logistic regression on the round-0 state scores above a threshold
+              (iMAD's learned trigger): trained on validation questions to predict that debate turns
+              the vote right
+
+A rule reads the team's answers (and, for the trigger, their generation confidence), never the gold
+answer. deliberate.decide asks it for a team's actions through `team_actions`. The gate and the
+trigger are fitted by experiments/talk_rules.py and saved as JSON, loaded as data.
+"""
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+
+from deliberate import PERSIST, REFINE
+from solutions import majority_vote
+
+RULES = ("freeze", "minority", "gate", "trigger")
+# the round-0 state the trigger reads: the answers' spread and the agents' generation confidence
+TRIGGER_FEATURES = (
+    "entropy",
+    "vote_share",
+    "unparsed_share",
+    "mean_prob_mean",
+    "mean_prob_min",
+    "mean_prob_of_vote",
+)
+
+
+def answer_entropy(answers):
+    """Entropy in bits of the team's answers; an unparsed answer (None) agrees with no one."""
+    counts = Counter(a for a in answers if a is not None)
+    counts.update({("unparsed", i): 1 for i, a in enumerate(answers) if a is None})
+    n = len(answers)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def round0_features(answers, mean_probs):
+    """The trigger's features (TRIGGER_FEATURES) of one team's round-0 state: its answers and each
+    agent's mean token probability."""
+    vote = Counter(a for a in answers if a is not None).most_common(1)
+    vote = vote[0][0] if vote else None
+    of_vote = [p for a, p in zip(answers, mean_probs) if a is not None and a == vote]
+    return [
+        answer_entropy(answers),
+        len(of_vote) / len(answers),
+        sum(a is None for a in answers) / len(answers),
+        sum(mean_probs) / len(mean_probs),
+        min(mean_probs),
+        sum(of_vote) / len(of_vote) if of_vote else 0.0,
+    ]
+
+
+def trigger_score(features, trigger):
+    """The logistic regression's probability that debate turns the vote right."""
+    x = (np.asarray(features) - trigger["mean"]) / trigger["scale"]
+    return float(1 / (1 + np.exp(-(x @ np.asarray(trigger["weights"]) + trigger["bias"]))))
+
+
+class Rule:
+    """One of RULES as a policy of the game: team_actions(solutions, t) gives every agent's action
+    in round t from the team's current solutions (in round 1, the round-0 ones). `settings`: the
+    fitted gate's or trigger's JSON (a threshold; the trigger's weights)."""
+
+    reads_critic = False
+
+    def __init__(self, name, settings=None):
+        if name not in RULES:
+            raise ValueError(f"unknown rule {name!r}; known: {', '.join(RULES)}")
+        if name in ("gate", "trigger") and not settings:
+            raise ValueError(f"the {name} rule needs its fitted settings (a JSON file)")
+        self.name, self.settings = name, settings or {}
+
+    def talks(self, solutions):
+        """The gate's and the trigger's one decision, on the round-0 solutions: debate or not."""
+        answers = [s.answer for s in solutions]
+        if self.name == "gate":
+            return answer_entropy(answers) > self.settings["threshold"]
+        features = round0_features(answers, [s.signals["mean_prob"] for s in solutions])
+        return trigger_score(features, self.settings) > self.settings["threshold"]
+
+    def team_actions(self, solutions, t):
+        n = len(solutions)
+        if self.name == "freeze":
+            unanimous = len({s.answer for s in solutions}) == 1 and solutions[0].answer is not None
+            return [PERSIST if unanimous else REFINE] * n
+        if self.name == "minority":
+            vote, _ = majority_vote(solutions)
+            return [
+                PERSIST if s.answer is not None and s.answer == vote else REFINE for s in solutions
+            ]
+        # a gate closed in round 1 ends the game (all PERSIST), so a later round is a debate's
+        return [REFINE if t > 1 or self.talks(solutions) else PERSIST] * n
+
+
+def load_rule(spec):
+    """A rule from its protocol's spec: `freeze`, `minority`, `gate=PATH` or `trigger=PATH` (PATH:
+    a JSON file of experiments/talk_rules.py, read as data)."""
+    name, _, path = spec.partition("=")
+    settings = None
+    if path:
+        with open(path) as f:
+            settings = json.load(f).get(name)
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path} holds no fitted {name}")
+    return Rule(name, settings)
+
+
+def fit_trigger(features, labels, l2=1.0, steps=50):
+    """A logistic regression of `labels` (0/1) on `features` (standardized; their mean and scale
+    kept), by Newton's method with an L2 penalty on the weights (the optimum is unique, and a
+    feature that separates the labels does not diverge). Labels all alike leave nothing to learn:
+    every weight and the bias stay 0, every score 0.5."""
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    mean, scale = x.mean(0), x.std(0)
+    scale[scale == 0] = 1.0
+    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+    w = np.zeros(z.shape[1])
+    penalty = np.diag([l2] * (z.shape[1] - 1) + [0.0])
+    for _ in range(steps if 0 < y.sum() < len(y) else 0):
+        p = 1 / (1 + np.exp(-z @ w))
+        gradient = z.T @ (p - y) + penalty @ w
+        hessian = z.T @ (z * (p * (1 - p))[:, None]) + penalty
+        w -= np.linalg.solve(hessian, gradient)
+    return {
+        "mean": mean.tolist(),
+        "scale": scale.tolist(),
+        "weights": w[:-1].tolist(),
+        "bias": float(w[-1]),
+    }
+
+
+def best_threshold(scores, vote_right, debate_right):
+    """The threshold on `scores` whose gated play (debate where the score exceeds it, else the
+    vote) is right most often on these questions; on a tie the highest, which debates least."""
+    scores = np.asarray(scores, dtype=np.float64)
+    gain = np.asarray(debate_right, dtype=np.float64) - np.asarray(vote_right, dtype=np.float64)
+    # below every score: debate everywhere
+    candidates = np.concatenate([[scores.min() - 1.0], np.unique(scores)])
+    right = [gain[scores > c].sum() for c in candidates]
+    best = max(right)
+    return float(max(c for c, r in zip(candidates, right) if r == best))

@@ -1,0 +1,339 @@
+"""The rules that decide when a team talks (rules.py): the exact actions for constructed states
+(unanimous, split 2-1, all different, unparsed answers; a threshold at its edge), the trigger's
+features and its logistic regression against scipy, the threshold chosen on validation questions,
+and a rule playing the game on a scripted engine."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from handmade import sol
+from scipy.optimize import minimize
+
+import rules
+from deliberate import PERSIST, REFINE
+
+P, R = PERSIST, REFINE
+
+
+def team(*answers, confidences=None):
+    confidences = confidences or [0.5] * len(answers)
+    return [sol(a, c) for a, c in zip(answers, confidences)]
+
+
+TWO_ONE = math.log2(3) - 2 / 3  # the entropy of a 2-1 split: -(2/3 log2 2/3 + 1/3 log2 1/3)
+
+
+def test_answer_entropy_counts_an_unparsed_answer_as_agreeing_with_no_one():
+    assert rules.answer_entropy(["4", "4", "4"]) == 0.0
+    assert rules.answer_entropy(["4", "4", "5"]) == pytest.approx(TWO_ONE, abs=1e-12)
+    assert rules.answer_entropy(["1", "2", "3"]) == pytest.approx(math.log2(3), abs=1e-12)
+    assert rules.answer_entropy([None, None, "1"]) == pytest.approx(math.log2(3), abs=1e-12)
+    assert rules.answer_entropy(["4", "4", None, None]) == pytest.approx(1.5, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "answers, freeze, minority",
+    [
+        (("4", "4", "4"), [P, P, P], [P, P, P]),
+        (("4", "4", "5"), [R, R, R], [P, P, R]),
+        (("5", "4", "4"), [R, R, R], [R, P, P]),
+        ((None, None, None), [R, R, R], [R, R, R]),
+        (("4", None, "4"), [R, R, R], [P, R, P]),
+    ],
+)
+def test_freeze_and_minority_act_on_the_teams_answers(answers, freeze, minority):
+    for t in (1, 2, 3):
+        assert rules.Rule("freeze").team_actions(team(*answers), t) == freeze
+        assert rules.Rule("minority").team_actions(team(*answers), t) == minority
+
+
+def test_minority_follows_the_votes_tie_break_when_all_answers_differ():
+    """All different: the vote is the most confident answer, and only its agent PERSISTs."""
+    solutions = team("1", "2", "3", confidences=[0.2, 0.9, 0.4])
+    assert rules.Rule("minority").team_actions(solutions, 1) == [R, P, R]
+
+
+def test_the_gate_debates_only_above_its_threshold_and_keeps_debating_after_round_one():
+    at_edge = rules.Rule("gate", {"threshold": rules.answer_entropy(["4", "4", "5"])})
+    below = rules.Rule("gate", {"threshold": rules.answer_entropy(["4", "4", "5"]) - 1e-9})
+    assert at_edge.team_actions(team("4", "4", "5"), 1) == [P, P, P]
+    assert below.team_actions(team("4", "4", "5"), 1) == [R, R, R]
+    assert at_edge.team_actions(team("1", "2", "3"), 1) == [R, R, R]
+    assert below.team_actions(team("4", "4", "4"), 1) == [P, P, P]
+    assert rules.Rule("gate", {"threshold": 0.0}).team_actions(team("4", "4", "4"), 1) == [P] * 3
+    assert rules.Rule("gate", {"threshold": -1.0}).team_actions(team("4", "4", "4"), 1) == [R] * 3
+    # a game still running after round 1 is one the gate opened: it debates
+    assert at_edge.team_actions(team("4", "4", "4"), 2) == [R, R, R]
+
+
+def test_the_triggers_features_of_a_constructed_state():
+    """Answers 4, 4, 5 with mean token probabilities 0.9, 0.7, 0.2: entropy of a 2-1 split, two
+    of three on the vote, none unparsed, mean 0.6, min 0.2, the vote's agents 0.8."""
+    features = rules.round0_features(["4", "4", "5"], [0.9, 0.7, 0.2])
+    assert features == pytest.approx([TWO_ONE, 2 / 3, 0.0, 0.6, 0.2, 0.8], abs=1e-12)
+    assert len(features) == len(rules.TRIGGER_FEATURES)
+    assert rules.round0_features([None, None, "3"], [0.5, 0.5, 0.8]) == pytest.approx(
+        [math.log2(3), 1 / 3, 2 / 3, 0.6, 0.5, 0.8], abs=1e-12
+    )
+    assert rules.round0_features([None, None], [0.4, 0.6]) == pytest.approx(
+        [1.0, 0.0, 1.0, 0.5, 0.4, 0.0], abs=1e-12
+    )
+
+
+def trigger_on_entropy(threshold, weight=10.0, bias=-5.0):
+    """A trigger that reads the entropy alone: p = sigmoid(weight * entropy + bias)."""
+    n = len(rules.TRIGGER_FEATURES)
+    return {
+        "mean": [0.0] * n,
+        "scale": [1.0] * n,
+        "weights": [weight] + [0.0] * (n - 1),
+        "bias": bias,
+        "threshold": threshold,
+    }
+
+
+def test_the_trigger_debates_where_its_score_exceeds_the_threshold():
+    score = rules.trigger_score(
+        rules.round0_features(["4", "4", "5"], [0.5] * 3), trigger_on_entropy(0)
+    )
+    assert score == pytest.approx(1 / (1 + math.exp(-(10 * TWO_ONE - 5))), abs=1e-12)
+    trigger = rules.Rule("trigger", trigger_on_entropy(0.5))
+    assert trigger.team_actions(team("4", "4", "4"), 1) == [P, P, P]
+    assert trigger.team_actions(team("4", "4", "5"), 1) == [R, R, R]
+    assert (
+        rules.Rule("trigger", trigger_on_entropy(score)).team_actions(team("4", "4", "5"), 1)
+        == [P] * 3
+    )
+    assert trigger.team_actions(team("4", "4", "4"), 3) == [R, R, R]
+
+
+def test_fit_trigger_is_the_penalized_maximum_likelihood():
+    """Newton's method lands on scipy's minimum of the same objective: the negative log-likelihood
+    of standardized features plus l2/2 |w|^2 (the bias free)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 3)) * [1.0, 3.0, 0.5] + [0.0, 2.0, -1.0]
+    y = (x[:, 0] + 0.5 * x[:, 1] + rng.normal(size=80) > 1.0).astype(float)
+    fitted = rules.fit_trigger(x, y, l2=1.0)
+    z = (x - x.mean(0)) / x.std(0)
+
+    def objective(w):
+        logits = z @ w[:-1] + w[-1]
+        return np.sum(np.logaddexp(0, logits) - y * logits) + 0.5 * np.sum(w[:-1] ** 2)
+
+    reference = minimize(objective, np.zeros(4), method="BFGS", options={"gtol": 1e-10}).x
+    assert fitted["weights"] == pytest.approx(reference[:-1].tolist(), abs=1e-5)
+    assert fitted["bias"] == pytest.approx(reference[-1], abs=1e-5)
+    assert fitted["mean"] == pytest.approx(x.mean(0).tolist()) and fitted["scale"] == pytest.approx(
+        x.std(0).tolist()
+    )
+    # a constant feature is kept out of the way, not divided by zero
+    constant = rules.fit_trigger(np.hstack([x, np.ones((80, 1))]), y)
+    assert constant["scale"][-1] == 1.0 and constant["weights"][-1] == pytest.approx(0.0, abs=1e-9)
+    # labels all alike: nothing to learn, every score 0.5
+    for alike in (np.zeros(80), np.ones(80)):
+        flat = rules.fit_trigger(x, alike)
+        assert flat["weights"] == [0.0] * 3 and flat["bias"] == 0.0
+
+
+def test_the_threshold_chosen_on_validation_is_the_most_accurate_gate_and_the_highest_on_a_tie():
+    scores = [0.1, 0.2, 0.3, 0.4, 0.5]
+    vote = [1, 0, 0, 1, 0]
+    debate = [0, 0, 1, 1, 1]
+    # debating above 0.2 gains questions 3 and 5 and loses none: 0.2 (and not 0.1, which loses 1)
+    assert rules.best_threshold(scores, vote, debate) == 0.2
+    # nothing to gain: the highest score, which debates nowhere
+    assert rules.best_threshold(scores, [1] * 5, [1] * 5) == 0.5
+    # every question gains: below the lowest score, which debates everywhere
+    assert rules.best_threshold(scores, [0] * 5, [1] * 5) == pytest.approx(-0.9)
+
+
+def test_a_rule_loads_from_its_protocol_spec_and_refuses_what_it_cannot_play(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"gate": {"threshold": 0.5}, "trigger": trigger_on_entropy(0.5)}))
+    gate = rules.load_rule(f"gate={path}")
+    assert gate.name == "gate" and gate.settings == {"threshold": 0.5}
+    assert rules.load_rule(f"trigger={path}").settings["threshold"] == 0.5
+    assert rules.load_rule("freeze").name == "freeze"
+    with pytest.raises(ValueError, match="unknown rule"):
+        rules.load_rule("silence")
+    with pytest.raises(ValueError, match="needs its fitted settings"):
+        rules.load_rule("gate")
+
+
+def test_the_gate_and_the_trigger_are_fitted_on_debates_validation_games():
+    """Four validation games: unanimous and right (debate keeps it), 2-1 and wrong (debate turns it
+    right), all different and wrong (debate does not help), 2-1 and right (debate breaks it). The
+    gate cannot debate the one 2-1 game debate helps without the one it breaks, so its most
+    accurate threshold ties the vote; the trigger tells them apart by their confidence."""
+    from experiments import talk_rules
+
+    def game(answers, probs, vote_right, debate_right):
+        signals = [{"mean_prob": p, "min_prob": p, "tail_prob": p} for p in probs]
+        first = {"answers": answers, "signals": signals, "correct": vote_right}
+        return {"id": len(answers), "rounds": [first, {}], "correct": debate_right}
+
+    transcripts = [
+        game(["4", "4", "4"], [0.9, 0.9, 0.9], True, True),
+        game(["4", "4", "5"], [0.3, 0.3, 0.9], False, True),
+        game(["1", "2", "3"], [0.5, 0.5, 0.5], False, False),
+        game(["4", "4", "5"], [0.9, 0.9, 0.3], True, False),
+    ]
+    rows = talk_rules.validation_rows(transcripts)
+    assert [r["vote_right"] for r in rows] == [True, False, False, True]
+    assert [r["debate_right"] for r in rows] == [True, True, False, False]
+    assert rows[1]["features"] == pytest.approx([TWO_ONE, 2 / 3, 0.0, 0.5, 0.3, 0.3], abs=1e-12)
+    gate, trigger, validation = talk_rules.fit(rows)
+    # debating the 2-1 games gains one and loses one: the highest tied threshold debates nowhere
+    assert gate == {"threshold": pytest.approx(math.log2(3))}
+    # the trigger tells the two 2-1 games apart by their confidence: it debates game 2 alone
+    scores = [rules.trigger_score(r["features"], trigger) for r in rows]
+    assert [s > trigger["threshold"] for s in scores] == [False, True, False, False]
+    assert trigger["features"] == list(rules.TRIGGER_FEATURES)
+    assert validation == {
+        "questions": 4,
+        "vote_accuracy": 0.5,
+        "debate_accuracy": 0.5,
+        "gate_accuracy": 0.5,
+        "trigger_accuracy": 0.75,
+        "gate_debated": 0.0,
+        "trigger_debated": 0.25,
+    }
+
+
+def test_the_frontier_names_the_rules_pareto_points_and_pairs_each_policy_with_its_nearest_rule(
+    tmp_path, monkeypatch
+):
+    """Three rules on 4 questions and 2 seeds: the vote (cheap, 2 right), freeze (middle, 3
+    right), debate (dear, 3 right), which freeze dominates. A policy near freeze's cost, right on
+    all 4: its nearest rule is freeze, the only rule at no fewer tokens is debate."""
+    from experiments import rule_tables, tables
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(rule_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(rule_tables, "SEEDS", (0, 1))
+    (tmp_path / "tables").mkdir()
+    right = {
+        "persist": (100, [1, 1, 0, 0]),
+        "freeze": (300, [1, 1, 1, 0]),
+        "debate": (900, [1, 1, 1, 0]),
+        "mine": (310, [1, 1, 1, 1]),
+    }
+    for part, (tokens, correct) in right.items():
+        for seed in (0, 1):
+            summary = {
+                "accuracy": sum(correct) / 4,
+                "tokens_per_question": tokens,
+                "question_ids": [0, 1, 2, 3],
+                "correct": correct,
+            }
+            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
+            path.write_text(json.dumps({"p": summary}))
+    points = {"a": (1, 0.5), "b": (2, 0.6), "c": (3, 0.6), "d": (0.5, 0.4), "e": (2, 0.6)}
+    # c spends more for b's accuracy; b and e tie, and neither dominates the other
+    assert rule_tables.pareto(points) == ["a", "b", "d", "e"]
+    table = rule_tables.frontier_table("x", rule_tables.learned(["mine"]))
+    rows = {
+        line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")
+    }
+    assert "| 2 | 0.500 (± 0.000) | 100 | yes |" in rows["the vote (round 0) (`persist`)"]
+    assert "| 900 | no |" in rows["debate, 3 rounds (`debate`)"]
+    assert "| 300 | yes |" in rows["freeze: REFINE unless unanimous (`freeze`)"]
+    # nearest on a log scale: freeze (300), not the vote; at no fewer tokens: debate alone (900)
+    cells = [c.strip() for c in rows["learned policy: mine (`mine`)"].split("|")[2:-1]]
+    assert cells[:4] == ["2", "1.000 (± 0.000)", "310", ""]
+    assert cells[4].startswith("freeze: +0.250 [") and cells[4].endswith("(2)")
+    assert cells[5].startswith("debate: +0.250 [") and cells[5].endswith("(2)")
+    assert "not computed yet" in table and "x-seed0-minority.json" in table
+    assert (tmp_path / "rules" / "x-frontier.png").exists() or "![" not in table
+
+
+# --------------------------------------------------------------------------------------------------
+# the rules as eval.py's protocols, on hand-built games (tests/test_protocols.py's engine)
+# --------------------------------------------------------------------------------------------------
+def rule_game(protocol, solve, refine, rounds=3):
+    from test_protocols import Recorder, example, game_replies
+
+    import eval as E
+    from solutions import GameConfig
+
+    engine = Recorder(game_replies(1, "q/1", solve, refine))
+    cfg = GameConfig(agents=3, rounds=rounds, seed=1, temperature=0.6)
+    [result] = E.run_protocol(engine, [example("q/1")], protocol, cfg)
+    actions = [r.get("actions") for r in result["rounds"][1:]]
+    answers = [r["answers"] for r in result["rounds"]]
+    return engine, result, actions, answers
+
+
+def refine_seeds(keys):
+    from llm.cache import call_seed
+
+    return [call_seed(1, "q/1", i, t, "refine") for t, i in keys]
+
+
+def test_short_debates_are_debates_first_rounds_with_its_seeds():
+    """debate-1 in a 3-round game: round 0, then one round of every agent's REFINE, the same calls
+    (seeds) as debate's round 1, so a cached debate pays for it."""
+    refine = {(1, 0): 5, (1, 1): 5, (1, 2): 4, (2, 0): 5, (2, 1): 5, (2, 2): 5}
+    engine, result, actions, answers = rule_game("debate-1", [3, 5, 4], refine)
+    assert actions == [[R, R, R]] and answers == [["3", "5", "4"], ["5", "5", "4"]]
+    assert engine.column("seeds")[3:] == refine_seeds([(1, 0), (1, 1), (1, 2)])
+    engine, result, actions, answers = rule_game("debate-2", [3, 5, 4], refine)
+    assert actions == [[R, R, R], [R, R, R]] and result["pred"] == "5"
+
+
+def test_freeze_talks_until_the_team_is_unanimous_then_stops():
+    """3, 5, 4 -> everyone REFINEs -> 5, 5, 4 -> everyone REFINEs -> 5, 5, 5 -> all PERSIST: the
+    game ends after round 3 with 9 calls; a unanimous start ends at round 1 with 3."""
+    refine = {(1, 0): 5, (1, 1): 5, (1, 2): 4, (2, 0): 5, (2, 1): 5, (2, 2): 5}
+    engine, result, actions, answers = rule_game("freeze", [3, 5, 4], refine)
+    assert actions == [[R, R, R], [R, R, R], [P, P, P]]
+    assert answers[-1] == ["5", "5", "5"] and result["rounds"][-1]["stopped"]
+    assert result["calls"] == 9
+    engine, result, actions, _ = rule_game("freeze", [5, 5, 5], {})
+    assert actions == [[P, P, P]] and result["calls"] == 3
+
+
+def test_minority_refines_only_the_agents_off_the_vote():
+    """3, 5, 4 tie: the vote is agent 0's 3 (equal confidence, lower index), so agents 1 and 2
+    REFINE (to 5 and 4: the vote stays 3), then again (to 5 and 5: the vote turns to 5), then
+    agent 0 alone, off the vote, REFINEs to 5."""
+    refine = {(1, 1): 5, (1, 2): 4, (2, 1): 5, (2, 2): 5, (3, 0): 5}
+    engine, result, actions, answers = rule_game("minority", [3, 5, 4], refine)
+    assert actions == [[P, R, R], [P, R, R], [R, P, P]]
+    assert answers == [["3", "5", "4"], ["3", "5", "4"], ["3", "5", "5"], ["5", "5", "5"]]
+    assert engine.column("seeds")[3:] == refine_seeds([(1, 1), (1, 2), (2, 1), (2, 2), (3, 0)])
+    assert result["calls"] == 8
+
+
+def test_the_gate_protocol_reads_its_fitted_threshold(tmp_path):
+    """Threshold 1.0 bit: all different (1.58 bits) debates every round; a 2-1 split (0.92 bits)
+    keeps the round-0 vote and stops."""
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"gate": {"threshold": 1.0}}))
+    refine = {(t, i): 5 for t in (1, 2, 3) for i in range(3)}
+    engine, result, actions, _ = rule_game(f"gate={path}", [3, 5, 4], refine)
+    assert actions == [[R, R, R]] * 3 and result["calls"] == 12
+    engine, result, actions, _ = rule_game(f"gate={path}", [5, 5, 4], refine)
+    assert actions == [[P, P, P]] and result["calls"] == 3 and result["pred"] == "5"
+
+
+def test_eval_refuses_a_rule_it_cannot_play(tmp_path):
+    import eval as E
+    from common import UsageError
+
+    cfg = E.Config()
+    for protocol in ("debate-1", "debate-2", "freeze", "minority"):
+        E.check_protocol(protocol, cfg)
+    fitted = tmp_path / "rules.json"
+    fitted.write_text(json.dumps({"gate": {"threshold": 1.0}}))
+    E.check_protocol(f"gate={fitted}", cfg)
+    for protocol, says in (
+        (f"gate={tmp_path / 'none.json'}", "no file"),
+        (f"trigger={fitted}", "holds no fitted trigger"),
+        ("freezing", "unknown protocol"),
+        ("debate-3", "unknown protocol"),
+    ):
+        with pytest.raises(UsageError, match=says):
+            E.check_protocol(protocol, cfg)
