@@ -65,6 +65,9 @@ MODULES = {
             "mlpo_runs",
         ],
     ),
+    # the rules that decide when to talk: their actions, features, fit and threshold, and their
+    # games through eval.py's protocols
+    "rules": ("rules.py", ["tests/test_rules.py"], []),
     # the game: in-process tests only; tests/test_train.py runs the scripts as subprocesses, a model
     # load and a training run for each mutant its tests reach
     "deliberate": (
@@ -76,6 +79,8 @@ MODULES = {
             "tests/test_protocols.py",
             "tests/test_corpus.py",
             "tests/test_safe_loading.py",
+            # a rule deciding for its team (rules.py) in decide()
+            "tests/test_rules.py",
             # the game's flags as the scripts check them, and the corpus's settings
             "tests/test_bad_input.py",
             "tests/test_common.py",

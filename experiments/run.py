@@ -14,6 +14,8 @@ so a rerun skips what is done, and a piece cut off (a session ends, a process is
 again. Training runs write under runs/results/ (resumable there: a killed run continues from its
 checkpoint), then their policy, summary and metrics are copied into results/. Generations are cached
 in cache/generations, so a piece that replays games another piece played costs no LLM call.
+Weights that left the tree (results/weights.jsonl, experiments/weights.py) count as done, and a
+piece's needs among them are restored before it runs.
 """
 
 import argparse
