@@ -95,10 +95,12 @@ def trigger_on_entropy(threshold, weight=10.0, bias=-5.0):
 
 
 def test_the_trigger_scores_standardized_features():
-    """p = sigmoid(w . (x - mean) / scale + b), by hand: x = (2, 5), mean (1, 1), scale (2, 4),
-    w (1, -2), b 0.5: (0.5, 1) -> 0.5 - 2 + 0.5 = -1."""
-    trigger = {"mean": [1.0, 1.0], "scale": [2.0, 4.0], "weights": [1.0, -2.0], "bias": 0.5}
-    assert rules.trigger_score([2.0, 5.0], trigger) == pytest.approx(1 / (1 + math.e), abs=1e-12)
+    """p = sigmoid(w . (x - mean) / scale + b), by hand: x = (2, 5), mean (1, 3), scale (2, 4),
+    w (1, -2), b 0.5: (0.5, 0.5) -> 0.5 - 1 + 0.5 = 0, p = 1/2; and x = (3, 3): (1, 0) -> 1.5."""
+    trigger = {"mean": [1.0, 3.0], "scale": [2.0, 4.0], "weights": [1.0, -2.0], "bias": 0.5}
+    assert rules.trigger_score([2.0, 5.0], trigger) == pytest.approx(0.5, abs=1e-12)
+    expected = 1 / (1 + math.exp(-1.5))
+    assert rules.trigger_score([3.0, 3.0], trigger) == pytest.approx(expected, abs=1e-12)
 
 
 def test_the_trigger_debates_where_its_score_exceeds_the_threshold():
