@@ -7,7 +7,7 @@ seeds' questions."""
 import math
 
 from experiments import plots
-from experiments.tables import RESULTS, by_seed, mean, missing, seeds_text
+from experiments.tables import RESULTS, mean, missing, seeds_text, table_runs
 from stats import format_paired, paired_difference, pooled, sample_std
 
 SEEDS = (0, 1, 2)
@@ -69,14 +69,8 @@ def frontier_table(prefix, policies, extra=None):
     policy (`policies`: table name -> what the row says) and `extra` rows (the oracle), and a PNG
     of every point."""
     parts = {**RULE_ROWS, **policies, **(extra or {})}
-    runs = {part: by_seed(prefix, part, SEEDS) for part in parts}
-    absent = [
-        f"tables/{prefix}-seed{s}-{part}.json"
-        for part in parts
-        for s in SEEDS
-        if s not in runs[part]
-    ]
-    rules = {part: point(runs[part]) for part in RULE_ROWS if runs[part]}
+    runs, absent = table_runs(prefix, parts, SEEDS)
+    rules = {part: point(runs[part]) for part in RULE_ROWS if part in runs}
     if not rules:
         return missing(*absent)
     front = pareto(rules)
@@ -87,7 +81,7 @@ def frontier_table(prefix, policies, extra=None):
         "|---|---|---|---|---|---|---|",
     ]
     for part, label in parts.items():
-        if not runs[part]:
+        if part not in runs:
             continue
         tokens, accuracy = point(runs[part])
         spread = sample_std([s["accuracy"] for s in runs[part].values()])
@@ -107,6 +101,6 @@ def frontier_table(prefix, policies, extra=None):
     png = RESULTS / "rules" / f"{prefix}-frontier.png"
     png.parent.mkdir(parents=True, exist_ok=True)
     title = f"{prefix}: rules and learned policies ({seeds_text(len(SEEDS))})"
-    if plots.frontier({part: runs[part] for part in parts if runs[part]}, title, png, front):
+    if plots.frontier(runs, title, png, front):
         lines.append(f"\n![{prefix} frontier](results/rules/{png.name})")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

@@ -32,10 +32,12 @@ if [ -f train_llm.py ]; then
 else
   MAGRPO=train_magrpo.py; MLPO=train_mlpo.py; SOLVER=train_solver.py
 fi
-# the format reward makes groups that are not flat, so each step has a gradient (at 32 tokens
-# almost every answer is cut off, earns nothing, and every group is flat)
+# agents that answer in the format (the committed rank-4 worked-solution adapter, the demo's) at
+# the budget they were trained at, with the format reward: groups that are not flat, so each step
+# has a gradient (the bare backbone's answers earn nothing and every group is flat)
 LLM="--agents 2 --group 4 --questions-per-step 2 --steps 1 --val-n 0"
 LLM="$LLM --max-new-tokens 96 --seed 3 --format-reward 0.5"
+LLM="$LLM --init-adapter results/agents/worked-L1-r4-seed0"
 # MAGRPO samples from the weights it trains, uncached; MLPO's frozen peers use the cache
 $PY $MAGRPO $LLM --rounds 1 --out-dir "$OUT/magrpo" > "$OUT/magrpo.log" 2>&1
 $PY $MLPO --questions 8 --filter-easy 0 $LLM --cache-dir "$OUT/cache-llm" --out-dir "$OUT/mlpo" \

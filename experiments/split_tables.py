@@ -11,7 +11,7 @@ from experiments import tables, weights
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
 from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED
-from experiments.tables import accuracy_over_seeds, by_seed, fmt, load, mean, missing, seeds_text
+from experiments.tables import accuracy_over_seeds, fmt, load, mean, missing, seeds_text
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
 
@@ -86,14 +86,7 @@ def part_actions(runs, part):
 
 def runs_of(parts, seeds=SEEDS):
     """{part: {seed: summary}} of the team's table files found, and the files not there yet."""
-    runs = {part: by_seed(PREFIX, part, seeds) for part in parts}
-    absent = [
-        f"tables/{PREFIX}-seed{seed}-{part}.json"
-        for part in parts
-        for seed in seeds
-        if seed not in runs[part]
-    ]
-    return {part: found for part, found in runs.items() if found}, absent
+    return tables.table_runs(PREFIX, parts, seeds)
 
 
 def split_agents_table(seeds=SEEDS):

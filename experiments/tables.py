@@ -398,6 +398,19 @@ def by_seed(name, part, seeds=(0, 1, 2)):
     return {seed: s for seed, s in found.items() if s}
 
 
+def table_runs(prefix, parts, seeds=(0, 1, 2)):
+    """{part: {seed: summary}} of the table files found (tables/<prefix>-seed<k>-<part>.json), the
+    parts with none left out, and the files not there yet."""
+    runs = {part: by_seed(prefix, part, seeds) for part in parts}
+    absent = [
+        f"tables/{prefix}-seed{seed}-{part}.json"
+        for part in parts
+        for seed in seeds
+        if seed not in runs[part]
+    ]
+    return {part: found for part, found in runs.items() if found}, absent
+
+
 def summary_of(run, protocol=None):
     """One protocol's summary in an eval.py JSON; protocol None: its first (a file of one
     protocol)."""
