@@ -70,14 +70,18 @@ def frontier_table(prefix, policies, extra=None):
     of every point."""
     parts = {**RULE_ROWS, **policies, **(extra or {})}
     runs, absent = table_runs(prefix, parts, SEEDS)
-    rules = {part: point(runs[part]) for part in RULE_ROWS if part in runs}
-    if not rules:
+    present = [part for part in RULE_ROWS if part in runs]
+    if not present:
         return missing(*absent)
-    front = pareto(rules)
+    rules = {part: point(runs[part]) for part in present}
+    # the frontier compares the rules on the seeds every one of them has, not on means over others
+    shared = sorted(set.intersection(*(set(runs[part]) for part in present)))
+    front = pareto({p: point({s: runs[p][s] for s in shared}) for p in present}) if shared else []
+    on_seeds = ", ".join(map(str, shared)) or "none shared"
     lines = [
         "| protocol | seeds | accuracy (± sample std) | tokens per question | on the rules' "
-        "frontier | against the rule nearest its tokens, pooled [95% CI] (disagree) | against "
-        "the least accurate rule at ≥ its tokens |",
+        f"frontier (seeds {on_seeds}) | against the rule nearest its tokens, pooled [95% CI] "
+        "(disagree) | against the least accurate rule at ≥ its tokens |",
         "|---|---|---|---|---|---|---|",
     ]
     for part, label in parts.items():
