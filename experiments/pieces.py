@@ -10,6 +10,7 @@ of git).
 from experiments.bench_pieces import BENCH_PIECES
 from experiments.llm_pieces import LLM_PIECES, PY
 from experiments.mutation_modules import MODULES as MUTATION_MODULES
+from experiments.onpolicy_pieces import ONPOLICY_PIECES
 from experiments.piece_kit import (
     MAWPS,
     TABLE_GAME,
@@ -301,6 +302,8 @@ PIECES = {
     # the rules that decide when to talk, beside the learned policies: fitted on validation
     # questions, then on the tables' test questions; the oracle's headroom on split
     **RULE_PIECES,
+    # stage 2 on its own games: the corpus collected again from the trained policy, on split
+    **ONPOLICY_PIECES,
     # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
+from experiments.onpolicy_pieces import AGAIN
+from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
-from experiments.rule_tables import frontier_table, learned
+from experiments.rule_tables import frontier_table, learned, onpolicy_table
 from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_pieces import TRAINED as SPLIT_TRAINED
@@ -333,8 +335,14 @@ TABLES = {
     "split-target": split_target_table,
     "split-cost": split_cost_table,
     "rules-split": lambda: frontier_table(
-        SPLIT_PREFIX, learned(SPLIT_TRAINED), {"oracle": "the oracle (reads the gold answer)"}
+        SPLIT_PREFIX,
+        learned((*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN))),
+        {"oracle": "the oracle (reads the gold answer)"},
     ),
+    **{
+        f"onpolicy-{algo}": lambda algo=algo: onpolicy_table(SPLIT_PREFIX, algo)
+        for algo in ONPOLICY_ALGOS
+    },
     "rules-varied": lambda: frontier_table(
         "arith300-team-varied", learned(("sft", *team_rl_algos("varied")))
     ),

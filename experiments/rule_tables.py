@@ -108,3 +108,39 @@ def frontier_table(prefix, policies, extra=None):
     if plots.frontier(runs, title, png, front):
         lines.append(f"\n![{prefix} frontier](results/rules/{png.name})")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def refine_share(by_seed, part=None):
+    """The REFINE share of a policy's decisions, averaged over the seeds: of all its questions, or
+    of one part's (split, shared)."""
+    return mean([(s["parts"][part] if part else s)["actions"]["refine"] for s in by_seed.values()])
+
+
+def onpolicy_table(prefix, algo, again=(1, 2)):
+    """A policy by how often its corpus was collected again from its own games (tables/<prefix>-
+    seed<k>-<algo>-onpolicy<n>.json; 0: the committed stage 2, one corpus of the SFT policy's
+    games): accuracy, tokens, REFINE shares, each paired with the stage 2 it starts from and with
+    debate."""
+    parts = {algo: 0, **{f"{algo}-onpolicy{n}": n for n in again}}
+    runs, absent = table_runs(prefix, [*parts, "debate"], SEEDS)
+    if algo not in runs or "debate" not in runs:
+        return missing(*absent)
+    lines = [
+        "| corpora collected again | seeds | accuracy (± sample std) | tokens per question | "
+        "REFINE share: all / split / shared questions | against stage 2, pooled [95% CI] "
+        "(disagree) | against debate |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for part, n in parts.items():
+        if part not in runs:
+            continue
+        tokens, accuracy = point(runs[part])
+        spread = sample_std([s["accuracy"] for s in runs[part].values()])
+        shares = " / ".join(f"{refine_share(runs[part], p):.2f}" for p in (None, "split", "shared"))
+        stage2 = "" if n == 0 else format_paired(against(runs[part], runs[algo]))
+        lines.append(
+            f"| {n} (`{part}`) | {len(runs[part])} | {accuracy:.3f} (± {spread:.3f}) | "
+            f"{tokens:.0f} | {shares} | {stage2} | "
+            f"{format_paired(against(runs[part], runs['debate']))} |"
+        )
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

@@ -261,6 +261,74 @@ def test_the_frontier_names_the_rules_pareto_points_and_pairs_each_policy_with_i
     assert (tmp_path / "rules" / "x-frontier.png").exists() or "![" not in table
 
 
+def test_an_onpolicy_run_is_stage_2_with_its_corpus_collected_again():
+    """Each on-policy run is its seed's committed stage-2 command with --iterations n+1 (the
+    corpus collected again n times) into a folder of its own, and its table plays the policy it
+    trains."""
+    from experiments import onpolicy_pieces as O
+    from experiments.run import PIECES
+
+    for algo in O.ALGOS:
+        stage2 = PIECES[f"train-split300-team-split-seed1-{algo}"]["command"]
+        for n in O.AGAIN:
+            name = O.onpolicy_name(1, algo, n)
+            train, play = PIECES[f"train-{name}"], PIECES[f"table-{name}"]
+            command = list(map(str, train["command"]))
+            at = command.index("--iterations")
+            assert command[at + 1] == str(n + 1)
+            del command[at : at + 2]
+            out = command.index("--out-dir")
+            assert command[out + 1].endswith(name)
+            command[out + 1] = str(stage2[stage2.index("--out-dir") + 1])
+            assert command == list(map(str, stage2))
+            policy = f"results/policies/{name}.safetensors"
+            assert policy in train["copies"].values()
+            assert f"mpdf={policy}" in play["command"] and policy in play["needs"]
+
+
+def test_the_onpolicy_table_pairs_each_iteration_with_stage_2_and_debate(tmp_path, monkeypatch):
+    """Stage 2 right on 2 of 4 questions, its on-policy run on 3, debate on 4, over 2 seeds: the
+    REFINE shares of all, split and shared questions, and the paired differences."""
+    from experiments import rule_tables, tables
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(rule_tables, "SEEDS", (0, 1))
+    (tmp_path / "tables").mkdir()
+
+    def shares(refine):
+        return {"persist": 1 - refine, "refine": refine, "concede": 0.0}
+
+    right = {
+        "p": (200, [1, 1, 0, 0], 0.2),
+        "p-onpolicy1": (300, [1, 1, 1, 0], 0.4),
+        "debate": (900, [1, 1, 1, 1], 1.0),
+    }
+    for part, (tokens, correct, refine) in right.items():
+        for seed in (0, 1):
+            summary = {
+                "accuracy": sum(correct) / 4,
+                "tokens_per_question": tokens,
+                "question_ids": [0, 1, 2, 3],
+                "correct": correct,
+                "actions": shares(refine),
+                "parts": {
+                    "split": {"actions": shares(refine + 0.1)},
+                    "shared": {"actions": shares(0)},
+                },
+            }
+            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
+            path.write_text(json.dumps({"p": summary}))
+    table = rule_tables.onpolicy_table("x", "p", again=(1, 2))
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    stage2, again = ([c.strip() for c in row.split("|")[1:-1]] for row in rows)
+    assert stage2[:6] == ["0 (`p`)", "2", "0.500 (± 0.000)", "200", "0.20 / 0.30 / 0.00", ""]
+    assert stage2[6].startswith("-0.500 [") and stage2[6].endswith("(4)")
+    assert again[:5] == ["1 (`p-onpolicy1`)", "2", "0.750 (± 0.000)", "300", "0.40 / 0.50 / 0.00"]
+    assert again[5].startswith("+0.250 [") and again[5].endswith("(2)")
+    assert again[6].startswith("-0.250 [") and again[6].endswith("(2)")
+    assert "x-seed0-p-onpolicy2.json" in table
+
+
 # --------------------------------------------------------------------------------------------------
 # the rules as eval.py's protocols, on hand-built games (tests/test_protocols.py's engine)
 # --------------------------------------------------------------------------------------------------
