@@ -329,6 +329,72 @@ def test_the_onpolicy_table_pairs_each_iteration_with_stage_2_and_debate(tmp_pat
     assert "x-seed0-p-onpolicy2.json" in table
 
 
+def transcript(qid, answers, gold, actions=None, correct=None, dealt=False, tokens=100):
+    """A game as eval.py's details keep it: round 0's answers, then a round of `actions`."""
+    first = {
+        "answers": answers,
+        "agent_correct": [a == gold for a in answers],
+        "correct": max(answers, key=answers.count) == gold,
+    }
+    rounds = [first] + ([{"actions": actions}] if actions else [])
+    game = {"id": qid, "rounds": rounds, "correct": correct, "tokens": tokens}
+    return game | ({"views": ["a", "b", "c"]} if dealt else {})
+
+
+def test_the_round0_classes_of_a_team_of_three():
+    from experiments.rule_losses import split_of, state_class
+
+    assert split_of(["1", "1", "1"]) == "unanimous"
+    assert split_of(["1", "1", "2"]) == "majority"
+    assert split_of(["1", "2", "3"]) == split_of(["1", None, "2"]) == "all different"
+    # two unparsed answers agree with no one: not a majority
+    assert split_of([None, None, "2"]) == "all different"
+    assert split_of([None, None, None]) == "all different"
+    game = transcript("q", ["1", "2", "2"], "1", dealt=True)
+    assert state_class(game) == {
+        "split": "majority",
+        "vote": "vote wrong, an agent right",
+        "facts": "dealt",
+    }
+    assert state_class(transcript("q", ["3", "2", "2"], "1"))["vote"] == "no agent right"
+    assert state_class(transcript("q", ["2", "2", "2"], "2"))["vote"] == "vote right"
+
+
+def test_rule_losses_counts_per_class_who_alone_is_right_and_the_round1_actions():
+    """Three questions: on a dealt 2-1 with the minority right, the rule REFINEs all and is right
+    where the policy PERSISTs and is wrong (twice); on a unanimous right vote the policy stops and
+    is right where the rule is wrong."""
+    from experiments.rule_losses import compare
+
+    policy = [
+        transcript("a", ["1", "2", "2"], "1", [0, 0, 0], False, dealt=True, tokens=300),
+        transcript("b", ["1", "2", "2"], "1", [1, 0, 2], False, dealt=True, tokens=400),
+        transcript("c", ["5", "5", "5"], "5", None, True, tokens=200),
+    ]
+    rule = [
+        transcript("a", ["1", "2", "2"], "1", [1, 1, 1], True, dealt=True, tokens=900),
+        transcript("b", ["1", "2", "2"], "1", [1, 1, 1], True, dealt=True, tokens=900),
+        transcript("c", ["5", "5", "5"], "5", [1, 1, 1], False, tokens=800),
+    ]
+    worst, best = compare(policy, rule)
+    assert worst["split"] == "majority" and worst["facts"] == "dealt"
+    assert (worst["questions"], worst["rule_only_right"], worst["policy_only_right"]) == (2, 2, 0)
+    assert worst["policy_actions_where_rule_only"] == {"persist": 4, "refine": 1, "concede": 1}
+    assert worst["rule_actions_where_rule_only"] == {"refine": 6}
+    assert worst["rule_only_ids"] == ["a", "b"]
+    assert (worst["policy_tokens"], worst["rule_tokens"]) == (700, 1800)
+    assert (best["vote"], best["policy_only_right"], best["rule_only_right"]) == (
+        "vote right",
+        1,
+        0,
+    )
+    assert best["policy_actions_where_rule_only"] == {}
+    with pytest.raises(ValueError, match="differ in their questions"):
+        compare(policy[:1], rule[1:2])
+    with pytest.raises(ValueError):
+        compare(policy, rule[:2])
+
+
 # --------------------------------------------------------------------------------------------------
 # the rules as eval.py's protocols, on hand-built games (tests/test_protocols.py's engine)
 # --------------------------------------------------------------------------------------------------
