@@ -33,18 +33,18 @@ def static_decode(name, args):
 
 
 BENCH_PIECES = {
-    # issue 16: the engine against HF generate (run each on a quiet machine: they are timings)
+    # the engine against HF generate (run each on a quiet machine: they are timings)
     "bench-generate": bench("generate", []),
-    # the issue's setting: HF generate in batches of 64, the engine with eval.py's default slots
+    # a real round: HF generate in batches of 64, the engine with eval.py's default slots
     "bench-round": bench("round", ["--hf-batch-size", "64"]),
     # 128 slots against 64
     "bench-slots": bench("slots", ["--engine-batch-size", "128", "--max-new-tokens", "96"]),
     # one LLM-Debate (3 agents, 3 rounds, 32 questions) through the engine vs one generate call per
     # agent per round; T = 0.7, the setting of the README's earlier measurement
     "bench-debate": bench("debate", ["--temperature", "0.7"]),
-    # issue 40: round 0 of 64 questions for 3 agents, each its own adapter, in one engine
+    # round 0 of 64 questions for 3 agents, each its own adapter, in one engine
     "bench-team": bench("team", ["--max-new-tokens", "96"]),
-    # issue 36: both dtypes against HF generate in the same dtype and in fp32, on a machine with
+    # both dtypes against HF generate in the same dtype and in fp32, on a machine with
     # native bf16 (the file records which); the round on 100 questions (HF fp32 alone takes ~15 min)
     "bench-generate-dtypes": bench("generate", ["--dtypes", "float32,bfloat16"], "generate-dtypes"),
     "bench-round-dtypes": bench(
@@ -53,21 +53,21 @@ BENCH_PIECES = {
         "round-dtypes",
     ),  # fmt: skip
     "profile": profile("profile", []),
-    # issue 56: `--dtype auto`'s probe, repeated at three batch sizes (the file records the CPU)
+    # `--dtype auto`'s probe, repeated at three batch sizes (the file records the CPU)
     "bench-dtype-probe": bench("probe", [], "dtype-probe"),
-    # issue 56: a static-shape decode step compiled once against the engine's eager step
+    # a static-shape decode step compiled once against the engine's eager step
     "bench-static-decode": static_decode("static-decode", []),
     "bench-static-decode-1thread": static_decode("static-decode-1thread", ["--threads", "1"]),
-    # issue 36: the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
+    # the kernel timings behind the dtype decisions (Linear paths, greedy, attention)
     "bench-kernels": {
         "command": [PY, "-m", "experiments.kernel_bench", "--out", "results/bench/kernels.json"],
         "outputs": ["results/bench/kernels.json"],
     },
-    # issue 36: one decode step in fp32 against bf16 (a machine with native bf16)
+    # one decode step in fp32 against bf16 (a machine with native bf16)
     "profile-bf16": profile("profile-bf16", ["--bf16"]),
     # the oneDNN Linear layers alone: the engine just before them against the engine with them
     "profile-onednn": profile("profile-onednn", ["--before", "6989e4b"]),
-    # issue 57: the generation cache, the JSONL files against the SQLite database, at 10k, 100k
+    # the generation cache, the JSONL files against the SQLite database, at 10k, 100k
     # and 1M entries (the JSONL cache of 1M entries takes several GB of memory to open)
     "bench-cache": {
         "command": [PY, "-m", "experiments.cache_bench", "--out", "results/bench/cache.json"],

@@ -1,5 +1,5 @@
 """Step time of GRPO on the LLM weights: train_magrpo.py --agents 1 vs TRL's
-GRPOTrainer (issue 6).
+GRPOTrainer.
 
     bash experiments/bench_trl.sh  # makes .venv-trl (the project's pins + trl), then runs this file
 

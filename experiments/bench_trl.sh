@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The TRL step-time benchmark (issue 6) in its own environment: TRL is not a dependency of the project.
+# The TRL step-time benchmark in its own environment: TRL is not a dependency of the project.
 # .venv-trl = the project's pinned requirements + trl; then experiments/bench_trl.py (any of its flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""How well each confidence signal tells a right round-0 solution from a wrong one (issue 17's AUROC
+"""How well each confidence signal tells a right round-0 solution from a wrong one (the AUROC
 table).
 
     python -m experiments.confidence_auroc --task arith --n 200 --out results/auroc/arith.json
@@ -62,7 +62,7 @@ def verdict_token_ids(tokenizer):
 
 
 def first_token_critic(engine, items):
-    """The critic before issue 17: softmax over the first tokens where the two verdicts differ."""
+    """The first-token critic: softmax over the first tokens where the two verdicts differ."""
     good, bad, prefix = verdict_token_ids(engine.tokenizer)
     prompts = [engine.chat(deliberate.critic_prompt(ex, s)) + prefix for ex, s in items]
     return torch.softmax(engine.next_token_logprobs(prompts, [good, bad]), -1)[:, 0].tolist()

@@ -1,4 +1,4 @@
-"""How many MAGRPO / MLPO groups carry signal (issue 19): the share of questions whose G rollouts
+"""How many MAGRPO / MLPO groups carry signal: the share of questions whose G rollouts
 all get the same reward (a flat group: advantage 0, nothing to learn), for group sizes G = 2, 4, 8,
 on the untrained model.
 

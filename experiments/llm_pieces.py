@@ -12,7 +12,7 @@ RUNS = Path("runs/results")
 # budget as any other; today's scripts read only the `Answer:` field and pay a cut-off rollout 0
 # (--truncated zero, the default), so a rerun of these pieces trains under the rules
 # (team_pieces.STRICT names the runs made under them).
-# issue 19's MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith,
+# the MAGRPO preset: parallel answers of 3 agents (one shared set of weights), easy arith,
 # G = 8 joint rollouts at T = 0.7 (about half the groups are flat there:
 # results/llm/flat_groups-L1-a3-T0.7.json), arith answers need far fewer than 192 tokens; the team's
 # greedy vote on 100 held-out questions every 6 steps (a preset: the script, then its flags)
@@ -21,7 +21,7 @@ MAGRPO_PRESET = (
     "8 --questions-per-step 4 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
-# issue 40: the same with rank-4 LoRA adapters (the base frozen); the learning rate from seed 0's
+# the same with rank-4 LoRA adapters (the base frozen); the learning rate from seed 0's
 # validation curves (1e-4 first: about 10x the full-weight rate, "LoRA Without Regret"; its
 # validation vote did not rise, so the sweep went up: 5e-4 reached 0.40 at step 24, 1e-4 0.21),
 # the chosen one (LORA_LR) for seeds 1 and 2
@@ -30,7 +30,7 @@ MAGRPO_LORA = [*MAGRPO_PRESET, "--lora-rank", "4"]
 LORA_RUNS = [(f"magrpo-lora-lr{lr}-L1-seed0", 0, lr) for lr in LORA_LRS] + [
     (f"magrpo-lora-lr{LORA_LR}-L1-seed{seed}", seed, LORA_LR) for seed in (1, 2)
 ]
-# issue 19's MLPO preset: one leader over 3 frozen peers (the untrained backbone at the agents'
+# the MLPO preset: one leader over 3 frozen peers (the untrained backbone at the agents'
 # T = 0.5) on easy arith, the peers' solutions to 256 candidate questions generated once, questions
 # all 3 peers get right dropped; G = 8 leader samples at T = 0.7 (two thirds of the groups are flat
 # there: flat_groups-leader-L1-T0.7.json, so 8 questions per step); the leader's greedy answer over
@@ -40,7 +40,7 @@ MLPO_PRESET = (
     "--questions-per-step 8 --rollout-temperature 0.7 --max-new-tokens 96 --lr 1e-5 --steps 24 "
     "--eval-every 6 --val-n 100 --save-every 6 --lora-rank 0"
 ).split()
-# issue 19 after training: 300 arith test questions (the same for every run), 3 agents, the
+# the evaluations after training: 300 arith test questions (the same for every run), 3 agents, the
 # training's 96-token budget; debate = round 0 + one REFINE round; MLPO's leader decides once over
 # round 0 (as trained)
 AFTER_GAME = "--task arith --split test --n 300 --seed 0 --agents 3 --max-new-tokens 96".split()
@@ -91,7 +91,7 @@ def llm_run(name, args, adapter=False, agents=0):
 
 
 def after(name, args, model="", leader="", adapter=""):
-    """An evaluation of LLM weights after training (issue 19): eval.py's summary JSON in
+    """An evaluation of LLM weights after training: eval.py's summary JSON in
     results/after/. `model` (the agents) and `leader` (MLPO's): a trained run's weights,
     runs/results/<run>/model, out of git, so the piece needs them there; `adapter`: a committed
     adapter file every agent runs on the default base."""
@@ -113,8 +113,7 @@ def flat_groups(name, args):
 
 
 LLM_PIECES = {
-    # issue 19: how many MAGRPO groups are flat (all
-    # rollouts the same reward) on the untrained model
+    # how many MAGRPO groups are flat (all rollouts the same reward) on the untrained model
     "llm-flat-L1-a3-T1.0": flat_groups(
         "L1-a3-T1.0", ["--level", "1", "--agents", "3", "--temperature", "1.0"]
     ),
@@ -124,28 +123,28 @@ LLM_PIECES = {
     "llm-flat-leader-L1-T0.7": flat_groups(
         "leader-L1-T0.7", ["--target", "leader", "--n", "64", "--temperature", "0.7"]
     ),
-    # issue 19: MAGRPO learning curves, one piece per seed, under the aggregation they were computed
-    # with (token, the default then)
+    # MAGRPO learning curves, one piece per seed, under the aggregation they were computed with
+    # (token, the default then)
     **{
         f"llm-magrpo-L1-seed{seed}": llm_run(
             f"magrpo-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed), "--loss-agg", "token"]
         )
         for seed in (0, 1, 2)
     },
-    # issue 41: the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
+    # the same preset under today's default aggregation, sum (CoMLRL's MAGRPO loss)
     **{
         f"llm-magrpo-sum-L1-seed{seed}": llm_run(
             f"magrpo-sum-L1-seed{seed}", MAGRPO_PRESET + ["--seed", str(seed)]
         )
         for seed in (0, 1, 2)
     },
-    # issue 40: adapters against full fine-tuning (the sum run above), the learning rate on seed 0
+    # adapters against full fine-tuning (the sum run above), the learning rate on seed 0
     **{
         f"llm-{run}": llm_run(run, [*MAGRPO_LORA, "--seed", str(seed), "--lr", lr], adapter=True)
         for run, seed, lr in LORA_RUNS
     },
-    # the chosen learning rate's runs also play debate (issue 35: does a REFINE of agents trained on
-    # parallel answers help?)
+    # the chosen learning rate's runs also play debate (does a REFINE of agents trained on parallel
+    # answers help?)
     **{
         f"after-{run}-{part}": after(
             f"{run}-{part}", AFTER_PARTS[part], adapter=f"results/agents/{run}.pt"
@@ -153,7 +152,7 @@ LLM_PIECES = {
         for run, _, lr in LORA_RUNS
         for part in (AFTER_PARTS if lr == LORA_LR else ["parallel"])
     },
-    # issue 40: how far an AdamW step moves adapters and whole weights, on a supervised batch
+    # how far an AdamW step moves adapters and whole weights, on a supervised batch
     "lora-step-size": {
         "command": [
             PY,
@@ -164,13 +163,13 @@ LLM_PIECES = {
         ],
         "outputs": ["results/llm/lora-step-size.json"],
     },
-    # issue 40: seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
+    # seconds per step and peak memory, full fine-tuning against adapters, 3 steps each
     # (run the two one after the other on a quiet machine: they are timings)
     **{
         f"llm-cost-{kind}": llm_run(f"cost-{kind}-L1", [*args, "--steps", "3", "--eval-every", "0"])
         for kind, args in (("full", MAGRPO_PRESET), ("lora", MAGRPO_LORA))
     },
-    # issue 35: agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
+    # agents trained to revise: MAGRPO on debate (round 0 + one REFINE; the reward is the
     # team's vote after it), adapters; then the vote before and after the REFINE, test questions
     **{
         f"llm-magrpo-debate-L1-seed{seed}": llm_run(
@@ -215,16 +214,16 @@ LLM_PIECES = {
         )
         for seed in (0, 1, 2)
     },
-    # issue 19: MLPO learning curves, one piece per seed
+    # MLPO learning curves, one piece per seed
     **{
         f"llm-mlpo-L1-seed{seed}": llm_run(
             f"mlpo-L1-seed{seed}", MLPO_PRESET + ["--seed", str(seed)]
         )
         for seed in (0, 1, 2)
     },
-    # issue 19 after training, paired on the same 300 test questions: the untrained team (one greedy
-    # answer, the parallel vote, debate; the untrained backbone leading its peers), then each
-    # trained run
+    # the evaluations after training, paired on the same 300 test questions: the untrained team
+    # (one greedy answer, the parallel vote, debate; the untrained backbone leading its peers),
+    # then each trained run
     **{
         f"after-untrained-{part}": after(f"untrained-{part}", args)
         for part, args in AFTER_PARTS.items()
@@ -257,7 +256,7 @@ LLM_PIECES = {
     },
 }
 
-# issue 54: agents trained on the task's own worked solutions (train_solver.py --solutions worked,
+# agents trained on the task's own worked solutions (train_solver.py --solutions worked,
 # adapters): a small sweep of the adapters' rank and layers on easy arith, and
 # the chosen adapter's settings trained on harder levels (members of a team that differ in skill)
 WORKED_SFT = (

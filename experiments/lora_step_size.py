@@ -1,8 +1,8 @@
-"""How far one AdamW step moves the model, adapters against whole weights (issue 40's learning-rate
-sweep): a supervised check free of RL noise. 16 arith prompts with a fixed right completion each,
-8 full-batch AdamW steps (gradient clipped at 1, as the LLM-weight trainers do), the mean NLL of the
-completion tokens before each step, for whole weights at 1e-5 (the MAGRPO preset's rate) and
-rank-4 adapters (alpha 32, train_magrpo.py's defaults) at 1e-4 and 5e-4.
+"""How far one AdamW step moves the model, adapters against whole weights (behind the adapters'
+learning-rate sweep): a supervised check free of RL noise. 16 arith prompts with a fixed right
+completion each, 8 full-batch AdamW steps (gradient clipped at 1, as the LLM-weight trainers do),
+the mean NLL of the completion tokens before each step, for whole weights at 1e-5 (the MAGRPO
+preset's rate) and rank-4 adapters (alpha 32, train_magrpo.py's defaults) at 1e-4 and 5e-4.
 
     python -m experiments.lora_step_size --out results/llm/lora-step-size.json
 """

@@ -36,9 +36,9 @@ def flags_once(command):
     return [t for part in parts for t in part]
 
 
-# issue 18's tables: every script with its defaults (the settings the study chose), 3 agents, 3
-# rounds; each seed trains its own policies on the task's training split and is scored on 300 test
-# questions of that seed
+# the full-size tables (a-d): every script with its defaults (the settings the study chose), 3
+# agents, 3 rounds; each seed trains its own policies on the task's training split and is scored on
+# 300 test questions of that seed
 TABLE_SEEDS = (0, 1, 2)
 TABLE_GAME = ["--agents", "3", "--rounds", "3"]
 TABLE_RL_ALGOS = ("softrank", "grpo", "ppo")

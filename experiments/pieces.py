@@ -34,7 +34,8 @@ from experiments.teams import team_adapters, team_flags
 # agents at T = 0.7, the default when these pieces were computed (now 0.5: the temperature study)
 DEMO_GAME = ["--task", "arith", "--agents", "3", "--rounds", "2", "--temperature", "0.7"]
 DEMO_TRAIN = DEMO_GAME + ["--questions", "32", "--val-n", "8"]
-# issue 18's study: 200 validation questions of the arith training pool (seed 0), 3 agents
+# the study that chose the defaults: 200 validation questions of the arith training pool
+# (seed 0), 3 agents
 STUDY_GAME = "--task arith --split val --n 200 --seed 0 --agents 3 --rounds 2".split()
 STUDY_TEMPERATURES = ("0.3", "0.5", "0.7", "1.0")
 # the study's training runs: 128 training questions after the 200 validation ones (--val-n 200 keeps
@@ -122,8 +123,8 @@ def dtype_piece(seed, dtype):
 
 
 def study(name, args):
-    """A lever of issue 18's study: eval.py on the validation questions (--split val), never the
-    test ones."""
+    """A lever of the study that chose the defaults: eval.py on the validation questions (--split
+    val), never the test ones."""
     out = f"results/study/{name}.json"
     return {
         "command": [PY, "eval.py", *STUDY_GAME, *args, "--no-details", "--out", out],
@@ -142,9 +143,9 @@ def auroc(name, args):
 DEMO_POLICIES = {
     algo: f"results/policies/arith-demo-{algo}.pt" for algo in ("sft", "grpo", "softrank")
 }
-# issue 17's SoftRankPO demo run, 20x longer
+# the demo-budget SoftRankPO run, 20x longer
 DEMO_RL_LONG = ["--epochs", "1000", "--batch-size", "64"]
-# the issue-17 table, cheapest first: file name -> eval.py protocol
+# the demo-budget table on 200 arith test questions, cheapest first: file name -> eval.py protocol
 DEMO_PROTOCOLS = {
     "vanilla": "vanilla",
     "persist": "mpdf-persist",
@@ -153,13 +154,12 @@ DEMO_PROTOCOLS = {
     "debate": "debate",
 }
 PIECES = {
-    # the engine's speed (issues 16, 36, 40)
+    # the engine's speed and the generation cache's
     **BENCH_PIECES,
-    # issue 17: which confidence signal tells right
-    # from wrong (200 round-0 questions x 3 agents each)
+    # which confidence signal tells right from wrong (200 round-0 questions x 3 agents each)
     "auroc-arith": auroc("arith", ["--task", "arith", "--n", "200"]),
     "auroc-mawps": auroc("mawps", ["--task", "mawps", "--path", MAWPS, "--n", "200"]),
-    # issue 54: the same signals on each competent team's agents, at the game's temperature
+    # the same signals on each competent team's agents, at the game's temperature
     **{
         f"auroc-arith-team-{team}": {
             **auroc(
@@ -170,8 +170,8 @@ PIECES = {
         }
         for team in ("worked", "varied")
     },
-    # issue 17: the demo-budget policies under the bounded
-    # objective, then the protocols on 200 arith questions
+    # the demo-budget policies under the bounded objective, then the protocols on 200 arith
+    # questions
     "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN),
     "train-arith-demo-grpo": trained(
         "arith-demo-grpo",
@@ -183,16 +183,16 @@ PIECES = {
         "train_rl.py",
         DEMO_TRAIN + DEMO_RL + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]],
     ),
-    # issue 17: the same run 20x longer, to see where the
-    # bounded loss levels off against its analytic minimum
+    # the same run 20x longer, to see where the bounded loss levels off against its analytic
+    # minimum
     "train-arith-demo-softrank-long": trained(
         "arith-demo-softrank-long",
         "train_rl.py",
         DEMO_TRAIN + DEMO_RL_LONG + ["--algo", "softrank", "--init", DEMO_POLICIES["sft"]],
     ),
-    # issues 19, 40, 35: the LLM weights (MAGRPO, MLPO, adapters) and their evaluations
+    # the LLM weights (MAGRPO, MLPO, adapters) and their evaluations
     **LLM_PIECES,
-    # issue 18's study, lever 1: the agents' sampling temperature (round 0 of 3 agents and their
+    # the study's lever 1: the agents' sampling temperature (round 0 of 3 agents and their
     # vote; the share of questions some agent gets right is what a perfect selector could reach
     # before any REFINE)
     "study-temperature-greedy": study("temperature-greedy", ["--protocols", "vanilla"]),
@@ -202,12 +202,12 @@ PIECES = {
         )
         for t in STUDY_TEMPERATURES
     },
-    # issue 18's study, the fixed protocols on the validation questions at the default T = 0.5
+    # the study's fixed protocols on the validation questions at the default T = 0.5
     **{
         f"study-baseline-{protocol}": study(f"baseline-{protocol}", ["--protocols", protocol])
         for protocol in ("debate", "sc")
     },
-    # issue 18's study, the policy levers: a training piece (its policy in
+    # the study's policy levers: a training piece (its policy in
     # results/policies/study-*.pt), then the policy's games on the validation questions
     "study-train-sft": trained("study-sft", "sft.py", STUDY_TRAIN + ["--features", "all"]),
     **{
@@ -243,7 +243,7 @@ PIECES = {
         for name in ["sft", *STUDY_LEVERS, "defaults"]
         + [f"{run}-{f}" for run in ("sft", "softrank") for f in STUDY_FEATURES]
     },
-    # issue 18's tables a-d with the defaults the study set. Policies: one per task, seed, algorithm
+    # tables a-d with the defaults the study set. Policies: one per task, seed, algorithm
     **merged(policy_pieces("arith", seed, TABLE_RL_ALGOS) for seed in TABLE_SEEDS),
     **merged(policy_pieces("mawps", seed, ("softrank",)) for seed in TABLE_SEEDS),
     # a: 300 arith test questions x 3 seeds
@@ -281,7 +281,7 @@ PIECES = {
         )
         for a, r in SCALING
     ),  # fmt: skip
-    # issue 54: the paper's scaling claim on each competent team: its seed-0 SoftRankPO policy
+    # the paper's scaling claim on each competent team: its seed-0 SoftRankPO policy
     # (trained at 3 rounds), its vote and debate at 1, 2, 4 and 5 rounds (3 rounds: its table)
     **merged(
         table_pieces(
@@ -304,14 +304,14 @@ PIECES = {
     **RULE_PIECES,
     # stage 2 on its own games: the corpus collected again from the trained policy, on split
     **ONPOLICY_PIECES,
-    # issue 36: bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
+    # bf16 against fp32 on table a's games and questions (vanilla, the team's vote, the
     # seed's SoftRankPO policy), both dtypes on the machine that runs it (the file says which)
     **{
         f"dtype-arith300-seed{seed}-{dtype}": dtype_piece(seed, dtype)
         for dtype in ("bfloat16", "float32")
         for seed in TABLE_SEEDS
     },
-    # issue 43: mutation testing, one module of the method or of its plumbing at a time (mutmut, a
+    # mutation testing, one module of the method or of its plumbing at a time (mutmut, a
     # development tool outside requirements.txt: pip install mutmut==3.3.1); survivors, score,
     # tool and machine
     **{
@@ -332,9 +332,9 @@ PIECES = {
     },
 }
 
-# every committed piece before issue 36 ran its engine in float32, the default then; the scripts'
-# default is now --dtype auto (bf16 on a CPU with native bf16), so the pieces pin float32 and give
-# the same files on any machine
+# the pieces that name no --dtype were computed with the engine in float32; the scripts' default
+# is --dtype auto (bf16 on a CPU with native bf16), so those pieces pin float32 and give the same
+# files on any machine
 for _piece in PIECES.values():
     if _piece["command"][1] in ("eval.py", "sft.py", "train_rl.py"):
         if "--dtype" not in _piece["command"]:

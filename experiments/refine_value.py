@@ -1,4 +1,4 @@
-"""What a learned policy's REFINEs (and CONCEDEs) are worth in the test games (issue 35): the policy
+"""What a learned policy's REFINEs (and CONCEDEs) are worth in the test games: the policy
 plays its team's games greedily, as eval.py's mpdf=POLICY protocol does, and at every decision every
 agent's reward for each of its K actions is computed too (deliberate.counterfactual_rewards, the
 peers held at what they did). For each kind of action the policy took, the mean of the reward it got

@@ -1,5 +1,5 @@
 """A static-shape decode step compiled once, against the engine's eager step, measured in one run
-(issue 56; gpt-fast's approach): is it worth building into the engine?
+(gpt-fast's approach): is it worth building into the engine?
 
     python -m experiments.static_decode --out results/bench/static-decode.json
     python -m experiments.static_decode --threads 1 --out results/bench/static-decode-1thread.json

@@ -18,7 +18,7 @@ from stats import format_paired, paired_difference, sample_std
 
 
 def temperature_table():
-    """Issue 18's study: the agents' sampling temperature, on validation questions."""
+    """The study's first lever: the agents' sampling temperature, on validation questions."""
     greedy = load("study/temperature-greedy.json")
     runs = {t: load(f"study/temperature-T{t}.json") for t in ("0.3", "0.5", "0.7", "1.0")}
     done = {t: r["mpdf-persist"] for t, r in runs.items() if r}
@@ -85,7 +85,7 @@ STUDY_POLICIES = [
 
 
 def study_table():
-    """Issue 18's study, the policy levers: every fixed protocol and every study policy on the same
+    """The study's policy levers: every fixed protocol and every study policy on the same
     200 validation questions at T = 0.5, each paired against the strongest fixed protocol there."""
     fixed = {
         label: summary_of(load(f"study/{name}.json"), protocol)
@@ -117,8 +117,9 @@ def study_table():
 
 
 def llm_curves(prefix, title):
-    """Issue 19: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out accuracy before
-    and after, their reward, flat-group share, wall time and tokens, and a PNG of the curves."""
+    """LLM-weight learning curves: the runs results/llm/<prefix>-seed*.metrics.jsonl, their held-out
+    accuracy before and after, their reward, flat-group share, wall time and tokens, and a PNG of
+    the curves."""
     paths = sorted((tables.RESULTS / "llm").glob(f"{prefix}*-seed*.metrics.jsonl"))
     if not paths:
         return missing(f"llm/{prefix}-seed0.metrics.jsonl")
@@ -179,9 +180,9 @@ def llm_curves(prefix, title):
 
 
 def after_table(seeds=(0, 1, 2)):
-    """Issue 19 after training: each trained run against the untrained model on the same 300 test
-    questions (results/after/, experiments/run.py after-), the paired difference per seed and its
-    mean over seeds."""
+    """The LLM weights after training: each trained run against the untrained model on the same 300
+    test questions (results/after/, experiments/run.py after-), the paired difference per seed and
+    its mean over seeds."""
     untrained = {
         "parallel": load("after/untrained-parallel.json"),
         "debate": load("after/untrained-debate.json"),
@@ -267,7 +268,7 @@ def after_table(seeds=(0, 1, 2)):
 
 
 def lora_table():
-    """Issue 40: MAGRPO with LoRA adapters against full fine-tuning (the sum runs) on the same 300
+    """MAGRPO with LoRA adapters against full fine-tuning (the sum runs) on the same 300
     test questions, paired, each adapter run against the full run of its seed where that one is
     evaluated, else seed 0's (results/after/); the mean over the seeds of each learning rate with
     its sample std; the bytes of each committed adapter (results/agents/); round 0 of a team of 3

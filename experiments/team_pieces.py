@@ -35,7 +35,7 @@ def team_protocols(team):
 
 
 def team_pieces(team, seed):
-    """Issue 35's table for one team and seed: its SFT, SoftRankPO and GRPO policies, every fixed
+    """A trained team's table for one seed: its SFT, SoftRankPO and GRPO policies, every fixed
     protocol of the same team and one greedy answer of each distinct member (a team of 3 copies of
     it: vanilla is agent 0's answer), on table a's 300 arith test questions."""
     name = f"arith300-team-{team}-seed{seed}"
@@ -212,7 +212,7 @@ def revision_training_pieces(seed, lr=LORA_LR):
 
 
 TEAM_PIECES = {
-    # issue 35: a table per team, seed by seed (a seed's policies, then its protocols)
+    # a table per team, seed by seed (a seed's policies, then its protocols)
     **merged(team_pieces(team, seed) for seed in TABLE_SEEDS for team in TEAMS),
     **merged(
         leader_pieces(team, seed)

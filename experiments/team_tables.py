@@ -1,4 +1,4 @@
-"""Issue 35's tables: what one REFINE round does to the team's vote before and after the agents are
+"""The teams' tables: what one REFINE round does to the team's vote before and after the agents are
 trained (results/after/), and which kind of action pays in each team's counterfactual corpus
 (results/training/); report.py gives each team its table of protocols (tables.seeds_table)."""
 
@@ -123,7 +123,7 @@ def refine_table():
 
 
 def debate_training_sentence(seeds=(0, 1, 2)):
-    """README's sentence on MAGRPO trained on debate from the base (issue 35): one REFINE round's
+    """README's sentence on MAGRPO trained on debate from the base: one REFINE round's
     change in the team's vote, mean and sample std over the seeds, against the untrained agents'
     change and paired with it question by question; None until every seed's files exist."""
     untrained = refine_effect("untrained")
@@ -233,7 +233,7 @@ def team_fixed_protocols(team):
 
 
 def team_sentence(team):
-    """README's sentence on a team (issue 35), over the seeds with every file: SoftRankPO against
+    """README's sentence on a trained team, over the seeds with every file: SoftRankPO against
     the team's strongest fixed protocol (the highest mean accuracy; paired, pooled over the seeds),
     its REFINE share, and what the REFINEs of the policy trained with REFINE free of its token cost
     gain over PERSIST in the test games' counterfactual rewards. None before a seed is complete."""
@@ -288,7 +288,7 @@ TEAM_AGGREGATORS = {"varied": ["aggregator-lr1e-4"]}
 
 
 def competent_team_table(team, seeds=(0, 1, 2)):
-    """Issue 54's table of a competent team: each member alone, the team's vote, self-consistency,
+    """A competent team's table: each member alone, the team's vote, self-consistency,
     debate, the oracle (any member right in round 0: the ceiling of selection) and every learned
     policy, over the seeds. Per protocol: accuracy (mean ± sample std), tokens per question, actions
     p/r/c, the paired difference to the team's strongest fixed protocol (highest mean accuracy;
@@ -412,12 +412,12 @@ def verdict(held):
 
 
 def target_table(team, seeds=(0, 1, 2)):
-    """Issue 54's target on a competent team, policy by policy, over the seeds whose files are all
-    there: REFINE on at least 10% of its decisions, its REFINEs gaining over PERSIST in the test
-    games' counterfactual rewards (pooled over the seeds' REFINEs: the 95% interval above 0), and
-    at least 3 points above the team's strongest fixed protocol (the paired interval over the
-    seeds' questions above 0); below it, the MLPO leader, the aggregator leader and debate against
-    the team's vote."""
+    """The three conditions asked of a competent team's policies, policy by policy, over the seeds
+    whose files are all there: REFINE on at least 10% of its decisions, its REFINEs gaining over
+    PERSIST in the test games' counterfactual rewards (pooled over the seeds' REFINEs: the 95%
+    interval above 0), and at least 3 points above the team's strongest fixed protocol (the paired
+    interval over the seeds' questions above 0); below it, the MLPO leader, the aggregator leader
+    and debate against the team's vote."""
     fixed = team_fixed_protocols(team)
     name = f"arith300-team-{team}"
     runs = {part: by_seed(name, part, seeds) for part in (*fixed, *AGAINST_THE_VOTE)}

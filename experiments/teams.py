@@ -4,7 +4,7 @@ their tables read in experiments/team_tables.py."""
 
 from experiments.llm_pieces import LORA_LR, committed
 
-# issue 35: teams whose agents were trained (adapters on the default base, committed by the LLM
+# teams whose agents were trained (adapters on the default base, committed by the LLM
 # pieces): three agents trained to revise (MAGRPO on debate, seed 0), and a mixed team of the
 # untrained backbone, a parallel-trained agent and a debate-trained one; each with the meta-policy
 # of every algorithm below and every fixed protocol, table a's game and questions
@@ -12,7 +12,7 @@ TEAMS = {
     "revisers": ",".join(["default+results/agents/magrpo-debate-L1-seed0.pt"] * 3),
     "mixed": f"default,default+results/agents/magrpo-lora-lr{LORA_LR}-L1-seed0.pt,"
     "default+results/agents/magrpo-debate-L1-seed0.pt",
-    # issue 54: three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
+    # three copies of the adapter trained on easy arith's worked solutions (llm_pieces)
     "worked": ",".join(["default+" + committed("results/agents/worked-L1-r8-seed0.pt")] * 3),
     # and three members that differ in skill and specialty: the adapter continued on REFINE
     # examples, the worked-solution adapter, and the sweep's rank-4 adapter
@@ -39,12 +39,12 @@ COMPETENT_RL_ALGOS = (*TEAM_RL_ALGOS, "ranks", "loo")
 
 
 def team_rl_algos(team):
-    """The RL algorithms of a team's table: issue 35's teams of weak agents, or a competent one."""
+    """The RL algorithms of a team's table: a team of weak agents, or a competent one."""
     return TEAM_RL_ALGOS if team in ("revisers", "mixed") else COMPETENT_RL_ALGOS
 
 
 def team_flags(team):
-    """A team of issue 35 (TEAMS) as eval/sft/train_rl flags, with the game flags it plays with;
+    """A trained team (TEAMS) as eval/sft/train_rl flags, with the game flags it plays with;
     "": the default homogeneous team."""
     return ["--models", TEAMS[team], *TEAM_GAME.get(team, [])] if team else []
 

@@ -695,9 +695,9 @@ def test_the_aggregator_at_another_rate_changes_its_rate_and_names_only():
 
 
 def test_team_pieces_play_the_team_and_need_its_adapters():
-    """Issue 35's pieces: every training and evaluation piece of a team passes its --models (and
-    the team's game flags) and needs its committed adapters; the policies of a team are its own;
-    one greedy answer per distinct member."""
+    """A trained team's pieces: every training and evaluation piece of a team passes its --models
+    (and the team's game flags) and needs its committed adapters; the policies of a team are its
+    own; one greedy answer per distinct member."""
     for team, models in teams.TEAMS.items():
         adapters = [e.partition("+")[2] for e in models.split(",") if "+" in e]
         mine = {n: p for n, p in runner.PIECES.items() if f"team-{team}-seed0" in n}
@@ -708,7 +708,7 @@ def test_team_pieces_play_the_team_and_need_its_adapters():
             command = vanilla[f"table-arith300-team-{team}-seed0-vanilla-m{j}"]["command"]
             assert command[command.index("--models") + 1] == ",".join([member] * 3)
         names = {n.split(f"team-{team}-seed0-")[1] for n in mine if n.startswith("table-")}
-        # the competent teams (issue 54) add plain ranks, leave-one-out and an MLPO leader
+        # the competent teams add plain ranks, leave-one-out and an MLPO leader
         competent = {"ranks", "loo", "leader"} if team in ("worked", "varied", "revised") else set()
         # and team varied an aggregator leader over whole solutions, at two learning rates, each
         # again under the reward rules (-strict), and its MLPO leader under them
@@ -946,8 +946,8 @@ def test_team_sentence_names_the_strongest_fixed_protocol_and_the_free_policys_r
 def test_competent_team_table_measures_the_gap_to_the_oracle_and_where_the_vote_is_wrong(
     tmp_path, monkeypatch
 ):
-    """Issue 54's table: the strongest fixed protocol (sc here) is each row's reference; the gap
-    from the vote (0.25) to the oracle (0.75) closed, and the accuracy on the questions the vote
+    """A competent team's table: the strongest fixed protocol (sc here) is each row's reference; the
+    gap from the vote (0.25) to the oracle (0.75) closed, and the accuracy on the questions the vote
     gets wrong (2, 3 and 4)."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     (tmp_path / "tables").mkdir()
@@ -1031,10 +1031,11 @@ def test_revision_skill_table_pools_the_seeds_per_view_class_and_agent(tmp_path,
 
 
 def test_target_table_judges_each_criterion_on_the_seeds_pooled(tmp_path, monkeypatch):
-    """Issue 54's target: REFINE share >= 10% of decisions, the REFINEs' pooled gain over PERSIST
-    above 0, >= 3 points over the strongest fixed protocol with its interval above 0, 3 seeds.
-    softrank-cost0 meets each at 2 seeds but the seed count; softrank never REFINEs; a policy whose
-    refine file lacks the per-decision gains waits; the leader and debate against the vote."""
+    """The three conditions on a competent team: REFINE share >= 10% of decisions, the REFINEs'
+    pooled gain over PERSIST above 0, >= 3 points over the strongest fixed protocol with its
+    interval above 0, 3 seeds. softrank-cost0 meets each at 2 seeds but the seed count; softrank
+    never REFINEs; a policy whose refine file lacks the per-decision gains waits; the leader and
+    debate against the vote."""
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     (tmp_path / "tables").mkdir()
     (tmp_path / "refine").mkdir()

@@ -1,5 +1,5 @@
 """The fixed evaluation protocols, MLPO's leader and the game's bookkeeping, pinned on hand-built
-games whose every call is worked out by hand here (issue 43): for each protocol of run_protocol
+games whose every call is worked out by hand here: for each protocol of run_protocol
 (vanilla, alone, cot, sc, debate, mpdf-<fixed>, mpdf=<policy>, leader=<spec>) the number of LLM
 calls, their prompts, seeds, agents (adapters), temperatures and sampling settings, the vote, the
 tokens counted and the actions by round; for lead() what the leader is shown, which seeds its calls

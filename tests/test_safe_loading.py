@@ -1,4 +1,4 @@
-"""Reading a file back never runs code (issue 42): policies, checkpoints and corpora are read by
+"""Reading a file back never runs code: policies, checkpoints and corpora are read by
 common.load_file (tensors and plain data only). A crafted file whose unpickling would create a
 marker file is refused, from the loaders and from the scripts; the round trips stay exact; every
 committed policy loads."""

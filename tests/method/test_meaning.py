@@ -1,5 +1,5 @@
 """What the game and its corpus mean, pinned on tiny hand-built games whose right answer is worked
-out by hand here (issue 43). Each expected value comes from a definition (docs/design.md §2-§6, the
+out by hand here. Each expected value comes from a definition (docs/design.md §2-§6, the
 docstrings), never from the function under test: the counterfactual reward vectors with the peers
 held at what they did and each agent's own REFINE cost, the oracle label of the state an agent
 decided in, which (round, agent) states the corpus holds, every state feature, the fixed policies'
