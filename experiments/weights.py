@@ -69,8 +69,6 @@ LEAVING_LATER = tuple(
         "mlpo-team-worked-seed2.pt",
         "split-worked-L1-r4-seed0",
         "split-worked-L1-r8-seed0",
-        "worked-L1-r16-attn-seed0.pt",
-        "worked-L2-r8-seed0.pt",
     )
 )
 
