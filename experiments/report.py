@@ -24,7 +24,8 @@ from experiments.onpolicy_pieces import AGAIN
 from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
-from experiments.rule_tables import frontier_table, learned, onpolicy_table
+from experiments.rule_pieces import LOSSES
+from experiments.rule_tables import frontier_table, learned, losses_table, onpolicy_table
 from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_pieces import TRAINED as SPLIT_TRAINED
@@ -339,6 +340,11 @@ TABLES = {
         learned((*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN))),
         {"oracle": "the oracle (reads the gold answer)"},
     ),
+    **{
+        f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(p, a, r)
+        for prefix, pairs in LOSSES.items()
+        for algo, rule in pairs
+    },
     **{
         f"onpolicy-{algo}": lambda algo=algo: onpolicy_table(SPLIT_PREFIX, algo)
         for algo in ONPOLICY_ALGOS

@@ -56,6 +56,32 @@ def rule_pieces(prefix, seed):
     return pieces
 
 
+# where a learned policy loses to a rule (experiments/rule_losses.py): on split, the policy that
+# matched debate against the rule that REFINEs while the team disagrees
+LOSSES = {PREFIX: [("softrank-cost0", "freeze")]}
+
+
+def loss_pieces(prefix, seed):
+    """One seed's comparisons of a learned policy and a rule on the test questions' games."""
+    game, adapters = GAMES[prefix]
+    name = f"{prefix}-seed{seed}"
+    test = ["--split", "test", "--n", "300", "--seed", str(seed), "--dtype", "float32"]
+    pieces = {}
+    for algo, rule in LOSSES.get(prefix, []):
+        policy = f"results/policies/{name}-{algo}.safetensors"
+        out = f"results/rules/losses-{name}-{algo}-{rule}.json"
+        pieces[f"losses-{name}-{algo}-{rule}"] = {
+            "command": [PY, "-m", "experiments.rule_losses", "--policy", policy, "--rule", rule]
+            + ["--out", out, "--", *game, *test],
+            "outputs": [out],
+            "needs": [policy, *adapters],
+        }
+    return pieces
+
+
 # split first: where REFINE pays, the rules have the most to decide
-RULE_PIECES = merged(rule_pieces(prefix, seed) for prefix in (PREFIX, "arith300-team-varied")
-                     for seed in TABLE_SEEDS)  # fmt: skip
+RULE_PIECES = merged(
+    {**rule_pieces(prefix, seed), **loss_pieces(prefix, seed)}
+    for prefix in (PREFIX, "arith300-team-varied")
+    for seed in TABLE_SEEDS
+)

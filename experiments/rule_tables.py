@@ -7,7 +7,7 @@ seeds' questions."""
 import math
 
 from experiments import plots
-from experiments.tables import RESULTS, mean, missing, seeds_text, table_runs
+from experiments.tables import RESULTS, load, mean, missing, seeds_text, table_runs
 from stats import format_paired, paired_difference, pooled, sample_std
 
 SEEDS = (0, 1, 2)
@@ -142,5 +142,44 @@ def onpolicy_table(prefix, algo, again=(1, 2)):
             f"| {n} (`{part}`) | {len(runs[part])} | {accuracy:.3f} (± {spread:.3f}) | "
             f"{tokens:.0f} | {shares} | {stage2} | "
             f"{format_paired(against(runs[part], runs['debate']))} |"
+        )
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def losses_table(prefix, algo, rule):
+    """Where a learned policy and a rule part (rules/losses-<prefix>-seed<k>-<algo>-<rule>.json),
+    pooled over the seeds: per round-0 class, the questions, how often each alone is right, and the
+    round-1 actions of each where the rule alone is right."""
+    names = [f"rules/losses-{prefix}-seed{seed}-{algo}-{rule}.json" for seed in SEEDS]
+    found = [load(name) for name in names]
+    absent = [name for name, f in zip(names, found) if f is None]
+    if len(absent) == len(names):
+        return missing(*absent)
+    pooled_classes = {}
+    for compared in filter(None, found):
+        for row in compared["classes"]:
+            key = (row["split"], row["vote"], row["facts"])
+            into = pooled_classes.setdefault(key, {"questions": 0, "policy": 0, "rule": 0})
+            into["questions"] += row["questions"]
+            into["policy"] += row["policy_only_right"]
+            into["rule"] += row["rule_only_right"]
+            for who in ("policy", "rule"):
+                counts = into.setdefault(f"{who}_actions", {})
+                for kind, n in row[f"{who}_actions_where_rule_only"].items():
+                    counts[kind] = counts.get(kind, 0) + n
+    lines = [
+        f"| round-0 state: answers, vote, facts | questions | {algo} alone right | {rule} alone "
+        f"right | round-1 actions where {rule} alone is right: {algo} / {rule} (p/r/c) |",
+        "|---|---|---|---|---|",
+    ]
+    order = sorted(pooled_classes.items(), key=lambda kv: kv[1]["policy"] - kv[1]["rule"])
+    for key, row in order:
+        actions = " / ".join(
+            "/".join(str(row[f"{who}_actions"].get(k, 0)) for k in ("persist", "refine", "concede"))
+            for who in ("policy", "rule")
+        )
+        lines.append(
+            f"| {', '.join(key)} | {row['questions']} | {row['policy']} | {row['rule']} | "
+            f"{actions if row['rule'] else ''} |"
         )
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

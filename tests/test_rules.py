@@ -395,6 +395,43 @@ def test_rule_losses_counts_per_class_who_alone_is_right_and_the_round1_actions(
         compare(policy, rule[:2])
 
 
+def test_the_losses_table_pools_each_class_over_the_seeds(tmp_path, monkeypatch):
+    """Two seeds' comparisons: a class where the rule alone is right 3 times (the policy PERSISTs)
+    comes first, pooled with its actions; a class with no such question shows no actions; the
+    missing seed is named."""
+    from experiments import rule_tables, tables
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(rule_tables, "SEEDS", (0, 1, 2))
+    (tmp_path / "rules").mkdir()
+
+    def row(split, questions, mine, theirs, actions):
+        return {
+            "split": split,
+            "vote": "vote right",
+            "facts": "dealt",
+            "questions": questions,
+            "policy_only_right": mine,
+            "rule_only_right": theirs,
+            "policy_actions_where_rule_only": actions,
+            "rule_actions_where_rule_only": {"refine": 3 * theirs} if theirs else {},
+        }
+
+    for seed, theirs in ((0, 1), (1, 2)):
+        compared = {
+            "classes": [
+                row("majority", 10, 0, theirs, {"persist": 3 * theirs}),
+                row("unanimous", 20, 1, 0, {}),
+            ]
+        }
+        (tmp_path / "rules" / f"losses-x-seed{seed}-p-freeze.json").write_text(json.dumps(compared))
+    table = rule_tables.losses_table("x", "p", "freeze")
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "vote right" in line]
+    assert rows[0] == "| majority, vote right, dealt | 20 | 0 | 3 | 9/0/0 / 0/9/0 |"
+    assert rows[1] == "| unanimous, vote right, dealt | 40 | 2 | 0 |  |"
+    assert "losses-x-seed2-p-freeze.json" in table and "seed0" not in table
+
+
 # --------------------------------------------------------------------------------------------------
 # the rules as eval.py's protocols, on hand-built games (tests/test_protocols.py's engine)
 # --------------------------------------------------------------------------------------------------
