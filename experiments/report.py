@@ -25,7 +25,13 @@ from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
 from experiments.rule_pieces import LOSSES
-from experiments.rule_tables import frontier_table, learned, losses_table, onpolicy_table
+from experiments.rule_tables import (
+    frontier_table,
+    learned,
+    losses_table,
+    onpolicy_table,
+    rules_target_table,
+)
 from experiments.speed_tables import bench_table, cache_table, profile_table
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_pieces import TRAINED as SPLIT_TRAINED
@@ -339,6 +345,14 @@ TABLES = {
         SPLIT_PREFIX,
         learned((*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN))),
         {"oracle": "the oracle (reads the gold answer)"},
+    ),
+    "rules-target-split": lambda: rules_target_table(
+        SPLIT_PREFIX,
+        [*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN)],
+        debate_budget=0.5,
+    ),
+    "rules-target-varied": lambda: rules_target_table(
+        "arith300-team-varied", ["sft", *team_rl_algos("varied")]
     ),
     **{
         f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(p, a, r)

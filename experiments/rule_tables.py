@@ -183,3 +183,49 @@ def losses_table(prefix, algo, rule):
             f"{actions if row['rule'] else ''} |"
         )
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def rules_target_table(prefix, policies, debate_budget=None):
+    """The target against the rules, policy by policy, on the seeds every rule has: at least as
+    accurate as every rule that spends no fewer tokens (the paired difference ≥ 0 against each);
+    with `debate_budget`, also at least as accurate as debate on at most that share of its tokens,
+    and the aim beyond: +0.03 over debate, the interval above 0."""
+    runs, absent = table_runs(prefix, [*RULE_ROWS, *policies], SEEDS)
+    complete = [s for s in SEEDS if all(s in runs.get(part, {}) for part in RULE_ROWS)]
+    if not complete:
+        return missing(*absent)
+    rules = {part: {s: runs[part][s] for s in complete} for part in RULE_ROWS}
+    debate_tokens = point(rules["debate"])[0]
+    on = ", ".join(map(str, complete))
+    columns = [
+        f"policy (seeds {on})",
+        "tokens (share of debate's)",
+        "the worst against a rule at ≥ its tokens",
+    ]
+    if debate_budget is not None:
+        columns += [f"against debate (at ≤ {debate_budget:.0%} of its tokens)", "aim: ≥ +0.03, > 0"]
+    columns.append("conditions")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for name in policies:
+        played = {s: runs.get(name, {}).get(s) for s in complete}
+        if not all(played.values()):
+            continue
+        tokens = point(played)[0]
+        costlier = [r for r in RULE_ROWS if point(rules[r])[0] >= tokens]
+        diffs = {r: against(played, rules[r]) for r in costlier}
+        worst = min(diffs, key=lambda r: diffs[r]["diff"]) if diffs else None
+        held = {"rules": all(d["diff"] >= 0 for d in diffs.values())}
+        cells = [
+            f"`{name}`",
+            f"{tokens:.0f} ({tokens / debate_tokens:.0%})",
+            f"{worst}: {format_paired(diffs[worst])}" if worst else "no rule spends more",
+        ]
+        if debate_budget is not None:
+            versus = diffs.get("debate") or against(played, rules["debate"])
+            held["debate"] = versus["diff"] >= 0 and tokens <= debate_budget * debate_tokens
+            held["aim"] = held["debate"] and versus["diff"] >= 0.03 and versus["ci95"][0] > 0
+            cells += [format_paired(versus), "yes" if held["aim"] else "no"]
+        held[f"{len(SEEDS)} seeds"] = len(complete) == len(SEEDS)
+        verdict = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in held.items() if k != "aim")
+        lines.append("| " + " | ".join([*cells, verdict]) + " |")
+    return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")

@@ -432,6 +432,54 @@ def test_the_losses_table_pools_each_class_over_the_seeds(tmp_path, monkeypatch)
     assert "losses-x-seed2-p-freeze.json" in table and "seed0" not in table
 
 
+def test_the_rules_target_holds_only_against_every_costlier_rule_and_debate(tmp_path, monkeypatch):
+    """Every rule on 4 questions and 2 seeds: debate at 1000 tokens right on 3, freeze at 500 on
+    4. Policy `a` (400 tokens, right on 4) is at least as accurate as every rule (ties freeze) and
+    debate at 40% of its tokens; `b` (400 tokens, right on 2) loses to freeze most; `c` (600
+    tokens, right on 4) is over the 50% budget; `d` has one seed."""
+    from experiments import rule_tables, tables
+
+    monkeypatch.setattr(tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(rule_tables, "SEEDS", (0, 1))
+    (tmp_path / "tables").mkdir()
+    rules_at = {"persist": 100, "debate1": 300, "debate2": 700, "debate": 1000, "freeze": 500}
+    right = {
+        **{r: (t, [1, 1, 0, 0]) for r, t in rules_at.items()},
+        **{r: (200, [1, 0, 0, 0]) for r in ("minority", "gate", "trigger")},
+        "debate": (1000, [1, 1, 1, 0]),
+        "freeze": (500, [1, 1, 1, 1]),
+        "a": (400, [1, 1, 1, 1]),
+        "b": (400, [1, 1, 0, 0]),
+        "c": (600, [1, 1, 1, 1]),
+        "d": (400, [1, 1, 1, 1]),
+    }
+    for part, (tokens, correct) in right.items():
+        for seed in (0,) if part == "d" else (0, 1):
+            summary = {
+                "accuracy": sum(correct) / 4,
+                "tokens_per_question": tokens,
+                "question_ids": [0, 1, 2, 3],
+                "correct": correct,
+            }
+            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
+            path.write_text(json.dumps({"p": summary}))
+    table = rule_tables.rules_target_table("x", ["a", "b", "c", "d"], debate_budget=0.5)
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in table.splitlines()
+        if line.startswith("| `")
+    }
+    assert "seeds 0, 1" in table.splitlines()[0] and "`d`" not in rows
+    assert rows["`a`"][0] == "400 (40%)" and rows["`a`"][1].startswith("freeze: +0.000 [")
+    # +0.25 over debate, but on two disagreements the interval reaches 0: short of the aim
+    assert rows["`a`"][2].startswith("+0.250 [+0.000") and rows["`a`"][3] == "no"
+    assert rows["`a`"][4] == "rules ✓, debate ✓, 2 seeds ✓"
+    assert rows["`b`"][1].startswith("freeze: -0.500 [") and rows["`b`"][3] == "no"
+    assert rows["`b`"][4] == "rules ✗, debate ✗, 2 seeds ✓"
+    # c beats every rule at ≥ its tokens but spends 60% of debate's
+    assert rows["`c`"][4] == "rules ✓, debate ✗, 2 seeds ✓"
+
+
 # --------------------------------------------------------------------------------------------------
 # the rules as eval.py's protocols, on hand-built games (tests/test_protocols.py's engine)
 # --------------------------------------------------------------------------------------------------
