@@ -214,6 +214,18 @@ def test_the_gate_and_the_trigger_are_fitted_on_debates_validation_games():
     }
 
 
+def write_table(tmp_path, name, tokens, correct, **more):
+    """One protocol's eval.py summary on questions 0..n-1 (tables/NAME.json)."""
+    summary = {
+        "accuracy": sum(correct) / len(correct),
+        "tokens_per_question": tokens,
+        "question_ids": list(range(len(correct))),
+        "correct": correct,
+        **more,
+    }
+    (tmp_path / "tables" / f"{name}.json").write_text(json.dumps({"p": summary}))
+
+
 def test_the_frontier_names_the_rules_pareto_points_and_pairs_each_policy_with_its_nearest_rule(
     tmp_path, monkeypatch
 ):
@@ -234,14 +246,7 @@ def test_the_frontier_names_the_rules_pareto_points_and_pairs_each_policy_with_i
     }
     for part, (tokens, correct) in right.items():
         for seed in (0, 1):
-            summary = {
-                "accuracy": sum(correct) / 4,
-                "tokens_per_question": tokens,
-                "question_ids": [0, 1, 2, 3],
-                "correct": correct,
-            }
-            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
-            path.write_text(json.dumps({"p": summary}))
+            write_table(tmp_path, f"x-seed{seed}-{part}", tokens, correct)
     points = {"a": (1, 0.5), "b": (2, 0.6), "c": (3, 0.6), "d": (0.5, 0.4), "e": (2, 0.6)}
     # c spends more for b's accuracy; b and e tie, and neither dominates the other
     assert rule_tables.pareto(points) == ["a", "b", "d", "e"]
@@ -304,20 +309,10 @@ def test_the_onpolicy_table_pairs_each_iteration_with_stage_2_and_debate(tmp_pat
         "debate": (900, [1, 1, 1, 1], 1.0),
     }
     for part, (tokens, correct, refine) in right.items():
+        parts = {"split": {"actions": shares(refine + 0.1)}, "shared": {"actions": shares(0)}}
         for seed in (0, 1):
-            summary = {
-                "accuracy": sum(correct) / 4,
-                "tokens_per_question": tokens,
-                "question_ids": [0, 1, 2, 3],
-                "correct": correct,
-                "actions": shares(refine),
-                "parts": {
-                    "split": {"actions": shares(refine + 0.1)},
-                    "shared": {"actions": shares(0)},
-                },
-            }
-            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
-            path.write_text(json.dumps({"p": summary}))
+            name = f"x-seed{seed}-{part}"
+            write_table(tmp_path, name, tokens, correct, actions=shares(refine), parts=parts)
     table = rule_tables.onpolicy_table("x", "p", again=(1, 2))
     rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
     stage2, again = ([c.strip() for c in row.split("|")[1:-1]] for row in rows)
@@ -455,14 +450,7 @@ def test_the_rules_target_holds_only_against_every_costlier_rule_and_debate(tmp_
     }
     for part, (tokens, correct) in right.items():
         for seed in (0,) if part == "d" else (0, 1):
-            summary = {
-                "accuracy": sum(correct) / 4,
-                "tokens_per_question": tokens,
-                "question_ids": [0, 1, 2, 3],
-                "correct": correct,
-            }
-            path = tmp_path / "tables" / f"x-seed{seed}-{part}.json"
-            path.write_text(json.dumps({"p": summary}))
+            write_table(tmp_path, f"x-seed{seed}-{part}", tokens, correct)
     table = rule_tables.rules_target_table("x", ["a", "b", "c", "d"], debate_budget=0.5)
     rows = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
