@@ -5,6 +5,7 @@ and a rule playing the game on a scripted engine."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -388,6 +389,36 @@ def test_rule_losses_counts_per_class_who_alone_is_right_and_the_round1_actions(
         compare(policy[:1], rule[1:2])
     with pytest.raises(ValueError):
         compare(policy, rule[:2])
+
+
+def test_rule_losses_plays_both_in_one_eval_and_writes_its_totals(tmp_path, monkeypatch):
+    """The command asks eval.py for the policy and the rule on the given game flags, in one run;
+    the JSON holds the totals and each class."""
+    from experiments import rule_losses
+
+    asked = []
+
+    def fake_eval(command, check):
+        asked.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        policy = [transcript("a", ["1", "2", "2"], "1", [0, 0, 0], False)]
+        rule = [transcript("a", ["1", "2", "2"], "1", [1, 1, 1], True)]
+        out.write_text(json.dumps({"details": {"mpdf=p.safetensors": policy, "freeze": rule}}))
+
+    monkeypatch.setattr(rule_losses.subprocess, "run", fake_eval)
+    monkeypatch.setattr(rule_losses, "GAMES", tmp_path / "games")
+    out = tmp_path / "losses.json"
+    argv = ["--policy", "p.safetensors", "--rule", "freeze", "--out", str(out), "--"]
+    rule_losses.main([*argv, "--task", "split", "--n", "3"])
+    [command] = asked
+    at = command.index("--protocols")
+    assert command[at - 2 : at] == ["--n", "3"] and command[at + 1] == "mpdf=p.safetensors,freeze"
+    written = json.loads(out.read_text())
+    totals = [written[k] for k in ("questions", "rule_only_right", "policy_only_right")]
+    assert totals == [1, 1, 0]
+    assert written["classes"][0]["policy_actions_where_rule_only"] == {"persist": 3}
+    assert written["eval_flags"] == ["--task", "split", "--n", "3"]
 
 
 def test_the_losses_table_pools_each_class_over_the_seeds(tmp_path, monkeypatch):
