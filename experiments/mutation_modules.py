@@ -234,6 +234,9 @@ MODULES = {
         ],
     ),
     "sft": ("sft.py", ["tests/method/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
+    # eval.py's protocols over the game (the fixed ones, the rules, the policies), on scripted
+    # engines in process
+    "eval": ("eval.py", ["tests/test_protocols.py", "tests/test_rules.py"], []),
     "data": (
         "data/__init__.py",
         [
@@ -296,6 +299,7 @@ STAGE_FUNCTIONS = {
         "validate",
     ),
     "sft": ("labelled_states",),
+    "eval": ("run_protocol",),
     "train_solver": ("worked_solutions", "refine_examples", "right_solutions"),
     "train_mlpo": (
         "peer_solutions",
