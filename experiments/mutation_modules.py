@@ -234,9 +234,13 @@ MODULES = {
         ],
     ),
     "sft": ("sft.py", ["tests/method/test_meaning.py", "tests/test_game.py"], ["tiny_model"]),
-    # eval.py's protocols over the game (the fixed ones, the rules, the policies), on scripted
-    # engines in process
-    "eval": ("eval.py", ["tests/test_protocols.py", "tests/test_rules.py"], []),
+    # eval.py's protocols over the game (the fixed ones, the rules, the policies) on scripted
+    # engines in process, a split question's views among them
+    "eval": (
+        "eval.py",
+        ["tests/test_protocols.py", "tests/test_rules.py", "tests/test_split.py"],
+        ["solvers_examples"],
+    ),
     "data": (
         "data/__init__.py",
         [

@@ -368,3 +368,15 @@ def test_eval_reports_the_split_and_the_shared_questions_apart(capsys):
     arith = data.load_task("arith", split="test", n=4, seed=0)
     plain = E.summarize(results[:4], 1.0)
     assert E.by_part(plain, arith) == plain
+
+
+def test_alone_asks_agent_0_with_the_facts_it_holds():
+    """On a question whose facts are dealt, alone is the game's round-0 prompt of agent 0: its own
+    view, not the facts every agent holds."""
+    ex = next(ex for ex in dealt(n=20) if ex.meta["dealt"])
+    cfg = GameConfig(agents=3, rounds=1, seed=3, temperature=0.7)
+    asked = []
+    engine = ScriptedEngine(lambda prompt, seed: asked.append(prompt) or "Answer: 1")
+    E.run_protocol(engine, [ex], "alone", cfg)
+    assert asked == [solve_prompt(ex, False, 0)]
+    assert solve_prompt(ex, False, 0) != solve_prompt(ex, False, None)
