@@ -33,7 +33,8 @@ def split_of(answers):
 
 def state_class(game):
     """The round-0 state of one transcript: the split of the answers, whether the vote is right,
-    and if not whether some agent is; and whether the question's facts were dealt."""
+    and if not whether some agent is; and whether the question's facts were dealt (its agents were
+    shown different views; a shared question shows each the same)."""
     first = game["rounds"][0]
     vote = (
         "vote right"
@@ -43,7 +44,7 @@ def state_class(game):
     return {
         "split": split_of(first["answers"]),
         "vote": vote,
-        "facts": "dealt" if "views" in game else "shared",
+        "facts": "dealt" if len(set(game.get("views", []))) > 1 else "shared",
     }
 
 

@@ -334,7 +334,8 @@ def transcript(qid, answers, gold, actions=None, correct=None, dealt=False, toke
     }
     rounds = [first] + ([{"actions": actions}] if actions else [])
     game = {"id": qid, "rounds": rounds, "correct": correct, "tokens": tokens}
-    return game | ({"views": ["a", "b", "c"]} if dealt else {})
+    # the split task keeps every question's views: a shared question's are all the same
+    return game | {"views": ["a", "b", "c"] if dealt else ["a", "a", "a"]}
 
 
 def test_the_round0_classes_of_a_team_of_three():
@@ -352,7 +353,8 @@ def test_the_round0_classes_of_a_team_of_three():
         "vote": "vote wrong, an agent right",
         "facts": "dealt",
     }
-    assert state_class(transcript("q", ["3", "2", "2"], "1"))["vote"] == "no agent right"
+    shared = state_class(transcript("q", ["3", "2", "2"], "1"))
+    assert (shared["vote"], shared["facts"]) == ("no agent right", "shared")
     assert state_class(transcript("q", ["2", "2", "2"], "2"))["vote"] == "vote right"
 
 
