@@ -16,10 +16,19 @@ AGAIN = (1, 2)
 ALGOS = ("softrank-cost0", "softrank")
 
 
-def onpolicy_name(seed, algo, again):
-    """A run's name: the seed's table prefix, the algorithm and how often its corpus was collected
+def onpolicy_part(algo, again):
+    """A run's part of its table's name: the algorithm and how often its corpus was collected
     again."""
-    return f"{PREFIX}-seed{seed}-{algo}-onpolicy{again}"
+    return f"{algo}-onpolicy{again}"
+
+
+# every on-policy run's part, as the split team's tables name them
+ONPOLICY_PARTS = tuple(onpolicy_part(algo, again) for algo in ALGOS for again in AGAIN)
+
+
+def onpolicy_name(seed, algo, again):
+    """A run's name: the seed's table prefix and its part."""
+    return f"{PREFIX}-seed{seed}-{onpolicy_part(algo, again)}"
 
 
 def onpolicy_pieces(seed, algo):

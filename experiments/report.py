@@ -20,8 +20,8 @@ from pathlib import Path
 
 from deliberate import ACTION_KINDS
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
-from experiments.onpolicy_pieces import AGAIN
 from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
+from experiments.onpolicy_pieces import ONPOLICY_PARTS
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
 from experiments.rule_pieces import LOSSES
@@ -271,6 +271,11 @@ def after_differences(name, protocol, untrained):
 NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python -m experiments.report --write`)"
 
 
+# the learned policies of the rules' frontier: the split team's (stage 2 and on-policy) and team
+# varied's on arith
+SPLIT_LEARNED = (*SPLIT_TRAINED, *ONPOLICY_PARTS)
+VARIED_LEARNED = ("sft", *team_rl_algos("varied"))
+
 TABLES = {
     "headline": headline,
     "headline-studies": headline_studies,
@@ -342,18 +347,12 @@ TABLES = {
     "split-target": split_target_table,
     "split-cost": split_cost_table,
     "rules-split": lambda: frontier_table(
-        SPLIT_PREFIX,
-        learned((*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN))),
-        {"oracle": "the oracle (reads the gold answer)"},
+        SPLIT_PREFIX, learned(SPLIT_LEARNED), {"oracle": "the oracle (reads the gold answer)"}
     ),
     "rules-target-split": lambda: rules_target_table(
-        SPLIT_PREFIX,
-        [*SPLIT_TRAINED, *(f"{a}-onpolicy{n}" for a in ONPOLICY_ALGOS for n in AGAIN)],
-        debate_budget=0.5,
+        SPLIT_PREFIX, SPLIT_LEARNED, debate_budget=0.5
     ),
-    "rules-target-varied": lambda: rules_target_table(
-        "arith300-team-varied", ["sft", *team_rl_algos("varied")]
-    ),
+    "rules-target-varied": lambda: rules_target_table("arith300-team-varied", VARIED_LEARNED),
     **{
         f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(p, a, r)
         for prefix, pairs in LOSSES.items()
@@ -363,9 +362,7 @@ TABLES = {
         f"onpolicy-{algo}": lambda algo=algo: onpolicy_table(SPLIT_PREFIX, algo)
         for algo in ONPOLICY_ALGOS
     },
-    "rules-varied": lambda: frontier_table(
-        "arith300-team-varied", learned(("sft", *team_rl_algos("varied")))
-    ),
+    "rules-varied": lambda: frontier_table("arith300-team-varied", learned(VARIED_LEARNED)),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS

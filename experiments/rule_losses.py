@@ -62,11 +62,11 @@ def compare(policy_games, rule_games):
     for mine, theirs in zip(policy_games, rule_games, strict=True):
         if mine["id"] != theirs["id"]:
             raise ValueError(f"the games differ in their questions: {mine['id']} {theirs['id']}")
-        key = " | ".join(state_class(mine).values())
+        state = state_class(mine)
         row = classes.setdefault(
-            key,
+            tuple(state.values()),
             {
-                **state_class(mine),
+                **state,
                 "questions": 0,
                 "policy_only_right": 0,
                 "rule_only_right": 0,

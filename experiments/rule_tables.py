@@ -5,8 +5,10 @@ the rule nearest its token cost and to every rule that spends at least its token
 seeds' questions."""
 
 import math
+from collections import Counter
 
 from experiments import plots
+from experiments.onpolicy_pieces import AGAIN, onpolicy_part
 from experiments.tables import RESULTS, load, mean, missing, seeds_text, table_runs
 from stats import format_paired, paired_difference, pooled, sample_std
 
@@ -116,12 +118,12 @@ def refine_share(by_seed, part=None):
     return mean([(s["parts"][part] if part else s)["actions"]["refine"] for s in by_seed.values()])
 
 
-def onpolicy_table(prefix, algo, again=(1, 2)):
+def onpolicy_table(prefix, algo, again=AGAIN):
     """A policy by how often its corpus was collected again from its own games (tables/<prefix>-
     seed<k>-<algo>-onpolicy<n>.json; 0: the committed stage 2, one corpus of the SFT policy's
     games): accuracy, tokens, REFINE shares, each paired with the stage 2 it starts from and with
     debate."""
-    parts = {algo: 0, **{f"{algo}-onpolicy{n}": n for n in again}}
+    parts = {algo: 0, **{onpolicy_part(algo, n): n for n in again}}
     runs, absent = table_runs(prefix, [*parts, "debate"], SEEDS)
     if algo not in runs or "debate" not in runs:
         return missing(*absent)
@@ -159,14 +161,15 @@ def losses_table(prefix, algo, rule):
     for compared in filter(None, found):
         for row in compared["classes"]:
             key = (row["split"], row["vote"], row["facts"])
-            into = pooled_classes.setdefault(key, {"questions": 0, "policy": 0, "rule": 0})
+            empty = {"questions": 0, "policy": 0, "rule": 0}
+            into = pooled_classes.setdefault(
+                key, {**empty, "policy_actions": Counter(), "rule_actions": Counter()}
+            )
             into["questions"] += row["questions"]
             into["policy"] += row["policy_only_right"]
             into["rule"] += row["rule_only_right"]
             for who in ("policy", "rule"):
-                counts = into.setdefault(f"{who}_actions", {})
-                for kind, n in row[f"{who}_actions_where_rule_only"].items():
-                    counts[kind] = counts.get(kind, 0) + n
+                into[f"{who}_actions"] += Counter(row[f"{who}_actions_where_rule_only"])
     lines = [
         f"| round-0 state: answers, vote, facts | questions | {algo} alone right | {rule} alone "
         f"right | round-1 actions where {rule} alone is right: {algo} / {rule} (p/r/c) |",
