@@ -38,39 +38,6 @@ MANIFEST = "results/weights.jsonl"
 WEIGHT_SUFFIXES = (".pt", ".safetensors")
 # the report computes the largest weight change between these policies, so it needs their tensors
 REPORT_READS = REWARD_SCALE_POLICIES
-# Weights of finished studies still in the tree: one submission carries at most 256 MiB of diff,
-# and a file that leaves counts its bytes, so they leave a few studies at a time. Nothing joins
-# this list.
-LEAVING_LATER = tuple(
-    f"results/agents/{name}"
-    for name in (
-        "magrpo-debate-L1-seed0.pt",
-        "magrpo-debate-L1-seed1.pt",
-        "magrpo-debate-L1-seed2.pt",
-        "magrpo-debate-warm-L1-seed0.pt",
-        "magrpo-debate-warm-L1-seed1.pt",
-        "magrpo-debate-warm-L1-seed2.pt",
-        "magrpo-lora-lr1e-4-L1-seed0.pt",
-        "magrpo-lora-lr5e-4-L1-seed0.pt",
-        "magrpo-lora-lr5e-4-L1-seed1.pt",
-        "magrpo-lora-lr5e-4-L1-seed2.pt",
-        "mlpo-split-seed0",
-        "mlpo-split-seed1",
-        "mlpo-split-seed2",
-        "mlpo-team-revised-seed0.pt",
-        "mlpo-team-revised-seed1.pt",
-        "mlpo-team-revised-seed2.pt",
-        "mlpo-team-varied-seed0.pt",
-        "mlpo-team-varied-seed1.pt",
-        "mlpo-team-varied-seed2.pt",
-        "mlpo-team-varied-strict-seed0",
-        "mlpo-team-worked-seed0.pt",
-        "mlpo-team-worked-seed1.pt",
-        "mlpo-team-worked-seed2.pt",
-        "split-worked-L1-r4-seed0",
-        "split-worked-L1-r8-seed0",
-    )
-)
 
 
 def git(*args):
@@ -255,7 +222,6 @@ def retire(paths):
     made_on = piece_machines()
     files = [file for path in map(relative, paths) for file in tracked_files(path)]
     reasons = keeping()
-    reasons.pop("leaving later")
     for file in files:
         if reason := reason_kept(file, reasons):
             raise UsageError(f"{file}: the tree keeps it ({reason} loads it)")
@@ -301,12 +267,7 @@ def tree_weights():
 
 def keeping():
     """Why the tree keeps weights: each reason -> the files and folders it names."""
-    return {
-        "demo": demo_weights(),
-        "report": set(REPORT_READS),
-        "pending": pending_needs(),
-        "leaving later": set(LEAVING_LATER),
-    }
+    return {"demo": demo_weights(), "report": set(REPORT_READS), "pending": pending_needs()}
 
 
 def reason_kept(file, reasons):

@@ -93,7 +93,6 @@ def lab(tmp_path, monkeypatch):
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "weights")
     monkeypatch.setattr(weights, "ROOT", root)
     monkeypatch.setattr(weights, "PIECES", lab_pieces())
-    monkeypatch.setattr(weights, "LEAVING_LATER", ())
     monkeypatch.setattr(weights, "REPORT_READS", ())
     monkeypatch.setattr(runner, "PIECES", weights.PIECES)
     monkeypatch.setattr(runner, "ROOT", root)
@@ -263,12 +262,9 @@ def test_every_weight_that_left_the_tree_can_come_back():
 
 
 def test_the_tree_keeps_no_weight_without_a_reason():
-    """Every committed weight is loaded by the demo, the report or a pending piece, or is on the
-    list of finished studies' weights that leave in a later submission; that list names only
-    weights still in the tree, so it only shrinks; the demo's weights are all here."""
+    """Every committed weight is loaded by the demo, the report or a pending piece; the demo's
+    weights are all here."""
     reasons = weights.keeping()
     assert [f for f in weights.tree_weights() if weights.reason_kept(f, reasons) is None] == []
-    for path in weights.LEAVING_LATER:
-        assert weights.tracked_files(path)
     for path in weights.demo_weights():
         assert weights.tracked_files(path)
