@@ -5,7 +5,9 @@ those the report computes a number from (REPORT_READS) and those a pending piece
 study's weights leave it, each file with a row in results/weights.jsonl (its path, sha256, bytes,
 the commit that holds it, the piece that trains it), and one command puts any of them back: from
 git history where this clone has that commit (sha256 checked), else by running the piece again (its
-sha256 compared: training on another CPU kind may round differently).
+sha256 compared: training on another CPU kind may round differently). A training log the report
+does not read (results/training/*.metrics.jsonl) can leave the same way: retire takes any file a
+piece writes.
 
     python -m experiments.weights list                 # every weight: in the tree, here, or gone
     python -m experiments.weights restore PATH [...]   # a file, or every file under a folder
