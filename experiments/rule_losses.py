@@ -2,7 +2,8 @@
 transcripts kept under runs/rules/), so round 0 is the same game; each question's round-0 state put
 in a class (how the team's answers split, whether the vote and any agent are right, whether the
 question's facts were dealt), and per class how often each is right where the other is wrong, with
-the actions each took in round 1. One JSON (results/rules/NAME.json).
+the actions each took in round 1 and the first round in which the two act apart. One JSON
+(results/rules/NAME.json).
 
     python -m experiments.rule_losses --policy results/policies/P.safetensors --rule freeze \\
         --out results/rules/losses-NAME.json -- --task split --split test --n 300 --seed 0 ...
@@ -55,9 +56,21 @@ def round1_actions(game):
     return Counter(action_kind(a) for a in game["rounds"][1]["actions"])
 
 
+def first_apart(mine, theirs):
+    """The first decision round (1: round 1) in which two games of one question act differently,
+    a round that one plays and the other does not included; 0 when they act alike throughout."""
+    decisions = [[r["actions"] for r in game["rounds"][1:]] for game in (mine, theirs)]
+    for t in range(max(map(len, decisions))):
+        a, b = (d[t] if t < len(d) else None for d in decisions)
+        if a != b:
+            return t + 1
+    return 0
+
+
 def compare(policy_games, rule_games):
     """Per round-0 class: questions, how often the policy alone and the rule alone are right,
-    and the round-1 action counts of each where the rule alone is right."""
+    the round-1 action counts of each where the rule alone is right, and where either alone is
+    right, the first round in which the two act apart (first_apart)."""
     classes = {}
     for mine, theirs in zip(policy_games, rule_games, strict=True):
         if mine["id"] != theirs["id"]:
@@ -75,6 +88,8 @@ def compare(policy_games, rule_games):
                 "policy_actions_where_rule_only": Counter(),
                 "rule_actions_where_rule_only": Counter(),
                 "rule_only_ids": [],
+                "policy_only_apart": Counter(),
+                "rule_only_apart": Counter(),
             },
         )
         row["questions"] += 1
@@ -82,11 +97,13 @@ def compare(policy_games, rule_games):
         row["rule_tokens"] += theirs["tokens"]
         if mine["correct"] and not theirs["correct"]:
             row["policy_only_right"] += 1
+            row["policy_only_apart"][str(first_apart(mine, theirs))] += 1
         if theirs["correct"] and not mine["correct"]:
             row["rule_only_right"] += 1
             row["policy_actions_where_rule_only"] += round1_actions(mine)
             row["rule_actions_where_rule_only"] += round1_actions(theirs)
             row["rule_only_ids"].append(mine["id"])
+            row["rule_only_apart"][str(first_apart(mine, theirs))] += 1
     ordered = sorted(classes.values(), key=lambda r: r["policy_only_right"] - r["rule_only_right"])
     return [{k: dict(v) if isinstance(v, Counter) else v for k, v in r.items()} for r in ordered]
 

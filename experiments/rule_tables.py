@@ -150,30 +150,37 @@ def onpolicy_table(prefix, algo, again=AGAIN):
 
 def losses_table(prefix, algo, rule):
     """Where a learned policy and a rule part (rules/losses-<prefix>-seed<k>-<algo>-<rule>.json),
-    pooled over the seeds: per round-0 class, the questions, how often each alone is right, and the
-    round-1 actions of each where the rule alone is right."""
+    pooled over the seeds: per round-0 class, the questions, how often each alone is right, the
+    round-1 actions of each where the rule alone is right, and where either alone is right, the
+    first round the two act apart (pooled over the seeds whose files count it)."""
     names = [f"rules/losses-{prefix}-seed{seed}-{algo}-{rule}.json" for seed in SEEDS]
     found = [load(name) for name in names]
     absent = [name for name, f in zip(names, found) if f is None]
     if len(absent) == len(names):
         return missing(*absent)
+    apart_seeds = [
+        seed for seed, f in zip(SEEDS, found) if f and "rule_only_apart" in f["classes"][0]
+    ]
     pooled_classes = {}
-    for compared in filter(None, found):
-        for row in compared["classes"]:
+    for seed, compared in zip(SEEDS, found):
+        for row in compared["classes"] if compared else []:
             key = (row["split"], row["vote"], row["facts"])
             empty = {"questions": 0, "policy": 0, "rule": 0}
-            into = pooled_classes.setdefault(
-                key, {**empty, "policy_actions": Counter(), "rule_actions": Counter()}
-            )
+            counts = ("policy_actions", "rule_actions", "policy_apart", "rule_apart")
+            into = pooled_classes.setdefault(key, {**empty, **{c: Counter() for c in counts}})
             into["questions"] += row["questions"]
             into["policy"] += row["policy_only_right"]
             into["rule"] += row["rule_only_right"]
             for who in ("policy", "rule"):
                 into[f"{who}_actions"] += Counter(row[f"{who}_actions_where_rule_only"])
+                if seed in apart_seeds:
+                    into[f"{who}_apart"] += Counter(row[f"{who}_only_apart"])
+    seeds = ", ".join(map(str, apart_seeds)) or "none"
     lines = [
         f"| round-0 state: answers, vote, facts | questions | {algo} alone right | {rule} alone "
-        f"right | round-1 actions where {rule} alone is right: {algo} / {rule} (p/r/c) |",
-        "|---|---|---|---|---|",
+        f"right | round-1 actions where {rule} alone is right: {algo} / {rule} (p/r/c) | first "
+        f"round they act apart, where {algo} / {rule} alone is right (seeds {seeds}) |",
+        "|---|---|---|---|---|---|",
     ]
     order = sorted(pooled_classes.items(), key=lambda kv: kv[1]["policy"] - kv[1]["rule"])
     for key, row in order:
@@ -181,9 +188,15 @@ def losses_table(prefix, algo, rule):
             "/".join(str(row[f"{who}_actions"].get(k, 0)) for k in ("persist", "refine", "concede"))
             for who in ("policy", "rule")
         )
+        rounds = sorted(set(row["policy_apart"]) | set(row["rule_apart"]))
+        apart = ", ".join(
+            f"{f'round {t}' if t != '0' else 'never'}: "
+            f"{row['policy_apart'][t]}/{row['rule_apart'][t]}"
+            for t in rounds
+        )
         lines.append(
             f"| {', '.join(key)} | {row['questions']} | {row['policy']} | {row['rule']} | "
-            f"{actions if row['rule'] else ''} |"
+            f"{actions if row['rule'] else ''} | {apart} |"
         )
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 

@@ -381,6 +381,9 @@ def test_rule_losses_counts_per_class_who_alone_is_right_and_the_round1_actions(
     assert worst["rule_actions_where_rule_only"] == {"refine": 6}
     assert worst["rule_only_ids"] == ["a", "b"]
     assert (worst["policy_tokens"], worst["rule_tokens"]) == (700, 1800)
+    assert worst["rule_only_apart"] == {"1": 2} and worst["policy_only_apart"] == {}
+    # the policy stopped after round 0 where the rule played round 1
+    assert best["policy_only_apart"] == {"1": 1} and best["rule_only_apart"] == {}
     assert (best["vote"], best["policy_only_right"], best["rule_only_right"]) == (
         "vote right",
         1,
@@ -391,6 +394,22 @@ def test_rule_losses_counts_per_class_who_alone_is_right_and_the_round1_actions(
         compare(policy[:1], rule[1:2])
     with pytest.raises(ValueError):
         compare(policy, rule[:2])
+
+
+def test_two_games_act_apart_first_in_the_round_whose_actions_differ():
+    from experiments.rule_losses import first_apart
+
+    def game(*decisions):
+        return {"rounds": [{"answers": ["1", "2", "2"]}] + [{"actions": a} for a in decisions]}
+
+    refine = [1, 1, 1]
+    assert first_apart(game(refine, refine), game(refine, refine)) == 0
+    assert first_apart(game([1, 2, 1]), game(refine, refine)) == 1
+    assert first_apart(game(refine, [0, 1, 3]), game(refine, [0, 1, 2])) == 2
+    # a round one game plays and the other does not: they part there, either way round
+    assert first_apart(game(refine), game(refine, refine)) == 2
+    assert first_apart(game(refine, refine, [0, 0, 0]), game(refine, refine)) == 3
+    assert first_apart(game(), game(refine)) == 1
 
 
 def test_rule_losses_plays_both_in_one_eval_and_writes_its_totals(tmp_path, monkeypatch):
@@ -433,7 +452,7 @@ def test_the_losses_table_pools_each_class_over_the_seeds(tmp_path, monkeypatch)
     monkeypatch.setattr(rule_tables, "SEEDS", (0, 1, 2))
     (tmp_path / "rules").mkdir()
 
-    def row(split, questions, mine, theirs, actions):
+    def row(split, questions, mine, theirs, actions, apart):
         return {
             "split": split,
             "vote": "vote right",
@@ -443,20 +462,28 @@ def test_the_losses_table_pools_each_class_over_the_seeds(tmp_path, monkeypatch)
             "rule_only_right": theirs,
             "policy_actions_where_rule_only": actions,
             "rule_actions_where_rule_only": {"refine": 3 * theirs} if theirs else {},
+            **apart,
         }
 
-    for seed, theirs in ((0, 1), (1, 2)):
+    # seed 0's file predates the first round apart: its counts stay out of that column
+    older = {}
+    newer = {"policy_only_apart": {"2": 1, "0": 1}, "rule_only_apart": {"1": 2}}
+    for seed, theirs, apart in ((0, 1, older), (1, 2, newer)):
         compared = {
             "classes": [
-                row("majority", 10, 0, theirs, {"persist": 3 * theirs}),
-                row("unanimous", 20, 1, 0, {}),
+                row("majority", 10, 0, theirs, {"persist": 3 * theirs}, apart),
+                row("unanimous", 20, 1, 0, {}, apart and {**apart, "rule_only_apart": {}}),
             ]
         }
         (tmp_path / "rules" / f"losses-x-seed{seed}-p-freeze.json").write_text(json.dumps(compared))
     table = rule_tables.losses_table("x", "p", "freeze")
+    assert "where p / freeze alone is right (seeds 1) |" in table.splitlines()[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and "vote right" in line]
-    assert rows[0] == "| majority, vote right, dealt | 20 | 0 | 3 | 9/0/0 / 0/9/0 |"
-    assert rows[1] == "| unanimous, vote right, dealt | 40 | 2 | 0 |  |"
+    assert rows[0] == (
+        "| majority, vote right, dealt | 20 | 0 | 3 | 9/0/0 / 0/9/0 | never: 1/0, round 1: 0/2, "
+        "round 2: 1/0 |"
+    )
+    assert rows[1] == "| unanimous, vote right, dealt | 40 | 2 | 0 |  | never: 1/0, round 2: 1/0 |"
     assert "losses-x-seed2-p-freeze.json" in table and "seed0" not in table
 
 
