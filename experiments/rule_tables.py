@@ -161,13 +161,13 @@ def losses_table(prefix, algo, rule):
     apart_seeds = [
         seed for seed, f in zip(SEEDS, found) if f and "rule_only_apart" in f["classes"][0]
     ]
+    totals = {"questions": 0, "policy": 0, "rule": 0}
+    counts = ("policy_actions", "rule_actions", "policy_apart", "rule_apart")
     pooled_classes = {}
     for seed, compared in zip(SEEDS, found):
         for row in compared["classes"] if compared else []:
             key = (row["split"], row["vote"], row["facts"])
-            empty = {"questions": 0, "policy": 0, "rule": 0}
-            counts = ("policy_actions", "rule_actions", "policy_apart", "rule_apart")
-            into = pooled_classes.setdefault(key, {**empty, **{c: Counter() for c in counts}})
+            into = pooled_classes.setdefault(key, {**totals, **{c: Counter() for c in counts}})
             into["questions"] += row["questions"]
             into["policy"] += row["policy_only_right"]
             into["rule"] += row["rule_only_right"]
@@ -189,10 +189,10 @@ def losses_table(prefix, algo, rule):
             for who in ("policy", "rule")
         )
         rounds = sorted(set(row["policy_apart"]) | set(row["rule_apart"]))
+        # first_apart's 0: the two acted alike in every round
+        labels = {t: "never" if t == "0" else f"round {t}" for t in rounds}
         apart = ", ".join(
-            f"{f'round {t}' if t != '0' else 'never'}: "
-            f"{row['policy_apart'][t]}/{row['rule_apart'][t]}"
-            for t in rounds
+            f"{labels[t]}: {row['policy_apart'][t]}/{row['rule_apart'][t]}" for t in rounds
         )
         lines.append(
             f"| {', '.join(key)} | {row['questions']} | {row['policy']} | {row['rule']} | "
