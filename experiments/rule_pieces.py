@@ -6,6 +6,7 @@ committed tables (the vote, debate of 3 rounds, every learned policy); and on sp
 headroom of these actions. experiments/pieces.py holds them with every other piece."""
 
 from experiments.llm_pieces import PY
+from experiments.onpolicy_pieces import onpolicy_part
 from experiments.piece_kit import TABLE_GAME, TABLE_SEEDS, TABLE_TASKS, merged, table
 from experiments.split_pieces import ADAPTERS, PREFIX, SPLIT_GAME, SPLIT_TASK, TEAM
 from experiments.teams import team_adapters, team_flags
@@ -57,8 +58,10 @@ def rule_pieces(prefix, seed):
 
 
 # where a learned policy loses to a rule (experiments/rule_losses.py): on split, the policy that
-# matched debate against the rule that REFINEs while the team disagrees
-LOSSES = {PREFIX: [("softrank-cost0", "freeze")]}
+# matched debate against the rule that REFINEs while the team disagrees, and the same policy
+# trained on its own games (experiments/onpolicy_pieces.py), to see whether the states where it
+# loses were the ones a corpus of the SFT policy's games left out
+LOSSES = {PREFIX: [("softrank-cost0", "freeze"), (onpolicy_part("softrank-cost0", 2), "freeze")]}
 
 
 def loss_pieces(prefix, seed):
