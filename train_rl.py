@@ -178,7 +178,7 @@ class Config:
     """weight of the entropy bonus"""
     refine_cost: float = 0.5
     """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's
-    choice (results/README.md)"""
+    choice (results/README.md); negative: REFINE earns it, so ties go to talking"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -373,7 +373,7 @@ def check(cfg, world):
     check_at_least(1, iterations=cfg.iterations, epochs=cfg.epochs)
     # every rank takes rows of every global batch
     check_at_least(world, batch_size=cfg.batch_size)
-    check_at_least(0, beta=cfg.beta, lam=cfg.lam, refine_cost=cfg.refine_cost)
+    check_at_least(0, beta=cfg.beta, lam=cfg.lam)
     # a negative scale would reverse the rewards' order
     check_positive(lr=cfg.lr, tau=cfg.tau, clip=cfg.clip, reward_scale=cfg.reward_scale)
     if not Path(cfg.init).is_file():

@@ -47,8 +47,10 @@ POLICIES = ("sft", *COMPETENT_RL_ALGOS)
 # SoftRankPO at REFINE costs between its default (0.5 per 1000 tokens) and free: at the default it
 # keeps REFINE to split questions but REFINEs less than debate there; free, it REFINEs on shared
 # questions too. Each cost is a policy of its own, on the same questions as the others (SoftRankPO
-# ranks a state's rewards, so a cost that changes no order trains the default's policy).
-REFINE_COSTS = ("0.1", "0.25")
+# ranks a state's rewards, so a cost that changes no order trains the default's policy). Below
+# free, REFINE earns what it spends: its ties with PERSIST and CONCEDE go its way, as freeze's
+# REFINE does where the free policy loses to freeze (it PERSISTed or CONCEDEd there).
+REFINE_COSTS = ("-0.1", "0.1", "0.25")
 SWEEP_FLAGS = {
     f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS
 }

@@ -21,9 +21,12 @@ SEEDS = (0, 1, 2)
 ALONE = tuple(f"alone-m{j}" for j in range(len(MEMBERS)))
 FIXED = ("persist", "sc", "debate", "vanilla-m0", *ALONE)
 LEARNED = (*TRAINED, "leader", "magrpo-debate")
-# SoftRankPO from REFINE free to its default cost, each cost a policy of its own
 BY_ROUND = "refine_at_every_decision_by_round"
-COSTED = ("softrank-cost0", *SWEEP, "softrank")
+# SoftRankPO from REFINE paid for to its default cost, each cost a policy of its own, cheapest first
+COSTED = (
+    *sorted(("softrank-cost0", *SWEEP), key=lambda p: float(p.removeprefix("softrank-cost"))),
+    "softrank",
+)
 NAMES = {
     "persist": "the team's vote after round 0",
     "sc": "self-consistency",

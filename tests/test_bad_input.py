@@ -120,7 +120,6 @@ def init_for(name, tmp_path):
             ["--solutions", "sampled", "--refine-contexts", "a.pt"],
             "--refine-contexts: REFINE examples need --solutions worked",
         ),
-        ("train_rl.py", ["--refine-cost", "-1"], "--refine-cost -1.0: must be at least 0"),
         ("eval.py", ["--models", "default,default"], "--models: 2 entries for 3 agents"),
         ("eval.py", ["--models", "default,/,default"], "--models '/': not an HF checkpoint"),
         (

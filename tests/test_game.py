@@ -548,12 +548,13 @@ def test_every_protocol_votes_the_same_round_0_answers_the_same_way():
     assert index_rule[0]["rounds"][0]["vote"] == "1"
 
 
-def test_refine_cost_is_paid_by_refine_only():
+@pytest.mark.parametrize("cost", [100.0, -100.0])
+def test_refine_cost_is_paid_by_refine_only(cost):
     """play's refine_cost (train_rl.py's --refine-cost): a REFINE's reward, taken or
-    counterfactual, pays per 1000 tokens of its call."""
+    counterfactual, pays per 1000 tokens of its call; a negative cost is earned."""
     answers = {("t/0", 0): 1, ("t/0", 1): 2, ("t/0", 2): 5}
     runs = {}
-    for cost in (0.0, 100.0):
+    for c in (0.0, cost):
         cfg = GameConfig(agents=3, rounds=1)
         engine = ScriptedEngine(solve_script(cfg, answers))
         [game] = D.play(
@@ -562,14 +563,14 @@ def test_refine_cost_is_paid_by_refine_only():
             D.FixedPolicy("refine"),
             cfg,
             refine_all=True,
-            refine_cost=cost,
+            refine_cost=c,
         )
-        runs[cost] = game.rounds[1], reward_vectors(game)
-    (free, free_vectors), (paid, paid_vectors) = runs[0.0], runs[100.0]
+        runs[c] = game.rounds[1], reward_vectors(game)
+    (free, free_vectors), (paid, paid_vectors) = runs[0.0], runs[cost]
     for i in range(3):
         spent = free_vectors[i][REFINE] - paid_vectors[i][REFINE]
-        # it refined
-        assert spent > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])
+        # it refined, and paid or earned as the cost's sign says
+        assert spent * cost > 0 and spent == pytest.approx(free["rewards"][i] - paid["rewards"][i])
         others = [a for a in range(4) if a != REFINE]
         assert [paid_vectors[i][a] for a in others] == [free_vectors[i][a] for a in others]
 
