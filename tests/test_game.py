@@ -558,12 +558,7 @@ def test_refine_cost_is_paid_by_refine_only(cost):
         cfg = GameConfig(agents=3, rounds=1)
         engine = ScriptedEngine(solve_script(cfg, answers))
         [game] = D.play(
-            engine,
-            make_examples(1),
-            D.FixedPolicy("refine"),
-            cfg,
-            refine_all=True,
-            refine_cost=c,
+            engine, make_examples(1), D.FixedPolicy("refine"), cfg, refine_all=True, refine_cost=c
         )
         runs[c] = game.rounds[1], reward_vectors(game)
     (free, free_vectors), (paid, paid_vectors) = runs[0.0], runs[cost]
