@@ -56,6 +56,13 @@ def against(mine, theirs):
     )
 
 
+def accuracy_text(runs):
+    """The mean accuracy over the seeds and their sample std (none from a single seed)."""
+    accuracy = [s["accuracy"] for s in runs.values()]
+    spread = f"± {sample_std(accuracy):.3f}" if len(accuracy) > 1 else "one seed"
+    return f"{mean(accuracy):.3f} ({spread})"
+
+
 def nearest(tokens, rules):
     """The rule whose tokens per question are nearest `tokens` on a log scale."""
     return min(rules, key=lambda name: abs(math.log(rules[name][0] / tokens)))
@@ -89,8 +96,7 @@ def frontier_table(prefix, policies, extra=None):
     for part, label in parts.items():
         if part not in runs:
             continue
-        tokens, accuracy = point(runs[part])
-        spread = sample_std([s["accuracy"] for s in runs[part].values()])
+        tokens, _ = point(runs[part])
         near = at_least = ""
         if part in policies:
             rule = nearest(tokens, rules)
@@ -101,7 +107,7 @@ def frontier_table(prefix, policies, extra=None):
                 at_least = f"{worst}: {format_paired(against(runs[part], runs[worst]))}"
         on = "yes" if part in front else ("" if part not in RULE_ROWS else "no")
         lines.append(
-            f"| {label} (`{part}`) | {len(runs[part])} | {accuracy:.3f} (± {spread:.3f}) | "
+            f"| {label} (`{part}`) | {len(runs[part])} | {accuracy_text(runs[part])} | "
             f"{tokens:.0f} | {on} | {near} | {at_least} |"
         )
     png = RESULTS / "rules" / f"{prefix}-frontier.png"
@@ -136,12 +142,11 @@ def onpolicy_table(prefix, algo, again=AGAIN):
     for part, n in parts.items():
         if part not in runs:
             continue
-        tokens, accuracy = point(runs[part])
-        spread = sample_std([s["accuracy"] for s in runs[part].values()])
+        tokens, _ = point(runs[part])
         shares = " / ".join(f"{refine_share(runs[part], p):.2f}" for p in (None, "split", "shared"))
         stage2 = "" if n == 0 else format_paired(against(runs[part], runs[algo]))
         lines.append(
-            f"| {n} (`{part}`) | {len(runs[part])} | {accuracy:.3f} (± {spread:.3f}) | "
+            f"| {n} (`{part}`) | {len(runs[part])} | {accuracy_text(runs[part])} | "
             f"{tokens:.0f} | {shares} | {stage2} | "
             f"{format_paired(against(runs[part], runs['debate']))} |"
         )

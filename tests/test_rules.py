@@ -265,6 +265,11 @@ def test_the_frontier_names_the_rules_pareto_points_and_pairs_each_policy_with_i
     assert cells[5].startswith("debate: +0.250 [") and cells[5].endswith("(2)")
     assert "not computed yet" in table and "x-seed0-minority.json" in table
     assert (tmp_path / "rules" / "x-frontier.png").exists() or "![" not in table
+    # one seed has no spread to show, rather than a spread of 0
+    assert rule_tables.accuracy_text({0: {"accuracy": 0.5}}) == "0.500 (one seed)"
+    assert rule_tables.accuracy_text({0: {"accuracy": 0.5}, 1: {"accuracy": 0.7}}) == (
+        "0.600 (± 0.141)"
+    )
 
 
 def test_an_onpolicy_run_is_stage_2_with_its_corpus_collected_again():
