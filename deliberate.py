@@ -29,6 +29,7 @@ from solutions import (
     run_llm,
     same_answer,
     solve_calls,
+    unanimous,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -566,13 +567,23 @@ def decide(policy, games, t, cfg, greedy):
 
 
 def play(
-    engine, examples, policy, cfg, *, greedy=True, refine_all=False, refine_cost=0.0, progress=None
+    engine,
+    examples,
+    policy,
+    cfg,
+    *,
+    greedy=True,
+    refine_all=False,
+    refine_cost=0.0,
+    disagree_bonus=0.0,
+    progress=None,
 ):
     """Plays the game on every example at once (a round's LLM calls in one engine call); returns one
     Game per example: its transcript() is what eval.py writes, its moves what training reads.
     greedy: a learned policy's argmax actions, else sampled. refine_all: every agent draws its
     REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost.
-    refine_cost: what a REFINE's reward pays per 1000 tokens of its call."""
+    refine_cost: what a REFINE's reward pays per 1000 tokens of its call. disagree_bonus: what it
+    earns where the team's answers before it are not unanimous."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
@@ -608,7 +619,8 @@ def play(
         refined = [{} for _ in active]
         costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
-            refined[k][i], costs[k][i] = sample, refine_cost * n_tokens / 1000
+            bonus = 0.0 if unanimous(active[k].solutions) else disagree_bonus
+            refined[k][i], costs[k][i] = sample, refine_cost * n_tokens / 1000 - bonus
         for g, acts, seen, why, mine, cost in zip(
             active, actions, observations, explained, refined, costs
         ):
@@ -637,14 +649,21 @@ def play(
     return games
 
 
-def collect_states(engine, examples, policy, cfg, more, *, ranks, desc="", refine_cost=None):
+def collect_states(
+    engine, examples, policy, cfg, more, *, ranks, desc="", refine_cost=None, disagree_bonus=0.0
+):
     """Every rank's (agent, round) states visited by `policy` (actions sampled), each rank playing
     its shard, in a canonical order (independent of the number of ranks): the observation, the
     action taken, and the fields more(game, move) gives each agent. refine_cost: every agent draws
-    its REFINE sample, paying this per 1000 tokens (train_rl.py's corpus); None: the taken only."""
+    its REFINE sample, paying this per 1000 tokens and earning disagree_bonus where the team
+    disagrees (train_rl.py's corpus); None: the taken only."""
     bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=ranks.rank != 0, leave=False)
     shard = examples[ranks.rank :: ranks.world]
-    every = {"refine_all": True, "refine_cost": refine_cost} if refine_cost is not None else {}
+    every = (
+        {"refine_all": True, "refine_cost": refine_cost, "disagree_bonus": disagree_bonus}
+        if refine_cost is not None
+        else {}
+    )
     games = play(engine, shard, policy, cfg, greedy=False, progress=bar, **every)
     bar.close()
     rows = [

@@ -23,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from deliberate import PERSIST, REFINE
-from solutions import majority_vote
+from solutions import majority_vote, unanimous
 
 RULES = ("freeze", "minority", "gate", "trigger")
 # the round-0 state the trigger reads: the answers' spread and the agents' generation confidence
@@ -92,8 +92,7 @@ class Rule:
     def team_actions(self, solutions, t):
         n = len(solutions)
         if self.name == "freeze":
-            unanimous = len({s.answer for s in solutions}) == 1 and solutions[0].answer is not None
-            return [PERSIST if unanimous else REFINE] * n
+            return [PERSIST if unanimous(solutions) else REFINE] * n
         if self.name == "minority":
             vote, _ = majority_vote(solutions)
             return [

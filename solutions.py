@@ -205,6 +205,11 @@ def majority_vote(solutions, exclude=None):
     return answer, min(groups[answer], key=lambda i: (-solutions[i].confidence, i))
 
 
+def unanimous(solutions):
+    """Every agent gave the same parsed answer."""
+    return len({s.answer for s in solutions}) == 1 and solutions[0].answer is not None
+
+
 # --------------------------------------------------------------------------------------------------
 # 4. The calls: the game's settings and the LLM calls that answer its prompts
 # --------------------------------------------------------------------------------------------------

@@ -179,6 +179,10 @@ class Config:
     refine_cost: float = 0.5
     """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's
     choice (results/README.md); negative: REFINE earns it, so ties go to talking"""
+    disagree_bonus: float = 0.0
+    """a REFINE's reward earns this where the team's answers before it are not unanimous: below
+    the reward's steps, it gives REFINE its ties there, as freeze REFINEs while the team
+    disagrees"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -203,15 +207,16 @@ class Config:
 # --------------------------------------------------------------------------------------------------
 def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
-    sample drawn, at --refine-cost), each with its counterfactual reward vector."""
+    sample drawn, at --refine-cost and --disagree-bonus), each with its counterfactual reward
+    vector."""
 
     def rewards(played, move):
         vectors = counterfactual_rewards(move, played.example.answer, played.example.task)
         return [{"rewards": vector} for vector in vectors]
 
-    cost, game = cfg.refine_cost, GameConfig.of(cfg)
+    prices = {"refine_cost": cfg.refine_cost, "disagree_bonus": cfg.disagree_bonus}
     return collect_states(
-        engine, questions, behaviour, game, rewards, ranks=ranks, desc=desc, refine_cost=cost
+        engine, questions, behaviour, GameConfig.of(cfg), rewards, ranks=ranks, desc=desc, **prices
     )
 
 
@@ -411,6 +416,7 @@ def train(cfg, ranks):
         val_n=cfg.val_n,
         init=cfg.init,
         refine_cost=cfg.refine_cost,
+        disagree_bonus=cfg.disagree_bonus,
     )
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]

@@ -60,13 +60,14 @@ def rule_pieces(prefix, seed):
 # where a learned policy loses to a rule (experiments/rule_losses.py): on split, the policy that
 # matched debate against the rule that REFINEs while the team disagrees, and the same policy
 # trained on its own games (experiments/onpolicy_pieces.py), to see whether the states where it
-# loses were the ones a corpus of the SFT policy's games left out, and the policy whose REFINE
-# wins its ties (split_pieces.REFINE_COSTS)
+# loses were the ones a corpus of the SFT policy's games left out, and the policies whose REFINE
+# wins its ties, everywhere or while the team disagrees (split_pieces.REFINE_COSTS, TIES_FLAGS)
 LOSSES = {
     PREFIX: [
         ("softrank-cost0", "freeze"),
         (onpolicy_part("softrank-cost0", 2), "freeze"),
         ("softrank-cost-0.1", "freeze"),
+        ("softrank-cost0-disagree0.1", "freeze"),
     ]
 }
 

@@ -55,9 +55,15 @@ SWEEP_FLAGS = {
     f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS
 }
 SWEEP = tuple(SWEEP_FLAGS)
+# SoftRankPO with REFINE free and its ties given to it only while the team disagrees, freeze's rule
+# where the rewards cannot tell the actions apart (a REFINE below free gives it every tie)
+TIES_FLAGS = {
+    "softrank-cost0-disagree0.1": ["--algo", "softrank", "--refine-cost", "0"]
+    + ["--disagree-bonus", "0.1"]
+}
 # every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
-TRAINED = (*POLICIES, *SWEEP)
-TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS}
+TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS)
+TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS}
 
 
 def seed_pieces(seed):

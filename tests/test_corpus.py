@@ -42,8 +42,20 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     an error."""
     asked = []
 
-    def play(engine, shard, policy, cfg, *, greedy, progress, refine_all=False, refine_cost=0.0):
-        asked.append((engine, shard, policy, cfg, greedy, refine_all, refine_cost, progress.total))
+    def play(
+        engine,
+        shard,
+        policy,
+        cfg,
+        *,
+        greedy,
+        progress,
+        refine_all=False,
+        refine_cost=0.0,
+        disagree_bonus=0.0,
+    ):
+        prices = (refine_cost, disagree_bonus)
+        asked.append((engine, shard, policy, cfg, greedy, refine_all, *prices, progress.total))
         return [played_game(q, 2) for q in reversed(shard)]
 
     monkeypatch.setattr(D, "play", play)
@@ -55,8 +67,9 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
         return [{"t": (game.example.id, move.round, agent)} for agent in range(2)]
 
     second = Ranks(1, 2, "cpu")
-    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=second, refine_cost=0.5)
-    assert asked == [("E", ["b"], "pi", cfg, False, True, 0.5, 2)]
+    prices = {"refine_cost": 0.5, "disagree_bonus": 0.1}
+    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=second, **prices)
+    assert asked == [("E", ["b"], "pi", cfg, False, True, 0.5, 0.1, 2)]
     assert [r["key"] for r in rows] == [("b", t, i) for t in (1, 2) for i in (0, 1)]
     assert [r["t"] for r in rows] == [r["key"] for r in rows]
     assert [r["own"] for r in rows] == [[1, 0.0], [1, 1.0], [2, 0.0], [2, 1.0]]
@@ -65,7 +78,7 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     assert [r["agent"] for r in rows] == [0, 1] * 2
     rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=ALONE)
     assert [r["key"][0] for r in rows] == ["a"] * 4 + ["b"] * 4 + ["c"] * 4
-    assert asked[-1][5:7] == (False, 0.0)
+    assert asked[-1][5:8] == (False, 0.0, 0.0)
     D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, desc="sft")
     # a bar of the rounds on rank 0 only, named by `desc` ("collect"), cleared when done
     bar = dict(total=2, desc="collect", disable=False, leave=False)

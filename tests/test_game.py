@@ -570,6 +570,33 @@ def test_refine_cost_is_paid_by_refine_only(cost):
         assert [paid_vectors[i][a] for a in others] == [free_vectors[i][a] for a in others]
 
 
+def test_the_disagree_bonus_is_earned_by_refine_where_the_team_disagrees_only():
+    """play's disagree_bonus (train_rl.py's --disagree-bonus): a REFINE's reward, taken or
+    counterfactual, earns it where the team's answers before it differ, and nowhere else; the
+    other actions' rewards are untouched."""
+    cfg = GameConfig(agents=3, rounds=1)
+    teams = {"t/0": (1, 2, 5), "t/1": (3, 3, 3)}
+    answers = {(q, i): a for q, team in teams.items() for i, a in enumerate(team)}
+    vectors = {}
+    for bonus in (0.0, 0.25):
+        engine = ScriptedEngine(solve_script(cfg, answers))
+        games = D.play(
+            engine,
+            make_examples(2),
+            D.FixedPolicy("refine"),
+            cfg,
+            refine_all=True,
+            disagree_bonus=bonus,
+        )
+        vectors[bonus] = [reward_vectors(game) for game in games]
+    for q, earned in enumerate((0.25, 0.0)):
+        for plain, paid in zip(vectors[0.0][q], vectors[0.25][q]):
+            assert paid[REFINE] - plain[REFINE] == pytest.approx(earned)
+            assert [paid[a] for a in range(4) if a != REFINE] == [
+                plain[a] for a in range(4) if a != REFINE
+            ]
+
+
 def test_a_policy_with_a_copy_per_agent_explains_each_agents_own_probabilities():
     """--separate: each agent's recorded probabilities are those of its own copy of the network."""
     cfg = GameConfig(agents=3, rounds=1)
