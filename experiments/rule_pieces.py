@@ -68,6 +68,7 @@ LOSSES = {
         (onpolicy_part("softrank-cost0", 2), "freeze"),
         ("softrank-cost-0.1", "freeze"),
         ("softrank-cost0-disagree0.1", "freeze"),
+        ("softrank-cost0.1-disagree0.3", "freeze"),
     ]
 }
 

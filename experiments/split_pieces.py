@@ -55,11 +55,14 @@ SWEEP_FLAGS = {
     f"softrank-cost{c}": ["--algo", "softrank", "--refine-cost", c] for c in REFINE_COSTS
 }
 SWEEP = tuple(SWEEP_FLAGS)
-# SoftRankPO with REFINE free and its ties given to it only while the team disagrees, freeze's rule
-# where the rewards cannot tell the actions apart (a REFINE below free gives it every tie)
+# SoftRankPO with REFINE's ties given to it while the team disagrees, freeze's rule where the
+# rewards cannot tell the actions apart (a REFINE below free gives it every tie): with REFINE free
+# elsewhere, then paying elsewhere, so that its ties in a unanimous team go to PERSIST
 TIES_FLAGS = {
     "softrank-cost0-disagree0.1": ["--algo", "softrank", "--refine-cost", "0"]
-    + ["--disagree-bonus", "0.1"]
+    + ["--disagree-bonus", "0.1"],
+    "softrank-cost0.1-disagree0.3": ["--algo", "softrank", "--refine-cost", "0.1"]
+    + ["--disagree-bonus", "0.3"],
 }
 # every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
 TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS)
