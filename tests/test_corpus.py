@@ -79,10 +79,13 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=ALONE)
     assert [r["key"][0] for r in rows] == ["a"] * 4 + ["b"] * 4 + ["c"] * 4
     assert asked[-1][5:8] == (False, 0.0, 0.0)
+    # a corpus priced without a bonus earns none
+    D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, refine_cost=0.2)
+    assert asked[-1][5:8] == (True, 0.2, 0.0)
     D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, desc="sft")
     # a bar of the rounds on rank 0 only, named by `desc` ("collect"), cleared when done
     bar = dict(total=2, desc="collect", disable=False, leave=False)
-    assert bars == [{**bar, "disable": True}, bar, {**bar, "desc": "sft"}]
+    assert bars == [{**bar, "disable": True}, bar, bar, {**bar, "desc": "sft"}]
     monkeypatch.setattr(D, "play", lambda *a, **kw: [played_game("a", 0)])
     with pytest.raises(ValueError, match=r"^the games visited no state after round 0 \(did every "):
         D.collect_states("E", ["a"], Script(None), cfg, more, ranks=ALONE)

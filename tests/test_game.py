@@ -577,7 +577,7 @@ def test_the_disagree_bonus_is_earned_by_refine_where_the_team_disagrees_only():
     cfg = GameConfig(agents=3, rounds=1)
     teams = {"t/0": (1, 2, 5), "t/1": (3, 3, 3)}
     answers = {(q, i): a for q, team in teams.items() for i, a in enumerate(team)}
-    vectors = {}
+    vectors, costs = {}, {}
     for bonus in (0.0, 0.25):
         engine = ScriptedEngine(solve_script(cfg, answers))
         games = D.play(
@@ -589,6 +589,9 @@ def test_the_disagree_bonus_is_earned_by_refine_where_the_team_disagrees_only():
             disagree_bonus=bonus,
         )
         vectors[bonus] = [reward_vectors(game) for game in games]
+        costs[bonus] = [game.moves[0].costs for game in games]
+    # REFINE is free here (refine_cost 0): what it costs is minus what it earns
+    assert costs[0.25] == [[-0.25] * 3, [0.0] * 3] and costs[0.0] == [[0.0] * 3] * 2
     for q, earned in enumerate((0.25, 0.0)):
         for plain, paid in zip(vectors[0.0][q], vectors[0.25][q]):
             assert paid[REFINE] - plain[REFINE] == pytest.approx(earned)
