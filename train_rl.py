@@ -183,6 +183,10 @@ class Config:
     """a REFINE's reward earns this where the team's answers before it are not unanimous: below
     the reward's steps, it gives REFINE its ties there, as freeze REFINEs while the team
     disagrees"""
+    later_weight: float = 0.0
+    """the action each agent took earns this times what the team's vote gains after its round, to
+    the game's end (+1 wrong to right, -1 right to wrong): one round's reward is silent on a REFINE
+    whose answer stays while it sets up a later round"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -208,10 +212,14 @@ class Config:
 def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
     sample drawn, at --refine-cost and --disagree-bonus), each with its counterfactual reward
-    vector."""
+    vector, the action taken crediting --later-weight times the vote's gain after its round."""
 
     def rewards(played, move):
         vectors = counterfactual_rewards(move, played.example.answer, played.example.task)
+        # the other actions' later games were never played: only the one taken learns of its own
+        later = float(played.rounds[-1]["correct"]) - float(played.rounds[move.round]["correct"])
+        for vector, action in zip(vectors, move.actions):
+            vector[action] += cfg.later_weight * later
         return [{"rewards": vector} for vector in vectors]
 
     prices = {"refine_cost": cfg.refine_cost, "disagree_bonus": cfg.disagree_bonus}
@@ -417,6 +425,7 @@ def train(cfg, ranks):
         init=cfg.init,
         refine_cost=cfg.refine_cost,
         disagree_bonus=cfg.disagree_bonus,
+        later_weight=cfg.later_weight,
     )
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]

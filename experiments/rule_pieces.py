@@ -61,7 +61,8 @@ def rule_pieces(prefix, seed):
 # matched debate against the rule that REFINEs while the team disagrees, and the same policy
 # trained on its own games (experiments/onpolicy_pieces.py), to see whether the states where it
 # loses were the ones a corpus of the SFT policy's games left out, and the policies whose REFINE
-# wins its ties, everywhere or while the team disagrees (split_pieces.REFINE_COSTS, TIES_FLAGS)
+# wins its ties, everywhere or while the team disagrees (split_pieces.REFINE_COSTS, TIES_FLAGS), and
+# the policy whose taken actions earn the vote's later gain (split_pieces.LATER_FLAGS)
 LOSSES = {
     PREFIX: [
         ("softrank-cost0", "freeze"),
@@ -69,6 +70,7 @@ LOSSES = {
         ("softrank-cost-0.1", "freeze"),
         ("softrank-cost0-disagree0.1", "freeze"),
         ("softrank-cost0.1-disagree0.3", "freeze"),
+        ("softrank-cost0-later0.5", "freeze"),
     ]
 }
 

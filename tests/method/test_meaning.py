@@ -250,6 +250,42 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     assert [r["key"] for r in shard] == keys[:3]
 
 
+def test_the_later_weight_credits_the_votes_gain_after_a_round_to_the_actions_taken():
+    """train_rl.py --later-weight: two games of R = 2 (gold 5; vote ties go to agent 0), agent 0
+    REFINEs and its peers PERSIST in round 1, all REFINE in round 2. q/up: 1,2,3 -> 6,2,3 (wrong)
+    -> 5,5,9 (right): round 1's taken actions gain +1 after it. q/down: 1,5,3 (wrong) -> 5,5,3
+    (right) -> 1,2,9 (wrong): -1 after round 1. Round 2 is the game's end: no gain. The actions
+    not taken keep their one-round rewards."""
+    refine = {
+        "q/up": {1: ("6", "7", "8"), 2: ("5", "5", "9")},
+        "q/down": {1: ("5", "7", "8"), 2: ("1", "2", "9")},
+    }
+    solve = {"q/up": ("1", "2", "3"), "q/down": ("1", "5", "3")}
+    table = {}
+    for q in solve:
+        calls = {(t, i): (a, 9) for t, answers in refine[q].items() for i, a in enumerate(answers)}
+        table.update(replies(q, dict(enumerate(solve[q])), calls))
+    plan = {1: [REFINE, PERSIST, PERSIST], 2: [REFINE] * 3}
+    examples = [example("q/up"), example("q/down")]
+
+    def corpus(weight):
+        cfg = train_rl.Config(agents=3, rounds=2, refine_cost=0.5, later_weight=weight)
+        script = Script(lambda t, agent: plan[t][agent])
+        return train_rl.scored_states(
+            SeedEngine(table), examples, script, cfg, ranks=ALONE, desc="corpus"
+        )
+
+    plain, credited = corpus(0.0), corpus(0.25)
+    gain = {("q/up", 1): 1.0, ("q/down", 1): -1.0, ("q/up", 2): 0.0, ("q/down", 2): 0.0}
+    assert [r["key"] for r in credited] == [r["key"] for r in plain]
+    for a, b in zip(plain, credited):
+        qid, t, agent = a["key"]
+        taken = plan[t][agent]
+        assert b["action"] == taken
+        shift = [0.25 * gain[qid, t] * (k == taken) for k in range(4)]
+        assert b["rewards"] == pytest.approx([x + d for x, d in zip(a["rewards"], shift)])
+
+
 def test_best_action_kinds_by_hand():
     """3 agents, K = 4 (PERSIST, REFINE, CONCEDE to peer 1, to peer 2), rewards per state:
     PERSIST alone best; REFINE alone best (and paying 0.75 over PERSIST); the second CONCEDE alone
