@@ -387,6 +387,8 @@ def check(cfg, world):
     # every rank takes rows of every global batch
     check_at_least(world, batch_size=cfg.batch_size)
     check_at_least(0, beta=cfg.beta, lam=cfg.lam)
+    # a negative weight would reward the actions taken before the vote turns wrong
+    check_at_least(0, later_weight=cfg.later_weight)
     # a negative scale would reverse the rewards' order
     check_positive(lr=cfg.lr, tau=cfg.tau, clip=cfg.clip, reward_scale=cfg.reward_scale)
     if not Path(cfg.init).is_file():
