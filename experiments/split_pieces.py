@@ -59,18 +59,14 @@ SWEEP = tuple(SWEEP_FLAGS)
 # rewards cannot tell the actions apart (a REFINE below free gives it every tie): with REFINE free
 # elsewhere, then paying elsewhere, so that its ties in a unanimous team go to PERSIST
 TIES_FLAGS = {
-    "softrank-cost0-disagree0.1": ["--algo", "softrank", "--refine-cost", "0"]
-    + ["--disagree-bonus", "0.1"],
+    "softrank-cost0-disagree0.1": [*RL_FLAGS["softrank-cost0"], "--disagree-bonus", "0.1"],
     "softrank-cost0.1-disagree0.3": ["--algo", "softrank", "--refine-cost", "0.1"]
     + ["--disagree-bonus", "0.3"],
 }
 # SoftRankPO with REFINE free and each action taken crediting half the vote's gain to the game's
 # end: the tie-breaks above hand REFINE's ties to a rule, this one to what followed in the corpus
 # (half: below the brackets' step, it decides the ties only)
-LATER_FLAGS = {
-    "softrank-cost0-later0.5": ["--algo", "softrank", "--refine-cost", "0"]
-    + ["--later-weight", "0.5"]
-}
+LATER_FLAGS = {"softrank-cost0-later0.5": [*RL_FLAGS["softrank-cost0"], "--later-weight", "0.5"]}
 # every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
 TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS)
 TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS}
