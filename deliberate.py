@@ -480,6 +480,9 @@ class Game:
     moves: list = field(default_factory=list)  # one Move per decision round
     tokens: int = 0  # prompt + completion tokens of every LLM call
     calls: int = 0
+    # (round, agent, action): that agent takes that action in that round whatever the policy says
+    # (train_rl.py's rollout of an action its corpus's game did not take)
+    forced: tuple = None
 
     def vote_summary(self, solutions):
         """The answers, each agent's correctness and confidence, the vote and its correctness."""
@@ -576,6 +579,7 @@ def play(
     refine_all=False,
     refine_cost=0.0,
     disagree_bonus=0.0,
+    forced=None,
     progress=None,
 ):
     """Plays the game on every example at once (a round's LLM calls in one engine call); returns one
@@ -583,12 +587,15 @@ def play(
     greedy: a learned policy's argmax actions, else sampled. refine_all: every agent draws its
     REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost.
     refine_cost: what a REFINE's reward pays per 1000 tokens of its call. disagree_bonus: what it
-    earns where the team's answers before it are not unanimous."""
+    earns where the team's answers before it are not unanimous. forced: per example, None or the
+    (round, agent, action) of Game.forced."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
+    forced = forced or [None] * len(examples)
     games = [
-        Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples
+        Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents, forced=f)
+        for ex, f in zip(examples, forced, strict=True)
     ]
     # round 0: every agent solves the question on its own (solve_calls: question-major)
     asking = [g for g in games for _ in range(cfg.agents)]
@@ -611,6 +618,9 @@ def play(
         if not active:
             break
         observations, actions, explained = decide(policy, active, t, cfg, greedy)
+        for g, acts in zip(active, actions):
+            if g.forced is not None and g.forced[0] == t:
+                acts[g.forced[1]] = g.forced[2]
         # execute: the REFINE calls first, then the moves
         pairs = [(k, i) for k, acts in enumerate(actions) for i in range(len(acts))]
         refine = [(k, i) for k, i in pairs if actions[k][i] == REFINE or refine_all]
@@ -649,14 +659,12 @@ def play(
     return games
 
 
-def collect_states(
-    engine, examples, policy, cfg, more, *, ranks, desc="", refine_cost=None, disagree_bonus=0.0
+def play_shard(
+    engine, examples, policy, cfg, *, ranks, desc="", refine_cost=None, disagree_bonus=0.0
 ):
-    """Every rank's (agent, round) states visited by `policy` (actions sampled), each rank playing
-    its shard, in a canonical order (independent of the number of ranks): the observation, the
-    action taken, and the fields more(game, move) gives each agent. refine_cost: every agent draws
-    its REFINE sample, paying this per 1000 tokens and earning disagree_bonus where the team
-    disagrees (train_rl.py's corpus); None: the taken only."""
+    """This rank's games of `examples` (its shard, examples[rank::world]), actions sampled.
+    refine_cost: every agent draws its REFINE sample, paying this per 1000 tokens and earning
+    disagree_bonus where the team disagrees (train_rl.py's corpus); None: the taken only."""
     bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=ranks.rank != 0, leave=False)
     shard = examples[ranks.rank :: ranks.world]
     every = (
@@ -666,6 +674,13 @@ def collect_states(
     )
     games = play(engine, shard, policy, cfg, greedy=False, progress=bar, **every)
     bar.close()
+    return games
+
+
+def state_rows(games, more):
+    """Every rank's (agent, round) states of its games, gathered in a canonical order (independent
+    of the number of ranks): the observation, the action taken, and the fields more(game, move)
+    gives each agent."""
     rows = [
         {"key": (g.example.id, m.round, i), "own": own, "peers": peers, "agent": i}
         | {"action": m.actions[i], **fields}
@@ -677,3 +692,9 @@ def collect_states(
     if not rows:
         raise ValueError("the games visited no state after round 0 (did every game stop at once?)")
     return rows
+
+
+def collect_states(engine, examples, policy, cfg, more, *, ranks, **shard):
+    """The states of `policy`'s games (play_shard, its keywords in `shard`), with more(game, move)'s
+    fields (state_rows)."""
+    return state_rows(play_shard(engine, examples, policy, cfg, ranks=ranks, **shard), more)

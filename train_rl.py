@@ -68,14 +68,15 @@ from deliberate import (
     action_counts,
     action_distribution,
     check_team,
-    collect_states,
     concede,
     corpus_settings,
     counterfactual_rewards,
     load_policy,
     n_actions,
     play,
+    play_shard,
     save_policy,
+    state_rows,
 )
 from llm.team import check_engine, make_engine, resolve_engine_dtype, team_name
 from solutions import GameConfig, check_game
@@ -187,6 +188,11 @@ class Config:
     """the action each agent took earns this times what the team's vote gains after its round, to
     the game's end (+1 wrong to right, -1 right to wrong): one round's reward is silent on a REFINE
     whose answer stays while it sets up a later round"""
+    rollouts: bool = False
+    """where REFINE and PERSIST share a state's best one-round reward before the last round, the one
+    the agent did not take is played on to the game's end too (the game again with that action
+    forced; the generation cache serves its shared start) and earns --later-weight times its own
+    vote gain"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -209,23 +215,57 @@ class Config:
 # --------------------------------------------------------------------------------------------------
 # 1. The corpus: every action of every visited state scored (docs/design.md §6)
 # --------------------------------------------------------------------------------------------------
+def later_gain(game, t):
+    """What the game's vote gains after round t, to its end: +1 wrong to right, -1 right to
+    wrong."""
+    return float(game.rounds[-1]["correct"]) - float(game.rounds[t]["correct"])
+
+
+def tied_states(game, vectors, rounds):
+    """The (round, agent, action not taken) of each state of `game` before the last round where the
+    agent took REFINE or PERSIST and the other one shares the best one-round reward with it;
+    vectors: round -> each agent's reward vector."""
+    other = {REFINE: PERSIST, PERSIST: REFINE}
+    return [
+        (m.round, i, other[a])
+        for m in game.moves
+        if m.round < rounds
+        for i, (a, vector) in enumerate(zip(m.actions, vectors[m.round]))
+        if a in other and vector[a] == vector[other[a]] == max(vector)
+    ]
+
+
 def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
     """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
     sample drawn, at --refine-cost and --disagree-bonus), each with its counterfactual reward
-    vector, the action taken crediting --later-weight times the vote's gain after its round."""
-
-    def rewards(played, move):
-        vectors = counterfactual_rewards(move, played.example.answer, played.example.task)
-        # the other actions' later games were never played: only the one taken learns of its own
-        later = float(played.rounds[-1]["correct"]) - float(played.rounds[move.round]["correct"])
-        for vector, action in zip(vectors, move.actions):
-            vector[action] += cfg.later_weight * later
-        return [{"rewards": vector} for vector in vectors]
-
+    vector, the action taken crediting --later-weight times the vote's gain after its round, and
+    with --rollouts the tied action not taken crediting its own game's gain."""
+    game_cfg = GameConfig.of(cfg)
     prices = {"refine_cost": cfg.refine_cost, "disagree_bonus": cfg.disagree_bonus}
-    return collect_states(
-        engine, questions, behaviour, GameConfig.of(cfg), rewards, ranks=ranks, desc=desc, **prices
-    )
+    games = play_shard(engine, questions, behaviour, game_cfg, ranks=ranks, desc=desc, **prices)
+    # per game, round -> each agent's reward vector
+    scores = {
+        id(g): {
+            m.round: counterfactual_rewards(m, g.example.answer, g.example.task) for m in g.moves
+        }
+        for g in games
+    }
+    ties = [(g, tie) for g in games for tie in tied_states(g, scores[id(g)], cfg.rounds)]
+    for g in games:
+        for m in g.moves:
+            for vector, action in zip(scores[id(g)][m.round], m.actions):
+                vector[action] += cfg.later_weight * later_gain(g, m.round)
+    if cfg.rollouts and ties:
+        # the game's seeds: a branch differs from its game by the forced action and what follows
+        bar = tqdm(total=cfg.rounds, desc="rollouts", disable=ranks.rank != 0, leave=False)
+        examples, forced = [g.example for g, _ in ties], [tie for _, tie in ties]
+        branches = play(
+            engine, examples, behaviour, game_cfg, greedy=False, forced=forced, progress=bar
+        )
+        bar.close()
+        for (g, (t, i, action)), branch in zip(ties, branches):
+            scores[id(g)][t][i][action] += cfg.later_weight * later_gain(branch, t)
+    return state_rows(games, lambda g, m: [{"rewards": v} for v in scores[id(g)][m.round]])
 
 
 def best_action_kinds(rewards):
@@ -389,6 +429,8 @@ def check(cfg, world):
     check_at_least(0, beta=cfg.beta, lam=cfg.lam)
     # a negative weight would reward the actions taken before the vote turns wrong
     check_at_least(0, later_weight=cfg.later_weight)
+    if cfg.rollouts and cfg.later_weight == 0:
+        raise UsageError("--rollouts credits --later-weight times a branch's gain: set it above 0")
     # a negative scale would reverse the rewards' order
     check_positive(lr=cfg.lr, tau=cfg.tau, clip=cfg.clip, reward_scale=cfg.reward_scale)
     if not Path(cfg.init).is_file():
@@ -428,6 +470,7 @@ def train(cfg, ranks):
         refine_cost=cfg.refine_cost,
         disagree_bonus=cfg.disagree_bonus,
         later_weight=cfg.later_weight,
+        rollouts=cfg.rollouts,
     )
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]

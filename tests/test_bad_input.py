@@ -104,6 +104,7 @@ def init_for(name, tmp_path):
         ("train_rl.py", ["--algo", "dpo"], "unknown --algo 'dpo'"),
         ("train_rl.py", ["--objective", "max"], "unknown --objective 'max'"),
         ("train_rl.py", ["--later-weight", "-0.5"], "--later-weight -0.5: must be at least 0"),
+        ("train_rl.py", ["--rollouts"], "--rollouts credits --later-weight times a branch's gain"),
         ("sft.py", ["--features", "nonsense"], "unknown --features 'nonsense'"),
         ("train_magrpo.py", ["--group", "1"], "--group 1: must be at least 2"),
         ("train_mlpo.py", ["--group", "1"], "--group 1: must be at least 2"),

@@ -286,6 +286,81 @@ def test_the_later_weight_credits_the_votes_gain_after_a_round_to_the_actions_ta
         assert b["rewards"] == pytest.approx([x + d for x, d in zip(a["rewards"], shift)])
 
 
+class ByRound:
+    """A policy that plays plan[t][agent] in round t, read from the state (its round feature), so
+    that a game played again with an action forced meets the same plan."""
+
+    reads_critic = False
+
+    def __init__(self, plan, rounds):
+        self.plan, self.rounds = plan, rounds
+
+    def act(self, own, peers, agent_index, uniforms, greedy=True):
+        t = [round(float(o[D.OWN_FEATURES.index("round")]) * self.rounds) + 1 for o in own]
+        return [self.plan[r][int(i)] for r, i in zip(t, agent_index)]
+
+
+def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain():
+    """train_rl.py --rollouts, R = 2, gold 5, vote ties to agent 0; round 2 has every agent REFINE
+    to 5, 5, 9 (right). q/stop: 1, 2, 3, all PERSIST in round 1, and the game stops wrong; agents 0
+    and 1 would REFINE to their own answers (tied with PERSIST), agent 2 to 5 (its REFINE pays +1
+    alone: no tie, no rollout). Forcing agent 0's or 1's REFINE keeps the game going to round 2:
+    its branch gains +1. q/go: 1, 2, 3, agent 0 REFINEs to 1 in round 1, its peers PERSIST (every
+    REFINE keeps its answer: all tied); the game gains +1 after round 1. Forcing agent 0's PERSIST
+    stops the branch (gain 0); forcing agent 1's or 2's REFINE changes nothing after (gain +1).
+    q/peer: 1, 2, 5, all PERSIST in round 1, every REFINE keeping its answer: agents 0 and 1 tie
+    REFINE with PERSIST below CONCEDE to agent 2 (+2: no rollout); agent 2's tie is its best (its
+    CONCEDEs pay -1): rolled out, +1. Round 2 is the last: no rollout."""
+    solve = {"q/stop": ("1", "2", "3"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
+    first = {"q/stop": ("1", "2", "5"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
+    table = {}
+    for q in solve:
+        answers = {1: first[q], 2: ("5", "5", "9")}
+        calls = {(t, i): (a, 9) for t, ans in answers.items() for i, a in enumerate(ans)}
+        table.update(replies(q, dict(enumerate(solve[q])), calls))
+    plans = {"q/stop": [PERSIST] * 3, "q/go": [REFINE, PERSIST, PERSIST], "q/peer": [PERSIST] * 3}
+    w = 0.5
+
+    def corpus(q, rollouts):
+        cfg = train_rl.Config(agents=3, rounds=2, refine_cost=0.0, later_weight=w)
+        cfg.rollouts = rollouts
+        policy = ByRound({1: plans[q], 2: [REFINE] * 3}, rounds=2)
+        engine = SeedEngine(table)
+        rows = train_rl.scored_states(engine, [example(q)], policy, cfg, ranks=ALONE, desc="corpus")
+        return {r["key"]: r["rewards"] for r in rows}, engine.calls
+
+    # the one-round rewards by hand (PERSIST, REFINE, CONCEDE to peer 0, to peer 1) and the taken
+    # action's gain after the round
+    expected = {
+        ("q/stop", 1, 0): [0, 0 + w, 0, 0],
+        ("q/stop", 1, 1): [0, 0 + w, 0, 0],
+        ("q/stop", 1, 2): [0, 1, 0, 0],
+        ("q/go", 1, 0): [0 + 0, 0 + w, 0, 0],
+        ("q/go", 1, 1): [0 + w, 0 + w, 0, 0],
+        ("q/go", 1, 2): [0 + w, 0 + w, 0, 0],
+        ("q/peer", 1, 0): [0, 0, 0, 2],
+        ("q/peer", 1, 1): [0, 0, 0, 2],
+        ("q/peer", 1, 2): [0, 0 + w, -1, -1],
+    }
+    # the game's calls (3 per round, every REFINE sample drawn), then each branch's: round 0 again,
+    # its REFINEs taken: q/stop's two branches 3 + 1 + 3; q/go's 3 + 0 (stopped), 3 + 2 + 3 twice;
+    # q/peer's one 3 + 1 + 3
+    calls = {"q/stop": (6, 6 + 2 * 7), "q/go": (9, 9 + 3 + 2 * 8), "q/peer": (6, 6 + 7)}
+    rounds = {"q/stop": (1,), "q/go": (1, 2), "q/peer": (1,)}
+    for q in plans:
+        (plain, plain_calls), (rolled, rolled_calls) = corpus(q, False), corpus(q, True)
+        assert (plain_calls, rolled_calls) == calls[q]
+        assert list(rolled) == list(plain) == [(q, t, i) for t in rounds[q] for i in range(3)]
+        for key, vector in expected.items():
+            if key[0] == q:
+                assert rolled[key] == pytest.approx(vector), key
+        # without rollouts the actions not taken keep their one-round rewards
+        untaken = {"q/stop": (1, 0, REFINE), "q/go": (1, 0, PERSIST), "q/peer": (1, 2, REFINE)}[q]
+        assert plain[q, *untaken[:2]][untaken[2]] == 0
+        # round 2, the last, is rolled out nowhere
+        assert all(rolled[k] == plain[k] for k in rolled if k[1] == 2)
+
+
 def test_best_action_kinds_by_hand():
     """3 agents, K = 4 (PERSIST, REFINE, CONCEDE to peer 1, to peer 2), rewards per state:
     PERSIST alone best; REFINE alone best (and paying 0.75 over PERSIST); the second CONCEDE alone
