@@ -8,7 +8,7 @@ headroom of these actions. experiments/pieces.py holds them with every other pie
 from experiments.llm_pieces import PY
 from experiments.onpolicy_pieces import onpolicy_part
 from experiments.piece_kit import TABLE_GAME, TABLE_SEEDS, TABLE_TASKS, merged, table
-from experiments.split_pieces import ADAPTERS, PREFIX, SPLIT_GAME, SPLIT_TASK, TEAM
+from experiments.split_pieces import ADAPTERS, PREFIX, SEED0_ONLY, SPLIT_GAME, SPLIT_TASK, TEAM
 from experiments.teams import team_adapters, team_flags
 
 # a table's name prefix -> its game (task, team, rounds) and the adapters its team loads
@@ -62,7 +62,7 @@ def rule_pieces(prefix, seed):
 # trained on its own games (experiments/onpolicy_pieces.py), to see whether the states where it
 # loses were the ones a corpus of the SFT policy's games left out, and the policies whose REFINE
 # wins its ties, everywhere or while the team disagrees (split_pieces.REFINE_COSTS, TIES_FLAGS), and
-# the policy whose taken actions earn the vote's later gain (split_pieces.LATER_FLAGS)
+# the policies that learn of the vote's later gain (split_pieces.LATER_FLAGS)
 LOSSES = {
     PREFIX: [
         ("softrank-cost0", "freeze"),
@@ -71,8 +71,11 @@ LOSSES = {
         ("softrank-cost0-disagree0.1", "freeze"),
         ("softrank-cost0.1-disagree0.3", "freeze"),
         ("softrank-cost0-later0.5", "freeze"),
+        ("softrank-cost0-later0.5-rollouts", "freeze"),
     ]
 }
+# seed 0 only: the variants played on seed 0 alone, and the one that plays freeze game for game
+LOSSES_SEED0_ONLY = (*SEED0_ONLY, "softrank-cost0.1-disagree0.3")
 
 
 def loss_pieces(prefix, seed):
@@ -82,6 +85,8 @@ def loss_pieces(prefix, seed):
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--dtype", "float32"]
     pieces = {}
     for algo, rule in LOSSES.get(prefix, []):
+        if seed != 0 and algo in LOSSES_SEED0_ONLY:
+            continue
         policy = f"results/policies/{name}-{algo}.safetensors"
         out = f"results/rules/losses-{name}-{algo}-{rule}.json"
         pieces[f"losses-{name}-{algo}-{rule}"] = {

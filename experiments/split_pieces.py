@@ -65,11 +65,23 @@ TIES_FLAGS = {
 }
 # SoftRankPO with REFINE free and each action taken crediting half the vote's gain to the game's
 # end: the tie-breaks above hand REFINE's ties to a rule, this one to what followed in the corpus
-# (half: below the brackets' step, it decides the ties only)
-LATER_FLAGS = {"softrank-cost0-later0.5": [*RL_FLAGS["softrank-cost0"], "--later-weight", "0.5"]}
+# (half: below the brackets' step, it decides the ties only); then with the tied action not taken
+# played on to the end as well, so that both sides of a tie learn of their own later rounds
+LATER = [*RL_FLAGS["softrank-cost0"], "--later-weight", "0.5"]
+LATER_FLAGS = {
+    "softrank-cost0-later0.5": LATER,
+    "softrank-cost0-later0.5-rollouts": [*LATER, "--rollouts"],
+}
 # every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
 TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS)
 TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS}
+# variants whose seed 0 answered their question, so that their other seeds would say nothing new:
+# handed REFINE every tie, or every tie while the team disagrees, SoftRankPO played debate game for
+# game; crediting the action taken alone lost to the policy without it (the rollouts credit both)
+SEED0_ONLY = ("softrank-cost-0.1", "softrank-cost0-disagree0.1", "softrank-cost0-later0.5")
+# REFINE's value by state class, for the table's policies and the costs that a rule's tie-break
+# does not decide (a policy that plays a rule game for game has the rule's)
+VALUED = (*POLICIES, "softrank-cost0.1", "softrank-cost0.25")
 
 
 def seed_pieces(seed):
@@ -91,7 +103,8 @@ def seed_pieces(seed):
             "needs": ADAPTERS,
         },
     }
-    for algo in TRAINED[1:]:
+    played = [algo for algo in TRAINED if seed == 0 or algo not in SEED0_ONLY]
+    for algo in played[1:]:
         flags = [*base, *TRAIN_FLAGS[algo], "--init", policy["sft"]]
         pieces[f"train-{name}-{algo}"] = {
             **trained(f"{name}-{algo}", "train_rl.py", flags, policy[algo]),
@@ -99,7 +112,7 @@ def seed_pieces(seed):
         }
     protocols = {
         "persist": "mpdf-persist",
-        **{algo: f"mpdf={policy[algo]}" for algo in TRAINED},
+        **{algo: f"mpdf={policy[algo]}" for algo in played},
         "sc": "sc",
         "debate": "debate",
     }
@@ -111,7 +124,7 @@ def seed_pieces(seed):
         }
     # what each policy's REFINEs and CONCEDEs gain over PERSIST in its test games, split and
     # shared questions apart
-    for algo in TRAINED:
+    for algo in VALUED:
         out = f"results/refine/{name}-{algo}.json"
         pieces[f"refine-value-{name}-{algo}"] = {
             "command": [PY, "-m", "experiments.refine_value", *base, "--n", "300"]

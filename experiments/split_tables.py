@@ -10,7 +10,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 from experiments import tables, weights
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
-from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED
+from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED, VALUED
 from experiments.tables import accuracy_over_seeds, fmt, load, mean, missing, seeds_text
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
@@ -227,7 +227,7 @@ def split_target_table(seeds=SEEDS):
         "|---|---|---|---|---|---|---|",
     ]
     waiting = []
-    for policy in TRAINED:
+    for policy in VALUED:
         played = {seed: runs[policy][seed] for seed in complete if seed in runs.get(policy, {})}
         values = [load(f"refine/{PREFIX}-seed{seed}-{policy}.json") for seed in complete]
         if len(played) < len(complete) or not all(values):
