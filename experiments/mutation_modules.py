@@ -290,6 +290,8 @@ MODULES = {
 # unless --only names others (a script's loop and checks run as a subprocess, on the original code)
 STAGE_FUNCTIONS = {
     "train_rl": (
+        "later_gain",
+        "tied_states",
         "scored_states",
         "best_action_kinds",
         "corpus_statistics",
