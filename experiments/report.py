@@ -24,7 +24,7 @@ from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
 from experiments.onpolicy_pieces import ONPOLICY_PARTS
 from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
-from experiments.rule_pieces import LOSSES
+from experiments.rule_pieces import LOSSES, loss_seeds
 from experiments.rule_tables import (
     frontier_table,
     learned,
@@ -354,7 +354,9 @@ TABLES = {
     ),
     "rules-target-varied": lambda: rules_target_table("arith300-team-varied", VARIED_LEARNED),
     **{
-        f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(p, a, r)
+        f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(
+            p, a, r, loss_seeds(a)
+        )
         for prefix, pairs in LOSSES.items()
         for algo, rule in pairs
     },

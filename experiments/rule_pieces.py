@@ -74,8 +74,12 @@ LOSSES = {
         ("softrank-cost0-later0.5-rollouts", "freeze"),
     ]
 }
-# seed 0 only: the variants played on seed 0 alone, and the one that plays freeze game for game
-LOSSES_SEED0_ONLY = (*SEED0_ONLY, "softrank-cost0.1-disagree0.3")
+
+
+def loss_seeds(algo):
+    """The seeds a policy's losses are measured on: seed 0 alone for the variants played on seed 0
+    alone, and for the one that plays freeze game for game on every seed."""
+    return (0,) if algo in (*SEED0_ONLY, "softrank-cost0.1-disagree0.3") else TABLE_SEEDS
 
 
 def loss_pieces(prefix, seed):
@@ -85,7 +89,7 @@ def loss_pieces(prefix, seed):
     test = ["--split", "test", "--n", "300", "--seed", str(seed), "--dtype", "float32"]
     pieces = {}
     for algo, rule in LOSSES.get(prefix, []):
-        if seed != 0 and algo in LOSSES_SEED0_ONLY:
+        if seed not in loss_seeds(algo):
             continue
         policy = f"results/policies/{name}-{algo}.safetensors"
         out = f"results/rules/losses-{name}-{algo}-{rule}.json"

@@ -9,6 +9,7 @@ from collections import Counter
 
 from experiments import plots
 from experiments.onpolicy_pieces import AGAIN, onpolicy_part
+from experiments.split_pieces import plays
 from experiments.tables import RESULTS, load, mean, missing, seeds_text, table_runs
 from stats import format_paired, paired_difference, pooled, sample_std
 
@@ -78,7 +79,7 @@ def frontier_table(prefix, policies, extra=None):
     policy (`policies`: table name -> what the row says) and `extra` rows (the oracle), and a PNG
     of every point."""
     parts = {**RULE_ROWS, **policies, **(extra or {})}
-    runs, absent = table_runs(prefix, parts, SEEDS)
+    runs, absent = table_runs(prefix, parts, SEEDS, plays)
     present = [part for part in RULE_ROWS if part in runs]
     if not present:
         return missing(*absent)
@@ -130,7 +131,7 @@ def onpolicy_table(prefix, algo, again=AGAIN):
     games): accuracy, tokens, REFINE shares, each paired with the stage 2 it starts from and with
     debate."""
     parts = {algo: 0, **{onpolicy_part(algo, n): n for n in again}}
-    runs, absent = table_runs(prefix, [*parts, "debate"], SEEDS)
+    runs, absent = table_runs(prefix, [*parts, "debate"], SEEDS, plays)
     if algo not in runs or "debate" not in runs:
         return missing(*absent)
     lines = [
@@ -153,23 +154,23 @@ def onpolicy_table(prefix, algo, again=AGAIN):
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
 
 
-def losses_table(prefix, algo, rule):
+def losses_table(prefix, algo, rule, seeds=SEEDS):
     """Where a learned policy and a rule part (rules/losses-<prefix>-seed<k>-<algo>-<rule>.json),
-    pooled over the seeds: per round-0 class, the questions, how often each alone is right, the
+    pooled over `seeds`: per round-0 class, the questions, how often each alone is right, the
     round-1 actions of each where the rule alone is right, and where either alone is right, the
     first round the two act apart (pooled over the seeds whose files count it)."""
-    names = [f"rules/losses-{prefix}-seed{seed}-{algo}-{rule}.json" for seed in SEEDS]
+    names = [f"rules/losses-{prefix}-seed{seed}-{algo}-{rule}.json" for seed in seeds]
     found = [load(name) for name in names]
     absent = [name for name, f in zip(names, found) if f is None]
     if len(absent) == len(names):
         return missing(*absent)
     apart_seeds = [
-        seed for seed, f in zip(SEEDS, found) if f and "rule_only_apart" in f["classes"][0]
+        seed for seed, f in zip(seeds, found) if f and "rule_only_apart" in f["classes"][0]
     ]
     totals = {"questions": 0, "policy": 0, "rule": 0}
     counts = ("policy_actions", "rule_actions", "policy_apart", "rule_apart")
     pooled_classes = {}
-    for seed, compared in zip(SEEDS, found):
+    for seed, compared in zip(seeds, found):
         for row in compared["classes"] if compared else []:
             key = (row["split"], row["vote"], row["facts"])
             into = pooled_classes.setdefault(key, {**totals, **{c: Counter() for c in counts}})
@@ -211,7 +212,7 @@ def rules_target_table(prefix, policies, debate_budget=None):
     accurate as every rule that spends no fewer tokens (the paired difference ≥ 0 against each);
     with `debate_budget`, also at least as accurate as debate on at most that share of its tokens,
     and the aim beyond: +0.03 over debate, the interval above 0."""
-    runs, absent = table_runs(prefix, [*RULE_ROWS, *policies], SEEDS)
+    runs, absent = table_runs(prefix, [*RULE_ROWS, *policies], SEEDS, plays)
     complete = [s for s in SEEDS if all(s in runs.get(part, {}) for part in RULE_ROWS)]
     if not complete:
         return missing(*absent)

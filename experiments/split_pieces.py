@@ -79,6 +79,13 @@ TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS}
 # handed REFINE every tie, or every tie while the team disagrees, SoftRankPO played debate game for
 # game; crediting the action taken alone lost to the policy without it (the rollouts credit both)
 SEED0_ONLY = ("softrank-cost-0.1", "softrank-cost0-disagree0.1", "softrank-cost0-later0.5")
+
+
+def plays(part, seed):
+    """Whether a seed's table plays `part` (a protocol or a policy)."""
+    return seed == 0 or part not in SEED0_ONLY
+
+
 # REFINE's value by state class, for the table's policies and the costs that a rule's tie-break
 # does not decide (a policy that plays a rule game for game has the rule's)
 VALUED = (*POLICIES, "softrank-cost0.1", "softrank-cost0.25")
@@ -103,7 +110,7 @@ def seed_pieces(seed):
             "needs": ADAPTERS,
         },
     }
-    played = [algo for algo in TRAINED if seed == 0 or algo not in SEED0_ONLY]
+    played = [algo for algo in TRAINED if plays(algo, seed)]
     for algo in played[1:]:
         flags = [*base, *TRAIN_FLAGS[algo], "--init", policy["sft"]]
         pieces[f"train-{name}-{algo}"] = {

@@ -10,7 +10,7 @@ question of seed k is "k:id"); a part (split or shared) pairs the same questions
 from experiments import tables, weights
 from experiments.refine_value import gain_summary
 from experiments.revision_tables import HEADER, by_agent, class_lines, seed_rows
-from experiments.split_pieces import MEMBERS, PREFIX, SWEEP, TRAINED, VALUED
+from experiments.split_pieces import MEMBERS, PREFIX, TRAINED, VALUED, plays
 from experiments.tables import accuracy_over_seeds, fmt, load, mean, missing, seeds_text
 from experiments.team_tables import gain_text, verdict
 from stats import format_paired, paired_difference
@@ -24,7 +24,10 @@ LEARNED = (*TRAINED, "leader", "magrpo-debate")
 BY_ROUND = "refine_at_every_decision_by_round"
 # SoftRankPO from REFINE paid for to its default cost, each cost a policy of its own, cheapest first
 COSTED = (
-    *sorted(("softrank-cost0", *SWEEP), key=lambda p: float(p.removeprefix("softrank-cost"))),
+    *sorted(
+        (p for p in VALUED if p.startswith("softrank-cost")),
+        key=lambda p: float(p.removeprefix("softrank-cost")),
+    ),
     "softrank",
 )
 NAMES = {
@@ -89,7 +92,7 @@ def part_actions(runs, part):
 
 def runs_of(parts, seeds=SEEDS):
     """{part: {seed: summary}} of the team's table files found, and the files not there yet."""
-    return tables.table_runs(PREFIX, parts, seeds)
+    return tables.table_runs(PREFIX, parts, seeds, plays)
 
 
 def split_agents_table(seeds=SEEDS):

@@ -398,15 +398,16 @@ def by_seed(name, part, seeds=(0, 1, 2)):
     return {seed: s for seed, s in found.items() if s}
 
 
-def table_runs(prefix, parts, seeds=(0, 1, 2)):
+def table_runs(prefix, parts, seeds=(0, 1, 2), plays=None):
     """{part: {seed: summary}} of the table files found (tables/<prefix>-seed<k>-<part>.json), the
-    parts with none left out, and the files not there yet."""
+    parts with none left out, and the files not there yet that a piece plays (plays(part, seed);
+    None: every part on every seed)."""
     runs = {part: by_seed(prefix, part, seeds) for part in parts}
     absent = [
         f"tables/{prefix}-seed{seed}-{part}.json"
         for part in parts
         for seed in seeds
-        if seed not in runs[part]
+        if seed not in runs[part] and (plays is None or plays(part, seed))
     ]
     return {part: found for part, found in runs.items() if found}, absent
 
