@@ -296,11 +296,26 @@ class ByRound:
         self.plan, self.rounds = plan, rounds
 
     def act(self, own, peers, agent_index, uniforms, greedy=True):
+        # the corpus's games and their branches sample the behaviour policy
+        assert greedy is False
         t = [round(float(o[D.OWN_FEATURES.index("round")]) * self.rounds) + 1 for o in own]
         return [self.plan[r][int(i)] for r, i in zip(t, agent_index)]
 
 
-def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain():
+class Bar:
+    """tqdm's part that a progress bar's user sees: its settings, its updates, its close."""
+
+    def __init__(self, **settings):
+        self.settings, self.updates, self.closed = settings, 0, False
+
+    def update(self, n):
+        self.updates += n
+
+    def close(self):
+        self.closed = True
+
+
+def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monkeypatch):
     """train_rl.py --rollouts, R = 2, gold 5, vote ties to agent 0; round 2 has every agent REFINE
     to 5, 5, 9 (right). q/stop: 1, 2, 3, all PERSIST in round 1, and the game stops wrong; agents 0
     and 1 would REFINE to their own answers (tied with PERSIST), agent 2 to 5 (its REFINE pays +1
@@ -310,15 +325,22 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain():
     stops the branch (gain 0); forcing agent 1's or 2's REFINE changes nothing after (gain +1).
     q/peer: 1, 2, 5, all PERSIST in round 1, every REFINE keeping its answer: agents 0 and 1 tie
     REFINE with PERSIST below CONCEDE to agent 2 (+2: no rollout); agent 2's tie is its best (its
-    CONCEDEs pay -1): rolled out, +1. Round 2 is the last: no rollout."""
+    CONCEDEs pay -1): rolled out, +1. q/pivot: 5, 1, 3 (the vote right by agent 0 alone), all
+    PERSIST, every REFINE keeping its answer: agent 0's PERSIST and REFINE tie at +1, its branch
+    gains 0 (right after round 1 and at the end); its peers' CONCEDE to it pays +1 alone. Round 2 is
+    the last: no rollout. A rank-0 bar of the branches' rounds, cleared when done."""
     solve = {"q/stop": ("1", "2", "3"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
     first = {"q/stop": ("1", "2", "5"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
+    solve["q/pivot"] = first["q/pivot"] = ("5", "1", "3")
     table = {}
     for q in solve:
         answers = {1: first[q], 2: ("5", "5", "9")}
         calls = {(t, i): (a, 9) for t, ans in answers.items() for i, a in enumerate(ans)}
         table.update(replies(q, dict(enumerate(solve[q])), calls))
     plans = {"q/stop": [PERSIST] * 3, "q/go": [REFINE, PERSIST, PERSIST], "q/peer": [PERSIST] * 3}
+    plans["q/pivot"] = [PERSIST] * 3
+    bars = []
+    monkeypatch.setattr(train_rl, "tqdm", lambda **kw: bars.append(Bar(**kw)) or bars[-1])
     w = 0.5
 
     def corpus(q, rollouts):
@@ -341,22 +363,33 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain():
         ("q/peer", 1, 0): [0, 0, 0, 2],
         ("q/peer", 1, 1): [0, 0, 0, 2],
         ("q/peer", 1, 2): [0, 0 + w, -1, -1],
+        ("q/pivot", 1, 0): [1, 1 + 0, -1, -1],
+        ("q/pivot", 1, 1): [0, 0, 1, -1],
+        ("q/pivot", 1, 2): [0, 0, 1, -1],
     }
     # the game's calls (3 per round, every REFINE sample drawn), then each branch's: round 0 again,
     # its REFINEs taken: q/stop's two branches 3 + 1 + 3; q/go's 3 + 0 (stopped), 3 + 2 + 3 twice;
     # q/peer's one 3 + 1 + 3
     calls = {"q/stop": (6, 6 + 2 * 7), "q/go": (9, 9 + 3 + 2 * 8), "q/peer": (6, 6 + 7)}
-    rounds = {"q/stop": (1,), "q/go": (1, 2), "q/peer": (1,)}
+    calls["q/pivot"] = (6, 6 + 7)
+    rounds = {"q/stop": (1,), "q/go": (1, 2), "q/peer": (1,), "q/pivot": (1,)}
+    # per question, a rolled-out state: (round, agent, the action not taken, its branch's gain)
+    untaken = {"q/stop": (1, 0, REFINE, 1), "q/go": (1, 0, PERSIST, 0), "q/peer": (1, 2, REFINE, 1)}
+    untaken["q/pivot"] = (1, 0, REFINE, 0)
     for q in plans:
-        (plain, plain_calls), (rolled, rolled_calls) = corpus(q, False), corpus(q, True)
+        (plain, plain_calls), bars[:] = corpus(q, False), []
+        rolled, rolled_calls = corpus(q, True)
+        assert [(b.settings, b.updates, b.closed) for b in bars] == [
+            (dict(total=2, desc="rollouts", disable=False, leave=False), 2, True)
+        ]
         assert (plain_calls, rolled_calls) == calls[q]
         assert list(rolled) == list(plain) == [(q, t, i) for t in rounds[q] for i in range(3)]
         for key, vector in expected.items():
             if key[0] == q:
                 assert rolled[key] == pytest.approx(vector), key
         # without rollouts the actions not taken keep their one-round rewards
-        untaken = {"q/stop": (1, 0, REFINE), "q/go": (1, 0, PERSIST), "q/peer": (1, 2, REFINE)}[q]
-        assert plain[q, *untaken[:2]][untaken[2]] == 0
+        t, agent, action, gain = untaken[q]
+        assert plain[q, t, agent][action] == rolled[q, t, agent][action] - w * gain
         # round 2, the last, is rolled out nowhere
         assert all(rolled[k] == plain[k] for k in rolled if k[1] == 2)
 
