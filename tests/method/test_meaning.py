@@ -394,6 +394,42 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monke
         assert all(rolled[k] == plain[k] for k in rolled if k[1] == 2)
 
 
+def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
+    """deliberate.play(forced=...): per example, None or (round, agent, action). Every agent
+    PERSISTs by the policy (R = 2, round 0: 1, 2, 3); q/a forces agent 2 to REFINE (to 5) in round
+    1, so the game goes on to round 2, where the policy decides again; q/b, not forced, stops after
+    round 1. The examples and the forced list must match one to one."""
+    refine = {(1, 2): ("5", 9), (2, 0): ("4", 9)}
+    table = {
+        **replies("q/a", {0: "1", 1: "2", 2: "3"}, refine),
+        **replies("q/b", {0: "1", 1: "2", 2: "3"}),
+    }
+    policy = ByRound({1: [PERSIST] * 3, 2: [REFINE, PERSIST, PERSIST]}, rounds=2)
+    cfg = GameConfig(agents=3, rounds=2, seed=0)
+    forced = [(1, 2, REFINE), None]
+    a, b = D.play(
+        SeedEngine(table),
+        [example("q/a"), example("q/b")],
+        policy,
+        cfg,
+        greedy=False,
+        forced=forced,
+    )
+    assert [r["actions"] for r in a.rounds[1:]] == [[PERSIST, PERSIST, REFINE], policy.plan[2]]
+    assert [r["answers"] for r in a.rounds[1:]] == [["1", "2", "5"], ["4", "2", "5"]]
+    assert [r["actions"] for r in b.rounds[1:]] == [[PERSIST] * 3]
+    assert a.forced == (1, 2, REFINE) and b.forced is None
+    with pytest.raises(ValueError):
+        D.play(
+            SeedEngine(table),
+            [example("q/a"), example("q/b")],
+            policy,
+            cfg,
+            greedy=False,
+            forced=[None],
+        )
+
+
 def test_best_action_kinds_by_hand():
     """3 agents, K = 4 (PERSIST, REFINE, CONCEDE to peer 1, to peer 2), rewards per state:
     PERSIST alone best; REFINE alone best (and paying 0.75 over PERSIST); the second CONCEDE alone
