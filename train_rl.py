@@ -255,6 +255,7 @@ def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
         for m in g.moves:
             for vector, action in zip(scores[id(g)][m.round], m.actions):
                 vector[action] += cfg.later_weight * later_gain(g, m.round)
+    ends = {}  # (game, round, agent) of each rolled-out state -> how its two sides ended
     if cfg.rollouts and ties:
         # the game's seeds: a branch differs from its game by the forced action and what follows
         bar = tqdm(total=cfg.rounds, desc="rollouts", disable=ranks.rank != 0, leave=False)
@@ -265,7 +266,33 @@ def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
         bar.close()
         for (g, (t, i, action)), branch in zip(ties, branches):
             scores[id(g)][t][i][action] += cfg.later_weight * later_gain(branch, t)
-    return state_rows(games, lambda g, m: [{"rewards": v} for v in scores[id(g)][m.round]])
+            # +1: the REFINE side of the tie ended the game right and the PERSIST side wrong
+            ended = float(branch.rounds[-1]["correct"]) - float(g.rounds[-1]["correct"])
+            ends[id(g), t, i] = ended if action == REFINE else -ended
+
+    def fields(g, m):
+        rows = []
+        for i, vector in enumerate(scores[id(g)][m.round]):
+            row = {"rewards": vector}
+            if (id(g), m.round, i) in ends:
+                row["refine_ends_better"] = ends[id(g), m.round, i]
+            rows.append(row)
+        return rows
+
+    return state_rows(games, fields)
+
+
+def rollout_statistics(rows):
+    """What --rollouts found: the share of the corpus's states whose tied action not taken was
+    played on, and of those the shares where the REFINE side's game ended right and the PERSIST
+    side's wrong, and the other way round (else the two ended alike)."""
+    ends = [r["refine_ends_better"] for r in rows if "refine_ends_better" in r]
+    n = max(len(ends), 1)
+    return {
+        "share_of_states": round(len(ends) / len(rows), 4),
+        "refine_ends_better": round(sum(e > 0 for e in ends) / n, 4),
+        "persist_ends_better": round(sum(e < 0 for e in ends) / n, 4),
+    }
 
 
 def best_action_kinds(rewards):
@@ -496,6 +523,8 @@ def train(cfg, ranks):
         tensors = stack_rows(rows, ("own", "peers", "rewards", "old_logits"), ("agent", "action"))
         tensors["ref_logits"] = policy_logits(reference, tensors)
         corpus_stats = corpus_statistics(tensors, k)
+        if cfg.rollouts:
+            corpus_stats["rollouts"] = rollout_statistics(rows)
         if rank == 0:
             print(f"iteration {iteration}: corpus {json.dumps(corpus_stats)}", file=sys.stderr)
 

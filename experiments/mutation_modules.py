@@ -292,6 +292,7 @@ STAGE_FUNCTIONS = {
     "train_rl": (
         "later_gain",
         "tied_states",
+        "rollout_statistics",
         "scored_states",
         "best_action_kinds",
         "corpus_statistics",

@@ -339,6 +339,7 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monke
         table.update(replies(q, dict(enumerate(solve[q])), calls))
     plans = {"q/stop": [PERSIST] * 3, "q/go": [REFINE, PERSIST, PERSIST], "q/peer": [PERSIST] * 3}
     plans["q/pivot"] = [PERSIST] * 3
+    ends = {}
     bars = []
     monkeypatch.setattr(train_rl, "tqdm", lambda **kw: bars.append(Bar(**kw)) or bars[-1])
     w = 0.5
@@ -349,6 +350,7 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monke
         policy = ByRound({1: plans[q], 2: [REFINE] * 3}, rounds=2)
         engine = SeedEngine(table)
         rows = train_rl.scored_states(engine, [example(q)], policy, cfg, ranks=ALONE, desc="corpus")
+        ends.update({r["key"]: r["refine_ends_better"] for r in rows if "refine_ends_better" in r})
         return {r["key"]: r["rewards"] for r in rows}, engine.calls
 
     # the one-round rewards by hand (PERSIST, REFINE, CONCEDE to peer 0, to peer 1) and the taken
@@ -392,6 +394,17 @@ def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monke
         assert plain[q, t, agent][action] == rolled[q, t, agent][action] - w * gain
         # round 2, the last, is rolled out nowhere
         assert all(rolled[k] == plain[k] for k in rolled if k[1] == 2)
+    # how each rolled-out state's two sides ended: +1 where the REFINE side ended right and the
+    # PERSIST side wrong (q/stop's and q/peer's REFINE branches, q/go's REFINE game)
+    assert ends == {
+        ("q/stop", 1, 0): 1,
+        ("q/stop", 1, 1): 1,
+        ("q/go", 1, 0): 1,
+        ("q/go", 1, 1): 0,
+        ("q/go", 1, 2): 0,
+        ("q/peer", 1, 2): 1,
+        ("q/pivot", 1, 0): 0,
+    }
 
 
 def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
@@ -428,6 +441,22 @@ def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
             greedy=False,
             forced=[None],
         )
+
+
+def test_rollout_statistics_by_hand():
+    """Eight states, four rolled out: the REFINE side ended better in two, the PERSIST side in
+    one, alike in one."""
+    rows = [{"refine_ends_better": e} for e in (1, 1, -1, 0)] + [{}] * 4
+    assert train_rl.rollout_statistics(rows) == {
+        "share_of_states": 0.5,
+        "refine_ends_better": 0.5,
+        "persist_ends_better": 0.25,
+    }
+    assert train_rl.rollout_statistics([{}]) == {
+        "share_of_states": 0.0,
+        "refine_ends_better": 0.0,
+        "persist_ends_better": 0.0,
+    }
 
 
 def test_best_action_kinds_by_hand():
