@@ -8,7 +8,9 @@ Read top to bottom:
 1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
    questions, every agent's REFINE sample drawn. At every visited (agent, round) state, every action
    is scored with the peers held at what they did: R(s) in R^K (deliberate.counterfactual_rewards).
-   Stored: the state, R, the behaviour action and the behaviour policy's logits.
+   --later-weight adds the vote's gain to the game's end to the action taken, and --rollouts plays
+   a tied action not taken on to the end to give it its own (docs/design.md §4). Stored: the
+   state, R, the behaviour action and the behaviour policy's logits.
 2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient
    term; all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
      softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the
