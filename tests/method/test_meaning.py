@@ -445,7 +445,7 @@ def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
 
 def test_rollout_statistics_by_hand():
     """Eight states, four rolled out: the REFINE side ended better in two, the PERSIST side in
-    one, alike in one."""
+    one, alike in one; none rolled out; shares of a third."""
     rows = [{"refine_ends_better": e} for e in (1, 1, -1, 0)] + [{}] * 4
     assert train_rl.rollout_statistics(rows) == {
         "share_of_states": 0.5,
@@ -456,6 +456,18 @@ def test_rollout_statistics_by_hand():
         "share_of_states": 0.0,
         "refine_ends_better": 0.0,
         "persist_ends_better": 0.0,
+    }
+    # thirds, to 4 decimals: one state of three rolled out; three of six, one of each ending
+    assert train_rl.rollout_statistics([{"refine_ends_better": 1}, {}, {}]) == {
+        "share_of_states": 0.3333,
+        "refine_ends_better": 1.0,
+        "persist_ends_better": 0.0,
+    }
+    rows = [{"refine_ends_better": e} for e in (1, -1, 0)] + [{}] * 3
+    assert train_rl.rollout_statistics(rows) == {
+        "share_of_states": 0.5,
+        "refine_ends_better": 0.3333,
+        "persist_ends_better": 0.3333,
     }
 
 
