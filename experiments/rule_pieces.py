@@ -8,7 +8,7 @@ headroom of these actions. experiments/pieces.py holds them with every other pie
 from experiments.llm_pieces import PY
 from experiments.onpolicy_pieces import onpolicy_part
 from experiments.piece_kit import TABLE_GAME, TABLE_SEEDS, TABLE_TASKS, merged, table
-from experiments.split_pieces import ADAPTERS, PREFIX, SEED0_ONLY, SPLIT_GAME, SPLIT_TASK, TEAM
+from experiments.split_pieces import ADAPTERS, PREFIX, SPLIT_GAME, SPLIT_TASK, TEAM, plays
 from experiments.teams import team_adapters, team_flags
 
 # a table's name prefix -> its game (task, team, rounds) and the adapters its team loads
@@ -77,9 +77,11 @@ LOSSES = {
 
 
 def loss_seeds(algo):
-    """The seeds a policy's losses are measured on: seed 0 alone for the variants played on seed 0
-    alone, and for the one that plays freeze game for game on every seed."""
-    return (0,) if algo in (*SEED0_ONLY, "softrank-cost0.1-disagree0.3") else TABLE_SEEDS
+    """The seeds a policy's losses are measured on: those its table plays, and seed 0 alone for the
+    one that plays freeze game for game on every seed."""
+    if algo == "softrank-cost0.1-disagree0.3":
+        return (0,)
+    return tuple(seed for seed in TABLE_SEEDS if plays(algo, seed))
 
 
 def loss_pieces(prefix, seed):
