@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup model demo test test-method clean-venv
+.PHONY: setup model demo test lab-test test-method clean-venv
 
 # Re-installs only when requirements.txt changes.
 $(STAMP): requirements.txt
@@ -68,10 +68,18 @@ demo: model
 	@echo "SoftRankPO over team split, which REFINEs over its peers' whole solutions to pool the values"
 	@echo "(README.md, Results). Each agent's own view of every question: open runs/demo/split.html."
 
+# The student's suite: the method, the engine and the data (tests/, but the lab's tests/lab). It names
+# the CPU it ran on and its ten slowest tests, so that a slow test shows in every log.
+# MPDF_TEST_BF16_SPEED=0.167 (or 3) runs it as on a CPU where bf16 is that fast against fp32.
 test: model
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup tests
+	@HF_HUB_OFFLINE=1 $(PY) -c "import common; print(common.machine())"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=10 tests --ignore=tests/lab
+
+# The lab's tests: the studies behind the reported numbers (experiments/), which CI runs as well.
+lab-test: model
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=10 tests/lab
 
 # The method's worked examples alone (seconds, no model): the student's tests.
 test-method: $(STAMP)

@@ -31,7 +31,7 @@ MODULES = {
     # the statistics of every reported number (eval.py's and the reports')
     "stats": (
         "stats.py",
-        ["tests/test_eval_stats.py", "tests/test_experiments.py"],
+        ["tests/test_eval_stats.py", "tests/lab/test_experiments.py"],
         # eval.py's run in a subprocess imports the mutated module outside mutmut's runner
         ["runner_pieces", "every_piece", "eval_reference_in_table"],
     ),
@@ -177,7 +177,7 @@ MODULES = {
     # the lab's measurement of the revision skill (its main(): the pieces)
     "experiments.revision_skill": (
         "experiments/revision_skill.py",
-        ["tests/test_revision_skill.py"],
+        ["tests/lab/test_revision_skill.py"],
         [],
     ),
     # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the

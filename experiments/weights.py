@@ -14,7 +14,7 @@ piece writes.
     python -m experiments.weights retire PATH [...]    # out of the tree: manifest rows, git rm
     python -m experiments.weights check                # weights the tree keeps for no reason
 
-A study's weights leave when its tables are committed: `check` (and tests/test_weights.py) names
+A study's weights leave when its tables are committed: `check` (and tests/lab/test_weights.py) names
 every weight in the tree that nothing above loads.
 """
 

@@ -17,8 +17,13 @@ Nothing here downloads: HF_HUB_OFFLINE is set before transformers is imported.
 torch runs single-threaded in tests (MPDF_TEST_THREADS=n to change it): the models here are small,
 and on a small machine shared with another busy process, two OpenMP threads spin-waiting on each
 other made the engine tests about ten times slower.
+
+MPDF_TEST_BF16_SPEED=r runs the suite as on a CPU whose bf16 matmuls run r times as fast as fp32
+(0.167: an AVX2-only EPYC; 3: native bf16), in pytest and in every process a test starts
+(tests/simulated_cpu/sitecustomize.py); a test that plants a probe of its own asks for `real_probe`.
 """
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -36,13 +41,28 @@ import torch  # noqa: E402
 
 torch.set_num_threads(TEST_THREADS)
 
+# the folders of a subprocess's PYTHONPATH: the repository's root (for `python -m experiments.X`
+# from any folder) and, under MPDF_TEST_BF16_SPEED, the simulated CPU
+PYTHONPATH = [str(ROOT)]
+if os.environ.get("MPDF_TEST_BF16_SPEED"):
+    _simulated = ROOT / "tests" / "simulated_cpu"
+    PYTHONPATH.append(str(_simulated))
+    _spec = importlib.util.spec_from_file_location("simulated_cpu", _simulated / "sitecustomize.py")
+    _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+    _inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(_simulated), *_inherited])
+
+
+def subprocess_env(**variables):
+    """This process's environment for a subprocess, with PYTHONPATH and `variables` set."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(PYTHONPATH), **variables)
+
 
 def lab_command(module, *args):
     """(argv, env) that run a module of experiments/ as users do, `python -m experiments.MODULE`,
     from any working directory (the repository's root on PYTHONPATH in place of the current
     directory)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return [sys.executable, "-m", f"experiments.{module}", *map(str, args)], env
+    return [sys.executable, "-m", f"experiments.{module}", *map(str, args)], subprocess_env()
 
 
 TINY_CONFIG = dict(
@@ -121,3 +141,15 @@ def default_engine(default_model_dir):
     from llm.engine import Engine
 
     return Engine(model_path=default_model_dir, dtype="float32")
+
+
+@pytest.fixture
+def real_probe(monkeypatch):
+    """The dtype probe of this CPU (llm/backbone.py), where MPDF_TEST_BF16_SPEED simulates another:
+    for tests that plant clocks or a probe of their own."""
+    from llm import backbone
+
+    real = getattr(backbone.probe_matmuls, "real", None)
+    if real is not None:
+        monkeypatch.setattr(backbone, "PROBE_FILE", backbone.probe_matmuls.real_file)
+        monkeypatch.setattr(backbone, "probe_matmuls", real)

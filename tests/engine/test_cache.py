@@ -8,12 +8,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from array import array
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from conftest import lab_command
+from conftest import subprocess_env
 
 import llm.cache
 from llm.cache import GenerationCache, call_seed, switch_to_wal
@@ -95,15 +95,15 @@ def test_one_query_per_500_keys(tmp_path):
 
 
 def test_a_writer_waits_busy_timeout_for_the_write_lock(tmp_path, monkeypatch):
-    """Another process holding the write lock: a put waits BUSY_TIMEOUT_S for it, then fails."""
-    monkeypatch.setattr(llm.cache, "BUSY_TIMEOUT_S", 0.3)
+    """Another process holding the write lock: a put waits BUSY_TIMEOUT_S for it (SQLite's own
+    busy timeout on the connection, read back from SQLite), then fails."""
+    monkeypatch.setattr(llm.cache, "BUSY_TIMEOUT_S", 0.05)
     cache = GenerationCache(tmp_path)
+    assert cache.db.execute("PRAGMA busy_timeout").fetchone() == (50,)
     holder = sqlite3.connect(cache.path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    began = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         cache.put("k", 1)
-    assert 0.25 < time.monotonic() - began < 3
     holder.execute("ROLLBACK")
     cache.put("k", 1)
     assert GenerationCache(tmp_path).get("k") == 1
@@ -122,21 +122,39 @@ class FlakyDatabase:
             raise sqlite3.OperationalError(self.error)
 
 
-def test_the_switch_to_wal_tries_again_while_another_process_holds_the_file(monkeypatch):
-    db, began = FlakyDatabase(failures=3), time.monotonic()
+@pytest.fixture
+def clock(monkeypatch):
+    """llm.cache's clock made up: time.sleep(s) moves time.monotonic() on by s, at once; `.sleeps`
+    lists the sleeps."""
+    clock = SimpleNamespace(now=100.0, sleeps=[])
+
+    def sleep(seconds):
+        clock.sleeps.append(seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr(
+        llm.cache, "time", SimpleNamespace(monotonic=lambda: clock.now, sleep=sleep)
+    )
+    return clock
+
+
+def test_the_switch_to_wal_tries_again_while_another_process_holds_the_file(monkeypatch, clock):
+    """Every poll_s (0.01 s) while the file is locked, until BUSY_TIMEOUT_S has passed."""
+    db = FlakyDatabase(failures=3)
     switch_to_wal(db)
-    assert db.statements == ["PRAGMA journal_mode=WAL"] * 4
-    assert 0.03 <= time.monotonic() - began < 2
+    assert db.statements == ["PRAGMA journal_mode=WAL"] * 4 and clock.sleeps == [0.01] * 3
     # any other error is raised at once, and "locked" once the busy timeout has passed
-    db = FlakyDatabase(failures=1, error="disk I/O error")
+    db, clock.sleeps = FlakyDatabase(failures=1, error="disk I/O error"), []
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
         switch_to_wal(db)
-    assert len(db.statements) == 1
+    assert len(db.statements) == 1 and clock.sleeps == []
     monkeypatch.setattr(llm.cache, "BUSY_TIMEOUT_S", 0.1)
-    began = time.monotonic()
+    db, began = FlakyDatabase(failures=10**9), clock.now
     with pytest.raises(sqlite3.OperationalError, match="locked"):
-        switch_to_wal(FlakyDatabase(failures=10**9))
-    assert 0.1 <= time.monotonic() - began < 2
+        switch_to_wal(db, poll_s=0.03)
+    # 0.03, 0.06, 0.09 and 0.12 s: the first try past the deadline raises
+    assert clock.sleeps == [0.03] * 4 and len(db.statements) == 5
+    assert clock.now - began == pytest.approx(0.12)
 
 
 def test_call_seeds_stay_what_every_cached_generation_was_drawn_with():
@@ -260,7 +278,7 @@ def test_torchrun_ranks_share_one_database(tmp_path):
             str(tmp_path / "cache"),
         ],
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -272,46 +290,3 @@ def test_torchrun_ranks_share_one_database(tmp_path):
     assert cache.get_many([f"shared{i}" for i in range(500)]) == list(range(500))
     assert cache.get("old") == {"text": "before"} and cache.skipped == 1 and whole(cache)
     assert sorted(p.name for p in (tmp_path / "cache").glob("*.db")) == ["generations.db"]
-
-
-def test_cache_bench_reports_every_figure(tmp_path):
-    """experiments/cache_bench.py on a small cache: both caches measured, each in its own process,
-    and every figure there."""
-    argv, env = lab_command("cache_bench")
-    proc = subprocess.run(
-        [
-            *argv,
-            "--sizes",
-            "300",
-            "--lookups",
-            "50",
-            "--inserts",
-            "50",
-            "--call",
-            "10",
-            "--out",
-            str(tmp_path / "cache.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    size = json.loads((tmp_path / "cache.json").read_text())["sizes"]["300"]
-    assert size["entries"] == 300 and 1800 < size["jsonl_bytes_per_entry"] < 2300
-    assert size["import"]["open_s"] > 0 and size["sqlite_mb"] < size["jsonl_mb"]
-    figures = {
-        "open_s",
-        "open_peak_rss_mb",
-        "rss_before_open_mb",
-        "lookups_per_s",
-        "lookups_per_s_engine_call",
-        "inserts_per_s",
-        "inserts_per_s_engine_call",
-        "peak_rss_mb",
-    }
-    for kind in ("sqlite", "jsonl"):
-        assert set(size[kind]) == figures and all(size[kind][f] > 0 for f in figures)
-        # no torch in the measuring process: its memory is the cache's
-        assert size[kind]["rss_before_open_mb"] < 100

@@ -10,7 +10,7 @@ from conftest import lab_command
 
 from experiments import refine_value
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # actions: 0 PERSIST, 1 REFINE, 2+ CONCEDE to a peer; reward_vectors[i][a]: agent i's reward for a
 GAMES = [

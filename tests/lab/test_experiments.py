@@ -27,7 +27,7 @@ from experiments import (
 from experiments import run as runner
 from experiments.mutation_modules import mutated_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_report_tables_come_from_the_files(tmp_path, monkeypatch):
