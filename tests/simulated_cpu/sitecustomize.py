@@ -21,8 +21,12 @@ SPEED = os.environ.get("MPDF_TEST_BF16_SPEED")
 
 def simulate(backbone, speed):
     """Replaces backbone.probe_matmuls and backbone.PROBE_FILE; the originals stay as
-    `probe_matmuls.real` and `probe_matmuls.real_file` for tests that plant a CPU of their own."""
+    `probe_matmuls.real` and `probe_matmuls.real_file` for tests that plant a CPU of their own.
+    Once per process (pytest-xdist's workers import this file at start and again in conftest.py)."""
     import torch
+
+    if hasattr(backbone.probe_matmuls, "real"):
+        return
 
     real = backbone.probe_matmuls
 
