@@ -41,21 +41,21 @@ import torch  # noqa: E402
 
 torch.set_num_threads(TEST_THREADS)
 
-# the folders of a subprocess's PYTHONPATH: the repository's root (for `python -m experiments.X`
-# from any folder) and, under MPDF_TEST_BF16_SPEED, the simulated CPU
-PYTHONPATH = [str(ROOT)]
+# under MPDF_TEST_BF16_SPEED the simulated CPU, here and (on PYTHONPATH) in every subprocess
 if os.environ.get("MPDF_TEST_BF16_SPEED"):
     _simulated = ROOT / "tests" / "simulated_cpu"
-    PYTHONPATH.append(str(_simulated))
     _spec = importlib.util.spec_from_file_location("simulated_cpu", _simulated / "sitecustomize.py")
     _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
-    _inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(_simulated), *_inherited])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(_simulated), os.environ.get("PYTHONPATH")])
+    )
 
 
 def subprocess_env(**variables):
-    """This process's environment for a subprocess, with PYTHONPATH and `variables` set."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(PYTHONPATH), **variables)
+    """This process's environment for a subprocess, `variables` set and the repository's root first
+    on PYTHONPATH (for `python -m experiments.X` from any folder)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **variables)
 
 
 def lab_command(module, *args):
