@@ -48,16 +48,6 @@ import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file as load_safetensors
 from safetensors.torch import save_file as save_safetensors
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
@@ -293,6 +283,9 @@ def wrap_ddp(module, device, find_unused):
     return DDP(module, device_ids=device_ids, find_unused_parameters=find_unused)
 
 
+# FSDP2 and torch's distributed checkpoint are imported where a process group exists, the only place
+# a shard can: importing them takes most of a second, which every plain-python run (a test's
+# subprocess, a refused flag) would pay for nothing.
 def wrap_fsdp(model, device):
     """The model's weights, gradients and optimizer state sharded over the processes with torch's
     FSDP2 (fully_shard), in place: each transformer block its own unit (the classes the model
@@ -302,6 +295,9 @@ def wrap_fsdp(model, device):
     model as it is."""
     if not dist.is_initialized():
         return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh(device.type, (world_size(),))
     blocks = set(getattr(model, "_no_split_modules", None) or ())
     for module in model.modules():
@@ -314,7 +310,7 @@ def wrap_fsdp(model, device):
 def accumulating(model, last):
     """Gradient accumulation across processes: no gradient exchange until the optimizer step's last
     micro-batch (DDP's all-reduce, FSDP2's reduce-scatter)."""
-    if isinstance(model, FSDPModule):
+    if sharded(model):
         model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
     return model.no_sync() if isinstance(model, DDP) and not last else contextlib.nullcontext()
@@ -323,7 +319,16 @@ def accumulating(model, last):
 def whole(tensor):
     """A tensor whole on this rank: a DTensor (an FSDP2 shard, a replicated norm) gathered, any
     other tensor as it is. Every rank must call it for a sharded one."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    return tensor.full_tensor() if sharded_tensor(tensor) else tensor
+
+
+def sharded_tensor(tensor):
+    """Whether `tensor` is FSDP2's, a DTensor (its local part a shard, or a replica)."""
+    if not dist.is_initialized():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 def clip_gradients(parameters, max_norm):
@@ -335,6 +340,10 @@ def clip_gradients(parameters, max_norm):
 def sharded(module):
     """Whether `module` holds FSDP2-sharded parameters (itself or a submodule fully_shard wrapped):
     its state dicts are gathered and scattered by every rank."""
+    if not dist.is_initialized():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
     return any(isinstance(m, FSDPModule) for m in module.modules())
 
 
@@ -343,6 +352,12 @@ def state_dicts(module, optimizer):
     0's CPU (every rank must call it; the other ranks get empty dicts), else as they are."""
     if not sharded(module):
         return module.state_dict(), optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(module, options=options)
     return model_state, get_optimizer_state_dict(module, optimizer, options=options)
@@ -355,6 +370,12 @@ def load_state_dicts(module, optimizer, model_state, optimizer_state):
         module.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
         return
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(module, model_state, options=options)
     set_optimizer_state_dict(module, optimizer, optimizer_state, options=options)
@@ -365,7 +386,7 @@ def state_bytes(parameters, optimizer):
     state (an FSDP2 shard counts its local part): what sharding divides by the world size."""
 
     def local(t):
-        return t.to_local() if isinstance(t, DTensor) else t
+        return t.to_local() if sharded_tensor(t) else t
 
     tensors = [local(p) for p in parameters] + [
         local(p.grad) for p in parameters if p.grad is not None

@@ -5,7 +5,9 @@ package. It is converted once into an HF checkpoint directory; after that every 
 any other `--model` directory.
 """
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import json
@@ -40,6 +42,30 @@ def default_gguf_path():
     return path
 
 
+@contextlib.contextmanager
+def gguf_read_once():
+    """transformers reads a GGUF file's metadata anew for the config, the tensors and the tokenizer
+    (seconds each: the default backbone's vocabulary is 49k strings), and rebuilds gguf's tensor
+    name map for every module of the model: within this block one reader per file and one map per
+    architecture serve them all. The file is read-only (a memory map), so sharing is safe."""
+    import gguf
+
+    new_reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers = {}
+
+    def reader(path, mode="r"):
+        key = (str(path), mode)
+        if key not in readers:
+            readers[key] = new_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = new_reader, name_map
+
+
 def load_gguf_checkpoint(*args, **kwargs):
     """transformers' GGUF reader, imported when first needed: it loads much of transformers, which a
     script that only checks its flags (or reads a converted checkpoint) does not need."""
@@ -56,19 +82,20 @@ def load_gguf(gguf_path):
     package."""
     gguf_path = Path(gguf_path)
     folder, name = str(gguf_path.parent), gguf_path.name
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)[
-        "tensors"
-    ]
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    # lm_head is tied to the embedding, so GGUF does not
-    # store it; anything else missing is a real error
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise ValueError(f"{gguf_path}: missing tensors {missing}, unexpected tensors {unexpected}")
-    model.tie_weights()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    with gguf_read_once():
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)
+        missing, unexpected = model.load_state_dict(tensors["tensors"], strict=False)
+        # lm_head is tied to the embedding, so GGUF does not
+        # store it; anything else missing is a real error
+        missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+        if missing or unexpected:
+            raise ValueError(
+                f"{gguf_path}: missing tensors {missing}, unexpected tensors {unexpected}"
+            )
+        model.tie_weights()
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     return model.eval(), tokenizer
 
 

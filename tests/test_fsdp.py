@@ -3,7 +3,7 @@ of each LLM-weight trainer's loss on 2 processes equals the step of one process 
 gradient norm and updated weights, fp32, within the stated tolerances), each process holds half of
 the parameters, gradients and optimizer state that DDP holds on each, a checkpoint of the shards
 reads back whole; and a trainer run end to end (train_solver.py --lora-rank 0 --fsdp) under a
-2-process torchrun saves the one process's model, and resumes after SIGKILL bit-identically."""
+2-process torchrun saves the one process's model, also when killed by SIGKILL and resumed."""
 
 import copy
 import subprocess
@@ -83,17 +83,26 @@ def test_fsdp_shards_whole_weights_only():
 def test_the_solver_under_fsdp2_saves_the_one_process_model_and_resumes_exactly(
     tmp_path, tiny_model_dir
 ):
-    """train_solver.py --lora-rank 0 --fsdp, 2 processes against 1: the same losses and gradient
-    norms, the saved HF directory (rank 0's, gathered whole) the one process's model; killed by
-    SIGKILL after step 1 and resumed from its checkpoint, the same as uninterrupted, bit for bit."""
+    """train_solver.py --lora-rank 0 --fsdp, 2 processes against 1, killed by SIGKILL after step 1
+    and resumed from its sharded checkpoint: the same losses and gradient norms as the one
+    process, and the saved HF directory (rank 0's, gathered whole) the one process's model. A
+    resume that lost a step, the data order or AdamW's moments moves a weight by about the
+    learning rate (1e-4), ten times the tolerance."""
     args = [
         *(str(ROOT / "train_solver.py"), "--model", tiny_model_dir, "--lora-rank", "0"),
         *("--questions", "4", "--val-n", "2", "--batch-size", "2", "--micro-batch", "1"),
         *("--epochs", "1", "--lr", "1e-4", "--save-every", "1"),
     ]
     run(args + ["--out-dir", str(tmp_path / "one")], tmp_path)
-    run(args + ["--out-dir", str(tmp_path / "fsdp"), "--fsdp"], tmp_path, torchrun=True)
-    for a, b in zip(metrics(tmp_path / "one"), metrics(tmp_path / "fsdp"), strict=True):
+    resumed = ["--out-dir", str(tmp_path / "fsdp"), "--fsdp"]
+    killed = run(args + resumed + ["--crash-at-step", "1"], tmp_path, torchrun=True, check=False)
+    assert killed.returncode != 0
+    again = run(args + resumed, tmp_path, torchrun=True)
+    assert "resuming from" in again.stderr
+    fsdp_lines = [r for r in metrics(tmp_path / "fsdp") if "loss" in r]
+    assert [r["step"] for r in fsdp_lines] == [1, 2]
+    one_lines = [r for r in metrics(tmp_path / "one") if "loss" in r]
+    for a, b in zip(one_lines, fsdp_lines, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=LOSS_RTOL)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=LOSS_RTOL)
     one, _ = backbone.load_model(str(tmp_path / "one" / "model"))
@@ -102,14 +111,6 @@ def test_the_solver_under_fsdp2_saves_the_one_process_model_and_resumes_exactly(
     assert not torch.equal(one.lm_head.weight, original.lm_head.weight)
     for a, b in zip(one.parameters(), fsdp.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=WEIGHT_ATOL)
-    resumed = ["--out-dir", str(tmp_path / "resumed"), "--fsdp"]
-    killed = run(args + resumed + ["--crash-at-step", "1"], tmp_path, torchrun=True, check=False)
-    assert killed.returncode != 0
-    again = run(args + resumed, tmp_path, torchrun=True)
-    assert "resuming from" in again.stderr
-    assert [r["step"] for r in metrics(tmp_path / "resumed") if "loss" in r] == [1, 2]
-    after, _ = backbone.load_model(str(tmp_path / "resumed" / "model"))
-    assert all(torch.equal(a, b) for a, b in zip(fsdp.parameters(), after.parameters()))
 
 
 @pytest.mark.slow

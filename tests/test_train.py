@@ -304,10 +304,11 @@ def ddp_difference(a, b):
     return max_difference(a, b), max(key.values())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sft_runs(tmp_path_factory):
     """sft.py with the scripted arith engine, once with python and once with a 2-process
-    torchrun."""
+    torchrun. Made once: the tests that read it share a worker (xdist_group "sft_runs") and keep
+    it while other modules' tests run between them."""
     root = tmp_path_factory.mktemp("sft")
     out = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
@@ -330,6 +331,7 @@ def sft_runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.xdist_group("sft_runs")
 def test_sft_single_and_torchrun_agree(sft_runs):
     single, multi = sft_runs["single"], sft_runs["torchrun"]
     corpus = [common.load_file(d / "corpus.pt", "corpus")["rows"] for d in (single, multi)]
@@ -350,10 +352,12 @@ def test_sft_single_and_torchrun_agree(sft_runs):
     assert {"model", "optimizer", "counters", "rng", "config"} <= checkpoint.keys()
 
 
-@pytest.mark.parametrize("algo", ["softrank", "grpo"])
-def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
+@pytest.mark.xdist_group("sft_runs")
+def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path):
     """On a corpus with non-flat reward vectors, so the policy-gradient term is at work, not only KL
-    and entropy: one process and two take the same steps."""
+    and entropy: one process and two take the same steps. SoftRankPO, the method; the other
+    losses share its batches and normalizer (test_every_algo_moves_toward_the_best_action in
+    process, PPO as a script in the SIGKILL test)."""
     outs = {}
     for name, torchrun in (("single", False), ("torchrun", True)):
         outs[name] = tmp_path / name
@@ -363,8 +367,6 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
                 "--init",
                 str(sft_runs["single"] / "policy.safetensors"),
                 *GAME,
-                "--algo",
-                algo,
                 "--epochs",
                 "3",
                 "--batch-size",
@@ -391,6 +393,7 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path, algo):
     assert any(abs(r["pg"]) > 0 for r in metrics(outs["single"]) if "pg" in r)
 
 
+@pytest.mark.xdist_group("sft_runs")
 def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_path):
     """--eval-every plays validation games between optimizer steps: they log accuracy and must leave
     training alone (no shared random state), so table c's curves belong to the policies the other
@@ -420,10 +423,11 @@ def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_pat
     assert validated == [*range(0, steps + 1, 3), *([steps] if steps % 3 else [])]
 
 
-@pytest.mark.parametrize("algo", ["softrank", "ppo"])
-def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
+@pytest.mark.xdist_group("sft_runs")
+def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path):
     """Two online iterations on non-flat corpora, killed inside the second and resumed:
-    bit-identical."""
+    bit-identical. PPO: its corpus also carries the behaviour policy's logits, which the resumed
+    iteration must find as the killed one wrote them; the checkpoint is every algo's."""
     args = [
         str(ROOT / "train_rl.py"),
         "--init",
@@ -440,7 +444,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path, algo):
         "--lam",
         "0.05",
         "--algo",
-        algo,
+        "ppo",
     ]
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())

@@ -29,18 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_rejection_sampling_on_the_default_backbone_keeps_only_strict_answers(tmp_path):
     """--solutions sampled keeps right solutions as the training reward reads them (one `Answer:`
     field, the last line) that ended by themselves: the untrained default backbone writes "The
-    answer is 12." or runs to the budget, so of 24 samples none is kept, and the run refuses in
+    answer is 12." or runs to the budget, so of 4 samples none is kept, and the run refuses in
     one line, saying what to change (tests/method/test_reward_hacks.py: what is kept, and the
     training of those kept is the worked solutions' loop)."""
     args = [
         str(ROOT / "train_solver.py"),
-        *("--solutions", "sampled", "--questions", "6", "--val-n", "4", "--samples", "4"),
-        *("--max-new-tokens", "96", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1"),
+        *("--solutions", "sampled", "--questions", "2", "--val-n", "2", "--samples", "2"),
+        *("--max-new-tokens", "48", "--batch-size", "2", "--micro-batch", "1", "--epochs", "1"),
         *("--cache-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "llm")),
     ]
     proc = run(args, tmp_path, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "kept 0 right solutions of 24 samples" in proc.stderr
+    assert "kept 0 right solutions of 4 samples" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: only 0 training solutions for a --batch-size of 2: raise --questions (or "
         "--samples), or lower --batch-size"

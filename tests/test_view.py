@@ -17,9 +17,11 @@ from deliberate import MetaPolicy, save_policy
 ROOT = Path(__file__).resolve().parents[1]
 # a completion that would run, and mark the page, if the page did not escape it
 PLANTED = "</pre><script>document.body.dataset.pwned = 1</script><b>"
+# one worker for the module, and its eval run (the `results` fixture) made once on it
+pytestmark = pytest.mark.xdist_group("view")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def results(tmp_path_factory, tiny_model_dir):
     """eval.py's JSON of every kind of protocol, a team of two and a learned policy among them. A
     random model answers nothing right, so outcomes are set: question 0 right for every protocol,
@@ -110,7 +112,7 @@ class Page(HTMLParser):
             self.count = data
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def page(results, tmp_path_factory):
     path, _ = results
     out = tmp_path_factory.mktemp("page") / "games.html"

@@ -30,6 +30,15 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group("backbone")
 
 
+def test_a_group_shares_one_worker_under_xdist(request):
+    """xdist's --dist loadgroup (`make test`) names a grouped test by its group, and groups tests
+    by that name: a pytest that drops the name (9.2 with xdist 3.8) spreads the group over the
+    workers silently, so the module's background subprocesses start twice and the fixtures that
+    the tests of a group share are made on each worker."""
+    if request.config.getoption("loadgroup", default=False):
+        assert request.node.nodeid.endswith("@backbone")
+
+
 # --------------------------------------------------------------------------------------------------
 # the GGUF file and its conversion
 
@@ -480,6 +489,34 @@ def test_default_backbone_loads_offline_in_a_fresh_process(background):
     assert collect(
         background["test_default_backbone_loads_offline_in_a_fresh_process"], "ANSWER:"
     ).strip()
+
+
+def test_gguf_read_once_shares_one_reader_and_one_name_map_then_restores_gguf(tmp_path):
+    """Inside the block every read of one file gets one reader (another file or mode its own),
+    and a name map is built once per architecture; after it, even on an error, gguf is as it
+    was."""
+    import gguf
+    import numpy as np
+
+    paths = [tmp_path / "a.gguf", tmp_path / "b.gguf"]
+    for path in paths:
+        writer = gguf.GGUFWriter(path, "llama")
+        writer.add_tensor("token_embd.weight", np.zeros((4, 2), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    path = paths[0]
+    with pytest.raises(RuntimeError), backbone.gguf_read_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and isinstance(first, reader)
+        assert gguf.GGUFReader(path, "c") is not first
+        assert gguf.GGUFReader(paths[1]) is not first
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+        raise RuntimeError
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
 
 
 @pytest.mark.slow
