@@ -30,7 +30,7 @@ model: $(STAMP)
 # project's best policy over it, against its best member alone and its vote. Last, the task whose facts are
 # split among the agents (team `split`, its SoftRankPO policy), where the vote cannot answer a split question
 # and the policy reads its peers. Generations are cached under cache/, so a rerun is quick.
-DEMO_GAME := --task arith --agents 3 --rounds 2
+DEMO_GAME := --task arith --agents 3 --rounds 3
 COMMITTED := results/policies/arith-seed0-softrank.safetensors
 VARIED := default+results/agents/worked-refine-L1-r8-seed0,default+results/agents/worked-L1-r8-seed0,default+results/agents/worked-L1-r4-seed0
 BEST := results/policies/arith-team-varied-seed0-ranks.safetensors

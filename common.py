@@ -17,7 +17,9 @@ checkpoints       - atomic save, RNG states, save / load for an exact resume, th
                     the tests
 MetricsLog        - metrics.jsonl that a resumed run does not write twice
 batch_schedule    - the global batches of every epoch, a function of the seed alone
-write_result, machine - a result file, and what produced it
+write_result, machine - a result file, and what produced it (machine: the GPU, or the CPU and its
+                    matmul flags, cpuinfo)
+call_seed         - a reproducible seed for any draw (an LLM call, an epoch's batch order)
 stack_rows        - rows as tensors
 save_made_under, load_made_under - a file of rows (a corpus) saved with the settings that made it,
                     refused under others
@@ -28,6 +30,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import inspect
 import json
 import os
@@ -51,8 +54,6 @@ from safetensors.torch import save_file as save_safetensors
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import data
-from llm import backbone
-from llm.cache import call_seed
 
 
 # --------------------------------------------------------------------------------------------------
@@ -169,13 +170,40 @@ def write_result(result, out):
     return result
 
 
+# the CPU flags a result file names beside the CPU (machine): how fast a matmul runs depends on
+# them, but they do not decide `--dtype auto` (a probe does: llm.backbone.resolve_dtype)
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS)
+
+
+def cpuinfo(field):
+    """The first value of `field` in /proc/cpuinfo ("model name", "flags"), "" where it cannot be
+    read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith(field)), "")
+    except OSError:
+        return ""
+    return line.partition(":")[2].strip()
+
+
+def cpu_flags():
+    return set(cpuinfo("flags").split())
+
+
 def machine():
     """What produced a result: the GPU when one is visible, else this CPU and the flags its matmul
     speed depends on (bf16 in hardware: amx_bf16, avx512_bf16)."""
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
-    flags = [flag for flag in backbone.MATMUL_CPU_FLAGS if flag in backbone.cpu_flags()]
-    return f"cpu: {backbone.cpuinfo('model name') or 'unknown'} ({' '.join(flags) or 'no avx2'})"
+    flags = [flag for flag in MATMUL_CPU_FLAGS if flag in cpu_flags()]
+    return f"cpu: {cpuinfo('model name') or 'unknown'} ({' '.join(flags) or 'no avx2'})"
+
+
+def call_seed(*parts):
+    """A reproducible 60-bit seed for one LLM call (or any other draw), from anything
+    JSON-serializable."""
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
 
 
 # --------------------------------------------------------------------------------------------------

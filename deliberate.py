@@ -17,8 +17,7 @@ from tqdm import tqdm
 
 import common
 import data
-from common import UsageError, all_gather_list
-from llm.cache import call_seed
+from common import UsageError, all_gather_list, call_seed
 from llm.team import as_team
 from solutions import (
     CONFIDENCE_SIGNALS,
@@ -331,9 +330,25 @@ def save_policy(policy, path, **extra):
 
 def load_policy(path):
     """A policy file (NAME.safetensors and NAME.json, or an older .pt), shared or not, read as
-    tensors and plain data (common.load_module): loading it runs no code of its own."""
-    policy, _ = common.load_module(path, "policy", lambda s: MetaPolicy(**dict(s["config"])))
+    tensors and plain data (common.load_module): loading it runs no code of its own. It carries
+    the game it was trained in (`trained_game`)."""
+    policy, settings = common.load_module(path, "policy", lambda s: MetaPolicy(**dict(s["config"])))
+    policy.trained_game = trained_game(settings)
     return policy.eval()
+
+
+# the settings that make a policy's game: the task its peers' answers come from, the team's size,
+# and the number of rounds (the state's round feature is t / rounds)
+GAME_SETTINGS = ("task", "agents", "rounds")
+
+
+def trained_game(settings):
+    """{task, agents, rounds} of the stage that saved a policy file (its settings' train_config),
+    or None for a file that does not record them."""
+    config = settings.get("train_config") or {}
+    if not all(k in config for k in GAME_SETTINGS):
+        return None
+    return {k: config[k] for k in GAME_SETTINGS}
 
 
 def check_team(policy, agents, source):
@@ -344,6 +359,23 @@ def check_team(policy, agents, source):
         raise UsageError(
             f"{source}: a policy with one copy per agent for {trained} agents cannot play "
             f"{agents} agents: pass --agents {trained}, or train a shared policy"
+        )
+
+
+def check_own_game(policy, cfg, source):
+    """A learned policy plays the game it was trained in: in another it reads states it never saw
+    (round features t / rounds at other values, peers of another task or number), and nothing else
+    would say so. UsageError naming the settings that differ."""
+    trained = getattr(policy, "trained_game", None)
+    if trained is None:
+        return
+    differ = [k for k in GAME_SETTINGS if trained[k] != getattr(cfg, k)]
+    if differ:
+        theirs = ", ".join(f"--{k} {trained[k]}" for k in differ)
+        ours = ", ".join(f"--{k} {getattr(cfg, k)}" for k in differ)
+        raise UsageError(
+            f"{source}: trained in another game ({theirs}; here {ours}): pass {theirs}, or "
+            "--any-game to play it here anyway"
         )
 
 

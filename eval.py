@@ -22,19 +22,27 @@ from pathlib import Path
 import torch
 
 import data
-from common import UsageError, check_at_least, check_choice, machine, parse_config, user_errors
+from common import (
+    UsageError,
+    call_seed,
+    check_at_least,
+    check_choice,
+    machine,
+    parse_config,
+    user_errors,
+)
 from data import check_task
 from deliberate import (
     ACTION_KINDS,
     FIXED_POLICIES,
     FixedPolicy,
     action_counts,
+    check_own_game,
     check_team,
     load_policy,
     make_policy,
     play,
 )
-from llm.cache import call_seed
 from llm.team import check_engine, check_models, make_engine, resolve_engine_dtype, team_name
 from rules import load_rule
 from solutions import (
@@ -42,7 +50,7 @@ from solutions import (
     Call,
     GameConfig,
     check_game,
-    hint,
+    cot_prompt,
     leader_prompt,
     majority_vote,
     per_question,
@@ -50,6 +58,7 @@ from solutions import (
     run_llm,
     solve_calls,
     solve_prompt,
+    vanilla_prompt,
 )
 from stats import auroc, format_paired, paired_difference, pooled, sample_std
 
@@ -123,6 +132,9 @@ class Config:
     experiments.talk_rules), leader=MODEL_DIR, leader=default"""
     reference: str = ""
     """a protocol of the list: every other one's paired accuracy difference to it"""
+    any_game: bool = False
+    """play a policy (mpdf=PATH) in a game other than the one it was trained in (another --task,
+    --agents or --rounds): a study of transfer; without it such a policy is refused"""
     out: str = ""
     """the JSON results file (empty: the table only)"""
     details: bool = True
@@ -133,25 +145,6 @@ class Config:
 # --------------------------------------------------------------------------------------------------
 # The protocols (docs/design.md §7)
 # --------------------------------------------------------------------------------------------------
-def vanilla_prompt(example, agent=None):
-    """One answer to the question as `agent` sees it (task split: the values it holds)."""
-    return f"{example.render(agent)}\nAnswer with {hint(example.task)}."
-
-
-def alone_prompt(example, agent=None, trailer=False):
-    """One answer asked as the game's round 0 asks it (solutions.solve_prompt): an agent trained on
-    the game's prompt answers alone in the words it learned, so that its accuracy measures the agent
-    and not a wording it never saw."""
-    return solve_prompt(example, trailer, agent)
-
-
-def cot_prompt(example, agent=None):
-    return (
-        f"{example.render(agent)}\nThink step by step, then end with 'Answer: "
-        f"<{hint(example.task)}>'."
-    )
-
-
 def lead(engine, leader, examples, game):
     """MLPO's protocol (arXiv 2507.08960): game.agents peers (`engine`) answer, then the `leader`
     engine reads their solutions and answers (greedy). Each of game.rounds further rounds lets every
@@ -219,75 +212,135 @@ def lead(engine, leader, examples, game):
     return results
 
 
-# the protocols of independent answers and their vote (one greedy answer, but for sc)
-ANSWERS = ("vanilla", "alone", "cot", "sc")
-# the games of a fixed policy (mpdf-refine is debate's)
-GAMES = ("debate",) + tuple(f"mpdf-{name}" for name in FIXED_POLICIES)
-# debate stopped after 1 or 2 rounds whatever --rounds says: the same calls as debate's first rounds
-SHORT_DEBATES = ("debate-1", "debate-2")
-# the rules that decide when to talk (rules.py); gate=PATH and trigger=PATH read their fitted JSON
-RULES = ("freeze", "minority")
-FITTED_RULES = ("gate=", "trigger=")
-PROTOCOLS = (*ANSWERS, "debate", *SHORT_DEBATES, "mpdf-persist", "mpdf-random", "mpdf-oracle")
-PROTOCOLS += (*RULES, "gate=PATH", "trigger=PATH", "mpdf=PATH", "leader=PATH", "leader=default")
+def independent_answers(engine, examples, game, prompt, samples, temperature, name):
+    """Answers asked independently and their vote: `samples` calls per question (call k by agent k
+    mod agents: a team's models take turns), each seeded by the protocol's `name`."""
+    calls = [
+        Call(ex, prompt(ex, k % game.agents), call_seed(game.seed, ex.id, k, name), k % game.agents)
+        for ex in examples
+        for k in range(samples)
+    ]
+    outputs = run_llm(engine, calls, game, temperature=temperature)
+    results = []
+    for ex, mine in zip(examples, per_question(outputs, samples)):
+        pred, _ = majority_vote([s for s, _ in mine])
+        results.append(
+            {
+                "id": ex.id,
+                "question": ex.question,
+                "gold": ex.answer,
+                "pred": pred,
+                "correct": data.is_correct(pred, ex.answer, ex.task),
+                "tokens": sum(n for _, n in mine),
+                "calls": samples,
+                "texts": [s.text for s, _ in mine],
+                "answers": [s.answer for s, _ in mine],
+                "answer_correct": [data.is_correct(s.answer, ex.answer, ex.task) for s, _ in mine],
+            }
+        )
+    return results
+
+
+def vanilla(engine, examples, game, arg):
+    """One greedy answer of agent 0 to the bare question."""
+    return independent_answers(engine, examples, game, vanilla_prompt, 1, 0.0, "vanilla")
+
+
+def alone(engine, examples, game, arg):
+    """One greedy answer of agent 0, asked as the game's round 0 asks it (solutions.solve_prompt):
+    an agent trained on the game's prompt answers alone in the words it learned, so that its
+    accuracy measures the agent and not a wording it never saw."""
+
+    def prompt(example, agent):
+        return solve_prompt(example, game.trailer, agent)
+
+    return independent_answers(engine, examples, game, prompt, 1, 0.0, "alone")
+
+
+def cot(engine, examples, game, arg):
+    """One greedy chain-of-thought answer of agent 0."""
+    return independent_answers(engine, examples, game, cot_prompt, 1, 0.0, "cot")
+
+
+def sc(engine, examples, game, arg):
+    """Self-consistency at debate's budget: as many sampled chain-of-thought answers as debate
+    makes generations, and their vote."""
+    samples = game.agents * (game.rounds + 1)
+    return independent_answers(engine, examples, game, cot_prompt, samples, game.temperature, "sc")
+
+
+def games(engine, examples, policy, game):
+    return [g.transcript() for g in play(engine, examples, policy, game)]
+
+
+def debate(rounds=None):
+    """Every agent REFINEs every round: of --rounds rounds, or stopped after `rounds` (the same
+    calls as debate's first rounds)."""
+
+    def run(engine, examples, game, arg):
+        short = game if rounds is None else dataclasses.replace(game, rounds=rounds)
+        return games(engine, examples, FixedPolicy("refine"), short)
+
+    return run
+
+
+def fixed(name):
+    """The game under a fixed policy (mpdf-persist: the team's round-0 vote; mpdf-oracle)."""
+    return lambda engine, examples, game, arg: games(engine, examples, make_policy(name), game)
+
+
+def policy_file(engine, examples, game, spec):
+    """The game under a trained meta-policy (mpdf=PATH; mpdf=NAME plays the fixed policy NAME)."""
+    return games(engine, examples, make_policy(spec), game)
+
+
+def rule(name):
+    """The game under a rule that decides when to talk (rules.py; gate and trigger read their
+    fitted JSON at PATH)."""
+
+    def run(engine, examples, game, path):
+        return games(engine, examples, load_rule(f"{name}={path}" if path else name), game)
+
+    return run
+
+
+# every protocol: its name (NAME=ARG: its argument, a file or the leader's model) -> how it plays,
+# a function (engine, examples, game, arg) -> one result dict per example: at least pred, correct,
+# tokens, calls (and rounds for a game)
+PLAYS = {
+    "vanilla": vanilla,
+    "alone": alone,
+    "cot": cot,
+    "sc": sc,
+    "debate": debate(),
+    "debate-1": debate(rounds=1),
+    "debate-2": debate(rounds=2),
+    # mpdf-refine would be debate
+    **{f"mpdf-{name}": fixed(name) for name in FIXED_POLICIES if name != "refine"},
+    "freeze": rule("freeze"),
+    "minority": rule("minority"),
+    "gate=": rule("gate"),
+    "trigger=": rule("trigger"),
+    "mpdf=": policy_file,
+    "leader=": lambda engine, examples, game, leader: lead(engine, leader, examples, game),
+}
+# the names as --help and the refusals list them
+PROTOCOLS = tuple(name + ("PATH" if name.endswith("=") else "") for name in PLAYS)
+PROTOCOLS += ("leader=default",)
 
 
 def run_protocol(engine, examples, protocol, game, leader=None):
-    """One result dict per example: at least pred, correct, tokens, calls (and rounds for the
-    game). leader=SPEC needs the `leader`'s engine (or team: eval.py makes it from SPEC, a model
-    directory or default, + an adapter file or not)."""
-    if protocol in ANSWERS:
-        prompt = {
-            "vanilla": vanilla_prompt,
-            "alone": lambda ex, agent: alone_prompt(ex, agent, game.trailer),
-        }.get(protocol, cot_prompt)
-        # self-consistency gets as many samples as debate makes generations, sample k from agent
-        # k mod agents (a team's models take turns); single answers are greedy, agent 0's
-        samples = game.agents * (game.rounds + 1) if protocol == "sc" else 1
-        calls = [
-            Call(
-                ex,
-                prompt(ex, k % game.agents),
-                call_seed(game.seed, ex.id, k, protocol),
-                k % game.agents,
-            )
-            for ex in examples
-            for k in range(samples)
-        ]
-        outputs = run_llm(
-            engine, calls, game, temperature=game.temperature if protocol == "sc" else 0.0
-        )
-        results = []
-        for ex, mine in zip(examples, per_question(outputs, samples)):
-            pred, _ = majority_vote([s for s, _ in mine])
-            results.append(
-                {
-                    "id": ex.id,
-                    "question": ex.question,
-                    "gold": ex.answer,
-                    "pred": pred,
-                    "correct": data.is_correct(pred, ex.answer, ex.task),
-                    "tokens": sum(n for _, n in mine),
-                    "calls": samples,
-                    "texts": [s.text for s, _ in mine],
-                    "answers": [s.answer for s, _ in mine],
-                    "answer_correct": [
-                        data.is_correct(s.answer, ex.answer, ex.task) for s, _ in mine
-                    ],
-                }
-            )
-        return results
-    if protocol in SHORT_DEBATES:
-        short = dataclasses.replace(game, rounds=int(protocol.removeprefix("debate-")))
-        return [g.transcript() for g in play(engine, examples, FixedPolicy("refine"), short)]
-    if protocol in RULES or protocol.startswith(FITTED_RULES):
-        return [g.transcript() for g in play(engine, examples, load_rule(protocol), game)]
-    if protocol == "debate" or protocol.startswith(("mpdf-", "mpdf=")):
-        policy = FixedPolicy("refine") if protocol == "debate" else make_policy(protocol[5:])
-        return [g.transcript() for g in play(engine, examples, policy, game)]
-    if protocol.startswith("leader=") and leader is not None:
-        return lead(engine, leader, examples, game)
-    raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    """One result dict per example (PLAYS). leader=SPEC needs the `leader`'s engine (or team:
+    eval.py makes it from SPEC, a model directory or default, + an adapter file or not)."""
+    name, equals, arg = protocol.partition("=")
+    play_it = PLAYS.get(name + equals)
+    if play_it is None:
+        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if name == "leader":
+        if leader is None:
+            raise ValueError(f"protocol {protocol!r} needs its leader's engine")
+        arg = leader
+    return play_it(engine, examples, game, arg)
 
 
 def describe_vote(rule):
@@ -499,30 +552,31 @@ def check(cfg):
 
 
 def check_protocol(protocol, cfg):
-    """A protocol of --protocols: a known name, a policy file that loads and can play this team, or
-    a leader's model directory."""
-    if protocol in (*ANSWERS, *GAMES, *SHORT_DEBATES, *RULES, "leader=default"):
-        return
-    if protocol.startswith(FITTED_RULES):
-        path = protocol.partition("=")[2]
-        if not Path(path).is_file():
-            raise UsageError(f"--protocols {protocol}: no file {path!r} of fitted rules")
-        try:
-            load_rule(protocol)
-        except (ValueError, json.JSONDecodeError) as error:
-            raise UsageError(f"--protocols {protocol}: {error}") from None
-        return
-    if protocol.startswith("mpdf="):
-        path = protocol[len("mpdf=") :]
-        if not Path(path).is_file():
-            raise UsageError(f"--protocols {protocol}: no policy file {path!r}")
-        check_team(load_policy(path), cfg.agents, f"--protocols {protocol}")
-    elif protocol.startswith("leader="):
-        check_models(f"--protocols {protocol}:", protocol[len("leader=") :], 1, cfg.max_new_tokens)
-    else:
+    """A protocol of --protocols: a name of PLAYS, with its argument where it takes one: a fitted
+    rule's file checked whole, a policy file that loads and can play this game, or a leader's
+    model."""
+    name, equals, arg = protocol.partition("=")
+    if name + equals not in PLAYS:
         raise UsageError(
             f"--protocols: unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}"
         )
+    source = f"--protocols {protocol}"
+    if name in ("gate", "trigger"):
+        if not Path(arg).is_file():
+            raise UsageError(f"{source}: no file {arg!r} of fitted rules")
+        try:
+            load_rule(protocol)
+        except ValueError as error:
+            raise UsageError(f"{source}: {error}") from None
+    elif name == "mpdf":
+        if not Path(arg).is_file():
+            raise UsageError(f"{source}: no policy file {arg!r}")
+        policy = load_policy(arg)
+        check_team(policy, cfg.agents, source)
+        if not cfg.any_game:
+            check_own_game(policy, cfg, source)
+    elif name == "leader" and arg != "default":
+        check_models(f"{source}:", arg, 1, cfg.max_new_tokens)
 
 
 def main(cfg):

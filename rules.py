@@ -13,7 +13,7 @@ meta-policy has to beat on the accuracy-token frontier (docs/design.md §7).
 
 A rule reads the team's answers (and, for the trigger, their generation confidence), never the gold
 answer. deliberate.decide asks it for a team's actions through `team_actions`. The gate and the
-trigger are fitted by experiments/talk_rules.py and saved as JSON, loaded as data.
+trigger are fitted by experiments/talk_rules.py and saved as JSON, loaded as data (check_fitted).
 """
 
 import json
@@ -45,11 +45,11 @@ def answer_entropy(answers):
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-def round0_features(answers, mean_probs):
-    """The trigger's features (TRIGGER_FEATURES) of one team's round-0 state: its answers and each
-    agent's mean token probability."""
-    vote = Counter(a for a in answers if a is not None).most_common(1)
-    vote = vote[0][0] if vote else None
+def round0_features(answers, mean_probs, vote):
+    """The trigger's features (TRIGGER_FEATURES) of one team's round-0 state: its answers, each
+    agent's mean token probability, and the team's vote as the game counts it (majority_vote, whose
+    ties go to the more confident answer), so that the vote's features are of the answer the team
+    plays."""
     of_vote = [p for a, p in zip(answers, mean_probs) if a is not None and a == vote]
     return [
         answer_entropy(answers),
@@ -86,7 +86,8 @@ class Rule:
         answers = [s.answer for s in solutions]
         if self.name == "gate":
             return answer_entropy(answers) > self.settings["threshold"]
-        features = round0_features(answers, [s.signals["mean_prob"] for s in solutions])
+        mean_probs = [s.signals["mean_prob"] for s in solutions]
+        features = round0_features(answers, mean_probs, majority_vote(solutions)[0])
         return trigger_score(features, self.settings) > self.settings["threshold"]
 
     def team_actions(self, solutions, t):
@@ -102,51 +103,50 @@ class Rule:
         return [REFINE if t > 1 or self.talks(solutions) else PERSIST] * n
 
 
+# what a fitted rule's JSON holds: a number, or one number per trigger feature
+FITTED = {
+    "gate": {"threshold": "number"},
+    "trigger": {
+        "threshold": "number",
+        "bias": "number",
+        "mean": "features",
+        "scale": "features",
+        "weights": "features",
+    },
+}
+
+
 def load_rule(spec):
     """A rule from its protocol's spec: `freeze`, `minority`, `gate=PATH` or `trigger=PATH` (PATH:
-    a JSON file of experiments/talk_rules.py, read as data)."""
+    a JSON file of experiments/talk_rules.py, read as data and checked whole, so that a file that
+    cannot be played is refused before any game starts)."""
     name, _, path = spec.partition("=")
     settings = None
     if path:
         with open(path) as f:
-            settings = json.load(f).get(name)
+            fitted = json.load(f)
+        settings = fitted.get(name) if isinstance(fitted, dict) else None
         if not isinstance(settings, dict):
-            raise ValueError(f"{path} holds no fitted {name}")
+            raise ValueError(f"{path} holds no fitted {name} (a JSON object with a {name!r} key)")
+        check_fitted(name, settings, path)
     return Rule(name, settings)
 
 
-def fit_trigger(features, labels, l2=1.0, steps=50):
-    """A logistic regression of `labels` (0/1) on `features` (standardized; their mean and scale
-    kept), by Newton's method with an L2 penalty on the weights (the optimum is unique, and a
-    feature that separates the labels does not diverge). Labels all alike leave nothing to learn:
-    every weight and the bias stay 0, every score 0.5."""
-    x = np.asarray(features, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    mean, scale = x.mean(0), x.std(0)
-    scale[scale == 0] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
-    w = np.zeros(z.shape[1])
-    penalty = np.diag([l2] * (z.shape[1] - 1) + [0.0])
-    for _ in range(steps if 0 < y.sum() < len(y) else 0):
-        p = 1 / (1 + np.exp(-z @ w))
-        gradient = z.T @ (p - y) + penalty @ w
-        hessian = z.T @ (z * (p * (1 - p))[:, None]) + penalty
-        w -= np.linalg.solve(hessian, gradient)
-    return {
-        "mean": mean.tolist(),
-        "scale": scale.tolist(),
-        "weights": w[:-1].tolist(),
-        "bias": float(w[-1]),
-    }
+def check_fitted(name, settings, path):
+    """Every value the rule reads, of its kind: a ValueError naming the first that is not."""
 
+    def is_number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-def best_threshold(scores, vote_right, debate_right):
-    """The threshold on `scores` whose gated play (debate where the score exceeds it, else the
-    vote) is right most often on these questions; on a tie the highest, which debates least."""
-    scores = np.asarray(scores, dtype=np.float64)
-    gain = np.asarray(debate_right, dtype=np.float64) - np.asarray(vote_right, dtype=np.float64)
-    # below every score: debate everywhere
-    candidates = np.concatenate([[scores.min() - 1.0], np.unique(scores)])
-    right = [gain[scores > c].sum() for c in candidates]
-    best = max(right)
-    return float(max(c for c, r in zip(candidates, right) if r == best))
+    n = len(TRIGGER_FEATURES)
+    for key, kind in FITTED.get(name, {}).items():
+        value = settings.get(key)
+        if kind == "number" and not is_number(value):
+            raise ValueError(f"{path}: the {name}'s {key!r} must be a number, not {value!r}")
+        if kind == "features" and not (
+            isinstance(value, list) and len(value) == n and all(map(is_number, value))
+        ):
+            raise ValueError(
+                f"{path}: the {name}'s {key!r} must be {n} numbers (one per feature: "
+                f"{', '.join(TRIGGER_FEATURES)}), not {value!r}"
+            )

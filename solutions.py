@@ -16,8 +16,7 @@ from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import data
-from common import UsageError, check_at_least, check_choice
-from llm.cache import call_seed
+from common import UsageError, call_seed, check_at_least, check_choice
 from llm.team import as_team
 
 
@@ -176,6 +175,20 @@ def leader_prompt(example, solutions, trailer=False, whole=False):
     return (
         f"{example.render()}\n\nSolutions from {len(solutions)} agents:\n\n{team}\n\n"
         f"Check these solutions and solve the problem. {answer_request(example, trailer)}"
+    )
+
+
+def vanilla_prompt(example, agent=None):
+    """A baseline's (eval.py vanilla): one answer to the question as `agent` sees it (task split:
+    the values it holds)."""
+    return f"{example.render(agent)}\nAnswer with {hint(example.task)}."
+
+
+def cot_prompt(example, agent=None):
+    """A baseline's (eval.py cot, sc): one chain-of-thought answer."""
+    return (
+        f"{example.render(agent)}\nThink step by step, then end with 'Answer: "
+        f"<{hint(example.task)}>'."
     )
 
 

@@ -38,6 +38,7 @@ import softrank
 from common import (
     MetricsLog,
     UsageError,
+    call_seed,
     check_at_least,
     check_choice,
     crash_if_asked,
@@ -49,7 +50,6 @@ from common import (
     user_errors,
 )
 from data import check_task
-from llm.cache import call_seed
 from llm.team import EngineConfig, check_engine
 from llm.training import (
     check_rollouts,

@@ -37,6 +37,7 @@ from common import (
     MetricsLog,
     UsageError,
     all_gather_list,
+    call_seed,
     check_at_least,
     check_choice,
     crash_if_asked,
@@ -48,7 +49,6 @@ from common import (
     user_errors,
 )
 from data import check_task
-from llm.cache import call_seed
 from llm.team import (
     EngineConfig,
     check_engine,

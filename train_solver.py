@@ -32,6 +32,7 @@ from common import (
     all_gather_list,
     all_reduce_sum,
     batch_schedule,
+    call_seed,
     check_at_least,
     check_choice,
     crash_if_asked,
@@ -45,7 +46,6 @@ from common import (
 from data import check_task, training_pool, training_questions
 from data.worked import WorkedSolutionMissing, worked_solution
 from llm import lora
-from llm.cache import call_seed
 from llm.logprobs import without_dropout
 from llm.team import EngineConfig, check_engine, make_engine, read_adapter
 from llm.training import (

@@ -31,7 +31,7 @@ import common
 import data
 import deliberate
 import solutions
-from common import check_choice, machine, parse_config, user_errors, write_result
+from common import call_seed, check_choice, machine, parse_config, user_errors, write_result
 from experiments.bench_common import (
     deliberation_prompts,
     hf_generate,
@@ -39,7 +39,6 @@ from experiments.bench_common import (
     matmul_peak_flops,
 )
 from llm import backbone, lora
-from llm.cache import call_seed
 from llm.engine import Engine
 from solutions import parse_solution
 

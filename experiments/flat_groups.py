@@ -19,8 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import data
-from common import parse_config, write_result
-from llm.cache import call_seed
+from common import call_seed, parse_config, write_result
 from llm.engine import Engine
 from solutions import (
     GameConfig,

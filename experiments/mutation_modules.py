@@ -238,8 +238,14 @@ MODULES = {
     # engines in process, a split question's views among them
     "eval": (
         "eval.py",
-        ["tests/test_protocols.py", "tests/test_rules.py", "tests/test_split.py"],
-        ["solvers_examples"],
+        [
+            "tests/test_protocols.py",
+            "tests/test_rules.py",
+            "tests/test_split.py",
+            # the protocols' checks: a rule's file, a policy's team and game
+            "tests/test_bad_input.py",
+        ],
+        ["solvers_examples", "refusal_is_one_line", "corpus_is_reused", "without_validation"],
     ),
     "data": (
         "data/__init__.py",
@@ -306,7 +312,20 @@ STAGE_FUNCTIONS = {
         "validate",
     ),
     "sft": ("labelled_states",),
-    "eval": ("run_protocol",),
+    "eval": (
+        "independent_answers",
+        "vanilla",
+        "alone",
+        "cot",
+        "sc",
+        "games",
+        "debate",
+        "fixed",
+        "policy_file",
+        "rule",
+        "run_protocol",
+        "check_protocol",
+    ),
     "train_solver": ("worked_solutions", "refine_examples", "right_solutions"),
     "train_mlpo": (
         "peer_solutions",

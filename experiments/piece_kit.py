@@ -108,10 +108,11 @@ def policy_pieces(task, seed, algos, team=""):
     }
 
 
-def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
+def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team="", any_game=False):
     """One eval.py piece per protocol on 300 test questions of `task` (seed `seed`);
     {trained_on-algo} in a protocol is the seed's policy of that algorithm trained on that task
-    (by the same team), which the piece needs."""
+    (by the same team), which the piece needs. any_game: a study of transfer, whose policies play
+    another task or team size or number of rounds than they were trained in (eval.py --any-game)."""
     pieces = {}
     for short, protocol in protocols.items():
         needs = team_adapters(team)
@@ -120,6 +121,7 @@ def table_pieces(name, task, seed, protocols, game=TABLE_GAME, team=""):
             needs = [table_policy(*key.split("-", 1), seed, team), *needs]
             protocol = protocol.replace("{" + key + "}", needs[0])
         test = ["--split", "test", "--n", "300", "--seed", str(seed), "--protocols", protocol]
+        test += ["--any-game"] if any_game else []
         pieces[f"table-{name}-{short}"] = {
             **table(name + "-" + short, [*TABLE_TASKS[task], *game, *team_flags(team), *test]),
             "needs": needs,

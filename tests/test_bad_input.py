@@ -183,11 +183,42 @@ def test_a_policy_with_per_agent_copies_plays_only_its_team(tmp_path):
     module.check(parse_config(module.Config, ["--agents", "5", "--protocols", f"mpdf={shared}"]))
 
 
+def test_a_policy_plays_only_the_game_it_was_trained_in_unless_asked(tmp_path):
+    """A policy file whose stage recorded its game (task, agents, rounds) is refused in another
+    game, naming what differs, before any model loads; --any-game plays it (a study of transfer);
+    a file that records no game is played."""
+    path = tmp_path / "policy.safetensors"
+    game = {"task": "arith", "agents": 3, "rounds": 3}
+    D.save_policy(D.MetaPolicy(agents=3), path, train_config=game | {"seed": 0})
+    assert D.load_policy(path).trained_game == game
+    protocols = ["--protocols", f"mpdf={path}"]
+    said = refusal("eval.py", ["--rounds", "2", *protocols])
+    assert said == (
+        f"--protocols mpdf={path}: trained in another game (--rounds 3; here --rounds 2): pass "
+        "--rounds 3, or --any-game to play it here anyway"
+    )
+    said = refusal("eval.py", ["--agents", "4", "--task", "split", *protocols])
+    assert "(--task arith, --agents 3; here --task split, --agents 4)" in said
+    module = script("eval.py")
+    for argv in (["--rounds", "3"], ["--rounds", "2", "--any-game"]):
+        module.check(parse_config(module.Config, argv + protocols))
+    unrecorded = tmp_path / "unrecorded.safetensors"
+    D.save_policy(D.MetaPolicy(agents=3), unrecorded)
+    assert D.load_policy(unrecorded).trained_game is None
+    module.check(
+        parse_config(module.Config, ["--rounds", "2", "--protocols", f"mpdf={unrecorded}"])
+    )
+
+
 def test_a_refusal_is_one_line_and_exit_status_2(tmp_path):
     """As users see it, in a process of its own: one line on stderr, status 2 (the checks
     themselves: the in-process tests above)."""
+    policy = tmp_path / "policy.safetensors"
+    D.save_policy(
+        D.MetaPolicy(agents=3), policy, train_config={"task": "arith", "agents": 3, "rounds": 3}
+    )
     for argv in (
-        ["eval.py", "--top-p", "0"],
+        ["eval.py", "--rounds", "2", "--protocols", f"mpdf={policy}"],
         ["train_rl.py", "--init", str(tmp_path / "nowhere.pt")],
     ):
         proc = subprocess.run(

@@ -9,6 +9,7 @@ its own flags (common.field_docs). Fast, so the mutation runs of common.py and l
 (experiments/mutation.py)."""
 
 import dataclasses
+import io
 import json
 import random
 from dataclasses import dataclass, replace
@@ -699,11 +700,11 @@ def test_what_produced_a_result(monkeypatch):
     """machine(): the CPU's name and the flags its matmul speed depends on; the GPU where there is
     one. peak_memory_mb: the peak RSS in MB on a CPU, torch's CUDA peak on a GPU."""
     monkeypatch.setattr(common.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(common.backbone, "cpuinfo", lambda field: {"model name": "Chip"}[field])
-    monkeypatch.setattr(common.backbone, "cpu_flags", lambda: {"sse", "avx2", "amx_bf16"})
+    monkeypatch.setattr(common, "cpuinfo", lambda field: {"model name": "Chip"}[field])
+    monkeypatch.setattr(common, "cpu_flags", lambda: {"sse", "avx2", "amx_bf16"})
     assert common.machine() == "cpu: Chip (avx2 amx_bf16)"
-    monkeypatch.setattr(common.backbone, "cpuinfo", lambda field: "")
-    monkeypatch.setattr(common.backbone, "cpu_flags", lambda: set())
+    monkeypatch.setattr(common, "cpuinfo", lambda field: "")
+    monkeypatch.setattr(common, "cpu_flags", lambda: set())
     assert common.machine() == "cpu: unknown (no avx2)"
     monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(common.torch.cuda, "get_device_name", lambda index: f"GPU {index}")
@@ -820,3 +821,40 @@ def test_files_are_written_whole_and_read_back_named(tmp_path, monkeypatch):
     del state["config"]
     torch.save(state, tmp_path / "checkpoint.pt")
     assert common.load_checkpoint(tmp_path, model, optimizer, 1, Run(seed=5)) == {"step": 2}
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Test CPU 9000: rev 2 @ 2.20GHz
+flags\t\t: fpu sse4_2 avx2 avx512f amx_bf16
+bugs\t\t: spectre_v1
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+model name\t: Test CPU 9000: rev 2 @ 2.20GHz
+flags\t\t: fpu
+"""
+
+
+def test_cpuinfo_reads_the_first_value_of_a_field(monkeypatch):
+    """The value after the field's first colon, stripped, from the first processor; "" for a
+    field it lacks."""
+
+    def planted_open(path, *args, **kwargs):
+        if path != "/proc/cpuinfo":
+            raise FileNotFoundError(path)
+        return io.StringIO(CPUINFO)
+
+    monkeypatch.setattr(common, "open", planted_open, raising=False)
+    assert common.cpuinfo("model name") == "Test CPU 9000: rev 2 @ 2.20GHz"
+    assert common.cpuinfo("flags") == "fpu sse4_2 avx2 avx512f amx_bf16"
+    assert common.cpu_flags() == {"fpu", "sse4_2", "avx2", "avx512f", "amx_bf16"}
+    assert common.cpuinfo("microcode") == ""
+
+
+def test_cpuinfo_is_empty_where_there_is_no_proc_cpuinfo(monkeypatch):
+    def planted_open(path, *args, **kwargs):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(common, "open", planted_open, raising=False)
+    assert common.cpuinfo("model name") == "" and common.cpu_flags() == set()

@@ -13,9 +13,8 @@ from scripted import ScriptedEngine, played
 import data
 import deliberate as D
 import eval as E
-from common import UsageError
+from common import UsageError, call_seed
 from deliberate import PERSIST, REFINE
-from llm.cache import call_seed
 from llm.engine import Engine
 from solutions import (
     GameConfig,

@@ -44,6 +44,13 @@ def test_the_library_imports_nothing_of_the_spine_or_the_lab():
         assert not tops & (SPINE | {"experiments"}), path.relative_to(ROOT)
 
 
+def test_common_imports_nothing_of_the_engine():
+    """Within the library the engine (llm/) reads common.py, never the reverse: the plumbing every
+    script shares does not load the engine (and transformers) with it."""
+    tops = {name.split(".")[0] for name in imports_of(ROOT / "common.py")}
+    assert "llm" not in tops
+
+
 def test_the_spine_imports_no_lab_and_no_script_imports_another():
     for name in SPINE:
         tops = {m.split(".")[0] for m in imports_of(ROOT / f"{name}.py")}

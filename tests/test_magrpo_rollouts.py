@@ -10,8 +10,7 @@ import pytest
 
 import data
 import train_magrpo
-from common import UsageError
-from llm.cache import call_seed
+from common import UsageError, call_seed
 from solutions import solve_prompt
 
 EXAMPLES = [

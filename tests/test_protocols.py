@@ -30,10 +30,17 @@ from scripted import ScriptedEngine, played
 
 import deliberate as D
 import eval as E
+from common import call_seed
 from deliberate import PERSIST, REFINE, concede
-from llm.cache import call_seed
 from llm.team import Member, Team
-from solutions import GameConfig, leader_prompt, refine_prompt, solve_prompt
+from solutions import (
+    GameConfig,
+    cot_prompt,
+    leader_prompt,
+    refine_prompt,
+    solve_prompt,
+    vanilla_prompt,
+)
 
 PROMPT, COMPLETION, CRITIC = 100, 10, 7
 CALL = PROMPT + COMPLETION  # the tokens one LLM call counts
@@ -87,9 +94,9 @@ def answers_by_round(result):
 @pytest.mark.parametrize(
     "protocol, prompt, asks",
     [
-        ("vanilla", E.vanilla_prompt, "Answer with a number."),
-        ("alone", E.alone_prompt, "End with 'Answer: <a number>'."),
-        ("cot", E.cot_prompt, "Think step by step, then end with 'Answer: <a number>'."),
+        ("vanilla", vanilla_prompt, "Answer with a number."),
+        ("alone", solve_prompt, "End with 'Answer: <a number>'."),
+        ("cot", cot_prompt, "Think step by step, then end with 'Answer: <a number>'."),
     ],
 )
 def test_single_answer_protocols_are_one_greedy_call_of_agent_0(protocol, prompt, asks):
@@ -144,7 +151,7 @@ def test_alone_asks_as_the_games_round_0_asks_with_its_trailer():
         E.run_protocol(Team([Member(engine, 1), Member(engine, 2)]), examples, "alone", cfg)
         [call] = engine.log
         assert call["prompts"] == [solve_prompt(examples[0], trailer, 0)]
-        assert call["prompts"] != [E.vanilla_prompt(examples[0])]
+        assert call["prompts"] != [vanilla_prompt(examples[0])]
         assert (call["adapters"], call["temperature"]) == ([1], 0.0)
 
 
@@ -164,7 +171,7 @@ def test_self_consistency_votes_as_many_samples_as_debate_makes():
     team = Team([Member(engine, 10), Member(engine, 11), Member(engine, 12)])
     results = E.run_protocol(team, examples, "sc", cfg)
     [call] = engine.log
-    assert call["prompts"] == [E.cot_prompt(ex) for ex in examples for _ in range(6)]
+    assert call["prompts"] == [cot_prompt(ex) for ex in examples for _ in range(6)]
     assert call["seeds"] == [call_seed(2, q, k, "sc") for q in ("q/1", "q/2") for k in range(6)]
     assert call["adapters"] == [10, 11, 12] * 4
     assert (call["temperature"], call["top_p"], call["max_new_tokens"]) == (0.7, 0.8, 32)
@@ -237,7 +244,7 @@ def test_unknown_protocols_and_a_leader_without_its_engine_are_refused():
     # a leader engine does not make any protocol a leader's
     with pytest.raises(ValueError, match=message):
         E.run_protocol(engine, [example("q/1")], "magic", GAME_CFG, leader=leader)
-    with pytest.raises(ValueError, match="unknown protocol 'leader=default'"):
+    with pytest.raises(ValueError, match="'leader=default' needs its leader's engine"):
         E.run_protocol(engine, [example("q/1")], "leader=default", GAME_CFG)
     assert engine.calls == leader.calls == 0
 

@@ -30,6 +30,7 @@ from solutions import (
     refine_prompt,
     solve_calls,
     solve_prompt,
+    vanilla_prompt,
 )
 
 
@@ -213,7 +214,7 @@ def test_each_agents_view_reaches_its_own_prompts_only():
         leader = leader_prompt(ex, [parse_solution("Answer: 1", "split")] * 3)
         assert values_in(leader, ex) == set.intersection(*map(set, ex.meta["views"]))
         for k in range(3):
-            assert values_in(E.vanilla_prompt(ex, k), ex) == set(ex.meta["views"][k])
+            assert values_in(vanilla_prompt(ex, k), ex) == set(ex.meta["views"][k])
 
 
 def test_worked_solutions_state_what_the_agent_holds():

@@ -13,9 +13,8 @@ import common
 import data
 import train_magrpo
 import train_mlpo
-from common import Ranks
+from common import Ranks, call_seed
 from llm import training
-from llm.cache import call_seed
 from llm.engine import Engine
 from solutions import leader_prompt, parse_solution
 

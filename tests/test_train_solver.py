@@ -15,10 +15,9 @@ import common
 import data
 import solutions
 import train_solver
-from common import Ranks
+from common import Ranks, call_seed
 from data.worked import WorkedSolutionMissing, worked_solution
 from llm import backbone, lora
-from llm.cache import call_seed
 from llm.engine import Engine
 from llm.team import read_adapter
 

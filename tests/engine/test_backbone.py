@@ -8,7 +8,6 @@ the GGUF file, in this process and in a subprocess that runs while the other tes
 
 import collections
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -748,43 +747,6 @@ def test_decode_matmuls_lists_the_linear_shapes_of_a_decode_step():
         shapes = backbone.decode_matmuls(config)
         assert shapes == implied
         assert {type(n) for shape in shapes for n in shape} == {int}
-
-
-CPUINFO = """processor\t: 0
-vendor_id\t: GenuineIntel
-model name\t: Test CPU 9000: rev 2 @ 2.20GHz
-flags\t\t: fpu sse4_2 avx2 avx512f amx_bf16
-bugs\t\t: spectre_v1
-
-processor\t: 1
-vendor_id\t: GenuineIntel
-model name\t: Test CPU 9000: rev 2 @ 2.20GHz
-flags\t\t: fpu
-"""
-
-
-def test_cpuinfo_reads_the_first_value_of_a_field(monkeypatch):
-    """The value after the field's first colon, stripped, from the first processor; "" for a
-    field it lacks."""
-
-    def planted_open(path, *args, **kwargs):
-        if path != "/proc/cpuinfo":
-            raise FileNotFoundError(path)
-        return io.StringIO(CPUINFO)
-
-    monkeypatch.setattr(backbone, "open", planted_open, raising=False)
-    assert backbone.cpuinfo("model name") == "Test CPU 9000: rev 2 @ 2.20GHz"
-    assert backbone.cpuinfo("flags") == "fpu sse4_2 avx2 avx512f amx_bf16"
-    assert backbone.cpu_flags() == {"fpu", "sse4_2", "avx2", "avx512f", "amx_bf16"}
-    assert backbone.cpuinfo("microcode") == ""
-
-
-def test_cpuinfo_is_empty_where_there_is_no_proc_cpuinfo(monkeypatch):
-    def planted_open(path, *args, **kwargs):
-        raise FileNotFoundError(path)
-
-    monkeypatch.setattr(backbone, "open", planted_open, raising=False)
-    assert backbone.cpuinfo("model name") == "" and backbone.cpu_flags() == set()
 
 
 # seconds one matmul takes on a made-up CPU, by (inputs, dtype); the n-th call of a shape and dtype

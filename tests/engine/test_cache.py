@@ -16,7 +16,8 @@ import pytest
 from conftest import subprocess_env
 
 import llm.cache
-from llm.cache import GenerationCache, call_seed, switch_to_wal
+from common import call_seed
+from llm.cache import GenerationCache, switch_to_wal
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -174,6 +174,35 @@ def test_a_retired_weight_leaves_with_its_row_and_comes_back_from_history(lab, c
     assert not (lab / ADAPTER / "adapter_model.safetensors").exists()
 
 
+def test_a_file_standing_at_the_path_with_other_bytes_is_replaced_not_accepted(lab, capsys):
+    """Restore judges a file already at the path by its sha256, not by its being there: other
+    bytes (a half-copied file, another run's weights) are replaced by the manifest's, and the
+    manifest's own bytes are left alone."""
+    run_table_and_retire(lab)
+    weight = lab / ADAPTER / "adapter_model.safetensors"
+    weight.parent.mkdir(parents=True)
+    weight.write_text("B" * 1000)
+    weights.restore(ADAPTER)
+    assert "adapter_model.safetensors: restored from commit" in capsys.readouterr().out
+    assert weight.read_text() == "A" * 1000
+    weights.restore(ADAPTER)
+    assert capsys.readouterr().out == "" and weight.read_text() == "A" * 1000
+
+
+def test_a_retire_keeps_every_row_the_manifest_held(lab):
+    """Retiring one weight adds its rows to those already there: a weight that left before it
+    keeps its row, so it can still come back."""
+    run_table_and_retire(lab)
+    before = weights.manifest()
+    (lab / "Makefile").write_text("demo:\n\tpython eval.py --protocols vanilla\n")
+    commit(lab, "the demo loads no policy")
+    weights.retire([POLICY])
+    after = weights.manifest()
+    assert {k: after[k] for k in before} == before
+    assert set(after) == set(before) | {POLICY}
+    assert after[POLICY]["sha256"] == hashlib.sha256(b"P" * 500).hexdigest()
+
+
 def test_in_a_shallow_clone_a_weight_comes_back_by_running_its_piece(lab, monkeypatch, capsys):
     """The commit that holds the adapter is not in a shallow clone: its piece runs, and only the
     weight's files are copied out of the run (the piece's committed metrics stay); the sha256 is

@@ -18,8 +18,8 @@ import deliberate as D
 import eval as E
 import sft
 import train_rl
+from common import call_seed
 from deliberate import PERSIST, REFINE, concede
-from llm.cache import call_seed
 from llm.engine import Completion
 from solutions import GameConfig, parse_solution
 

@@ -22,8 +22,7 @@ import softrank
 import train_magrpo
 import train_mlpo
 import train_solver
-from common import Ranks
-from llm.cache import call_seed
+from common import Ranks, call_seed
 from solutions import parse_solution, solve_prompt
 
 EXAMPLE = data.Example(question="What is 2 + 3?", answer="5", task="arith", id="t/0")
