@@ -122,6 +122,8 @@ def load_rule(spec):
     cannot be played is refused before any game starts)."""
     name, _, path = spec.partition("=")
     settings = None
+    if path and name not in FITTED:
+        raise ValueError(f"the {name} rule is fitted to nothing: it reads no file")
     if path:
         with open(path) as f:
             fitted = json.load(f)
@@ -139,7 +141,7 @@ def check_fitted(name, settings, path):
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
     n = len(TRIGGER_FEATURES)
-    for key, kind in FITTED.get(name, {}).items():
+    for key, kind in FITTED[name].items():
         value = settings.get(key)
         if kind == "number" and not is_number(value):
             raise ValueError(f"{path}: the {name}'s {key!r} must be a number, not {value!r}")

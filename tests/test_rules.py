@@ -138,6 +138,10 @@ def test_a_rule_loads_from_its_protocol_spec_and_refuses_what_it_cannot_play(tmp
     assert gate.name == "gate" and gate.settings == {"threshold": 0.5}
     assert rules.load_rule(f"trigger={path}").settings["threshold"] == 0.5
     assert rules.load_rule("freeze").name == "freeze"
+    with pytest.raises(
+        ValueError, match="^the freeze rule is fitted to nothing: it reads no file$"
+    ):
+        rules.load_rule(f"freeze={path}")
     with pytest.raises(ValueError) as refused:
         rules.load_rule("silence")
     assert str(refused.value) == "unknown rule 'silence'; known: freeze, minority, gate, trigger"
@@ -237,7 +241,11 @@ def test_eval_refuses_a_rule_it_cannot_play(tmp_path):
         (f"trigger={fitted}", f"{fitted} holds no fitted trigger"),
         (f"gate={misnamed}", f"{misnamed}: the gate's 'threshold' must be a number, not None"),
         (f"gate={listed}", f"{listed} holds no fitted gate"),
-        (f"trigger={short}", f"{short}: the trigger's 'weights' must be {n} numbers"),
+        (
+            f"trigger={short}",
+            f"{short}: the trigger's 'weights' must be {n} numbers (one per feature: "
+            f"{', '.join(rules.TRIGGER_FEATURES)}), not {trigger['weights'][:-1]!r}",
+        ),
         (f"gate={text}", "the gate's 'threshold' must be a number, not '1'"),
         ("freezing", "unknown protocol"),
         ("debate-3", "unknown protocol"),
