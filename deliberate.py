@@ -366,7 +366,7 @@ def check_own_game(policy, cfg, source):
     """A learned policy plays the game it was trained in: in another it reads states it never saw
     (round features t / rounds at other values, peers of another task or number), and nothing else
     would say so. UsageError naming the settings that differ."""
-    trained = getattr(policy, "trained_game", None)
+    trained = policy.trained_game
     if trained is None:
         return
     differ = [k for k in GAME_SETTINGS if trained[k] != getattr(cfg, k)]

@@ -284,14 +284,14 @@ def debate(rounds=None):
     return run
 
 
-def fixed(name):
-    """The game under a fixed policy (mpdf-persist: the team's round-0 vote; mpdf-oracle)."""
-    return lambda engine, examples, game, arg: games(engine, examples, make_policy(name), game)
-
-
 def policy_file(engine, examples, game, spec):
     """The game under a trained meta-policy (mpdf=PATH; mpdf=NAME plays the fixed policy NAME)."""
     return games(engine, examples, make_policy(spec), game)
+
+
+def fixed(name):
+    """The game under a fixed policy (mpdf-persist: the team's round-0 vote; mpdf-oracle)."""
+    return lambda engine, examples, game, arg: policy_file(engine, examples, game, name)
 
 
 def rule(name):
