@@ -63,15 +63,17 @@ import data
 # --------------------------------------------------------------------------------------------------
 @functools.cache
 def field_docs(config_class):
-    """{field name: the docstring under it} of a flat dataclass (one declared in a script)."""
-    if any(dataclasses.is_dataclass(base) for base in config_class.__bases__):
-        raise TypeError(f"{config_class.__name__}: a script declares every flag in its own class")
+    """{field name: the docstring under it} of a script's dataclass; a study's subclass (a lab file
+    beside the script) adds its own fields' to the script's."""
     docs = {}
-    body = ast.parse(textwrap.dedent(inspect.getsource(config_class))).body[0].body
-    for node, after in zip(body, body[1:]):
-        is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-        if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for cls in reversed(config_class.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        for node, after in zip(body, body[1:]):
+            is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and is_doc and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 

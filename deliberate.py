@@ -28,7 +28,6 @@ from solutions import (
     run_llm,
     same_answer,
     solve_calls,
-    unanimous,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -465,24 +464,25 @@ def outcome(before, agent, action, refined):
     return replace(before[adopted_agent(agent, action, len(before))])
 
 
-def counterfactual_rewards(move, gold, task):
-    """Every agent's shaped reward for each of its K actions in `move` (a Move), the peers held at
-    what they actually did. PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew
-    or would have drawn (move.refined[i]: same prompt, same seed) and pays move.costs[i]
-    (docs/design.md §6: train_rl.py's corpus)."""
+def action_reward(move, agent, action, gold, task):
+    """Agent `agent`'s shaped reward in `move` (a Move) had it taken `action`, its peers held at
+    what they did. PERSIST and CONCEDE cost nothing; REFINE uses the sample the agent drew or
+    would have drawn (move.refined[agent]: same prompt, same seed) and pays move.costs[agent]: the
+    one place a REFINE pays its cost."""
     before, after = move.before, move.after
-    vectors = []
-    for i in range(len(before)):
+    team = after[:agent] + [outcome(before, agent, action, move.refined)] + after[agent + 1 :]
+    reward = shaped_reward(before, team, agent, gold, task)
+    return reward - move.costs[agent] if action == REFINE else reward
 
-        def team_if(action):
-            return after[:i] + [outcome(before, i, action, move.refined)] + after[i + 1 :]
 
-        vector = [
-            shaped_reward(before, team_if(a), i, gold, task) for a in range(n_actions(len(before)))
-        ]
-        vector[REFINE] -= move.costs[i]
-        vectors.append(vector)
-    return vectors
+def counterfactual_rewards(move, gold, task):
+    """Every agent's reward vector in `move`: its action_reward for each of its K actions, the
+    peers held at what they actually did (docs/design.md §6: train_rl.py's corpus)."""
+    agents = len(move.before)
+    return [
+        [action_reward(move, i, a, gold, task) for a in range(n_actions(agents))]
+        for i in range(agents)
+    ]
 
 
 @dataclass
@@ -512,9 +512,6 @@ class Game:
     moves: list = field(default_factory=list)  # one Move per decision round
     tokens: int = 0  # prompt + completion tokens of every LLM call
     calls: int = 0
-    # (round, agent, action): that agent takes that action in that round whatever the policy says
-    # (train_rl.py's rollout of an action its corpus's game did not take)
-    forced: tuple = None
 
     def vote_summary(self, solutions):
         """The answers, each agent's correctness and confidence, the vote and its correctness."""
@@ -610,7 +607,6 @@ def play(
     greedy=True,
     refine_all=False,
     refine_cost=0.0,
-    disagree_bonus=0.0,
     forced=None,
     progress=None,
 ):
@@ -618,17 +614,16 @@ def play(
     Game per example: its transcript() is what eval.py writes, its moves what training reads.
     greedy: a learned policy's argmax actions, else sampled. refine_all: every agent draws its
     REFINE sample, taken or not (train_rl.py's counterfactual rewards); they count in the cost.
-    refine_cost: what a REFINE's reward pays per 1000 tokens of its call. disagree_bonus: what it
-    earns where the team's answers before it are not unanimous. forced: per example, None or the
-    (round, agent, action) of Game.forced."""
+    refine_cost: what a REFINE's reward pays per 1000 tokens of its call. forced, a study's hook:
+    per example, None or a (round, agent, action) that the agent takes in that round whatever the
+    policy says (a rollout of an action its game did not take)."""
     if cfg.agents < 2:
         raise ValueError("the game needs at least 2 agents")
     critic = cfg.critic or policy.reads_critic
-    forced = forced or [None] * len(examples)
     games = [
-        Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents, forced=f)
-        for ex, f in zip(examples, forced, strict=True)
+        Game(ex, changed=[False] * cfg.agents, last_actions=[None] * cfg.agents) for ex in examples
     ]
+    forced = dict(zip(map(id, games), forced or [None] * len(examples), strict=True))
     # round 0: every agent solves the question on its own (solve_calls: question-major)
     asking = [g for g in games for _ in range(cfg.agents)]
     answers = ask(engine, asking, solve_calls(examples, cfg), cfg, critic)
@@ -651,8 +646,9 @@ def play(
             break
         observations, actions, explained = decide(policy, active, t, cfg, greedy)
         for g, acts in zip(active, actions):
-            if g.forced is not None and g.forced[0] == t:
-                acts[g.forced[1]] = g.forced[2]
+            if forced[id(g)] is not None and forced[id(g)][0] == t:
+                _, agent, action = forced[id(g)]
+                acts[agent] = action
         # execute: the REFINE calls first, then the moves
         pairs = [(k, i) for k, acts in enumerate(actions) for i in range(len(acts))]
         refine = [(k, i) for k, i in pairs if actions[k][i] == REFINE or refine_all]
@@ -661,20 +657,19 @@ def play(
         refined = [{} for _ in active]
         costs = [[0.0] * cfg.agents for _ in active]
         for (k, i), (sample, n_tokens) in zip(refine, samples):
-            bonus = 0.0 if unanimous(active[k].solutions) else disagree_bonus
-            refined[k][i], costs[k][i] = sample, refine_cost * n_tokens / 1000 - bonus
+            refined[k][i], costs[k][i] = sample, refine_cost * n_tokens / 1000
         for g, acts, seen, why, mine, cost in zip(
             active, actions, observations, explained, refined, costs
         ):
             before = g.solutions
             after = [outcome(before, i, a, mine) for i, a in enumerate(acts)]
+            move = Move(t, seen, list(acts), before, after, mine, cost)
             ex = g.example
             record = {
                 "round": t,
                 "actions": acts,
                 "rewards": [
-                    shaped_reward(before, after, i, ex.answer, ex.task) - cost[i] * (a == REFINE)
-                    for i, a in enumerate(acts)
+                    action_reward(move, i, a, ex.answer, ex.task) for i, a in enumerate(acts)
                 ],
                 "texts": [s.text for s in after],
                 **g.vote_summary(after),
@@ -683,7 +678,7 @@ def play(
             if why is not None:
                 record["policy"] = why
             g.rounds.append(record)
-            g.moves.append(Move(t, seen, list(acts), before, after, mine, cost))
+            g.moves.append(move)
             g.changed = [a.answer != b.answer for a, b in zip(after, before)]
             g.last_actions, g.solutions = list(acts), after
         if progress is not None:
@@ -691,20 +686,21 @@ def play(
     return games
 
 
-def play_shard(
-    engine, examples, policy, cfg, *, ranks, desc="", refine_cost=None, disagree_bonus=0.0
-):
-    """This rank's games of `examples` (its shard, examples[rank::world]), actions sampled.
-    refine_cost: every agent draws its REFINE sample, paying this per 1000 tokens and earning
-    disagree_bonus where the team disagrees (train_rl.py's corpus); None: the taken only."""
+def play_shard(engine, examples, policy, cfg, *, ranks, desc="", refine_all=False, refine_cost=0.0):
+    """This rank's games of `examples` (its shard, examples[rank::world]), actions sampled;
+    refine_all and refine_cost as play's (train_rl.py's corpus draws every REFINE)."""
     bar = tqdm(total=cfg.rounds, desc=desc or "collect", disable=ranks.rank != 0, leave=False)
     shard = examples[ranks.rank :: ranks.world]
-    every = (
-        {"refine_all": True, "refine_cost": refine_cost, "disagree_bonus": disagree_bonus}
-        if refine_cost is not None
-        else {}
+    games = play(
+        engine,
+        shard,
+        policy,
+        cfg,
+        greedy=False,
+        refine_all=refine_all,
+        refine_cost=refine_cost,
+        progress=bar,
     )
-    games = play(engine, shard, policy, cfg, greedy=False, progress=bar, **every)
     bar.close()
     return games
 
@@ -726,7 +722,7 @@ def state_rows(games, more):
     return rows
 
 
-def collect_states(engine, examples, policy, cfg, more, *, ranks, **shard):
-    """The states of `policy`'s games (play_shard, its keywords in `shard`), with more(game, move)'s
-    fields (state_rows)."""
-    return state_rows(play_shard(engine, examples, policy, cfg, ranks=ranks, **shard), more)
+def collect_states(engine, examples, policy, cfg, more, *, ranks, desc=""):
+    """The states of `policy`'s games (play_shard: this rank's shard, actions sampled), with
+    more(game, move)'s fields (state_rows)."""
+    return state_rows(play_shard(engine, examples, policy, cfg, ranks=ranks, desc=desc), more)

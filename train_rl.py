@@ -8,9 +8,8 @@ Read top to bottom:
 1. Corpus: play the game with the current policy (pi_sft at first; actions sampled) on training
    questions, every agent's REFINE sample drawn. At every visited (agent, round) state, every action
    is scored with the peers held at what they did: R(s) in R^K (deliberate.counterfactual_rewards).
-   --later-weight adds the vote's gain to the game's end to the action taken, and --rollouts plays
-   a tied action not taken on to the end to give it its own (docs/design.md §4). Stored: the
-   state, R, the behaviour action and the behaviour policy's logits.
+   Stored: the state, R, the behaviour action and the behaviour policy's logits. The corpus is
+   train()'s `corpus` argument: a study hands its own (experiments/LOG.md lists them).
 2. Update, with pi_ref = pi_sft fixed (rl_loss). The algorithms differ only in the policy-gradient
    term; all of them add beta * KL(pi || pi_ref) - lam * H(pi), exact over the K actions:
      softrank   -sum_k pi(a_k|s) A_k, A = SoftRank advantages of R(s) (paper Eq. 2-3): only the
@@ -181,20 +180,7 @@ class Config:
     """weight of the entropy bonus"""
     refine_cost: float = 0.5
     """a REFINE's reward pays this per 1000 tokens (prompt + completion) it spends: the study's
-    choice (results/README.md); negative: REFINE earns it, so ties go to talking"""
-    disagree_bonus: float = 0.0
-    """a REFINE's reward earns this where the team's answers before it are not unanimous: below
-    the reward's steps, it gives REFINE its ties there, as freeze REFINEs while the team
-    disagrees"""
-    later_weight: float = 0.0
-    """the action each agent took earns this times what the team's vote gains after its round, to
-    the game's end (+1 wrong to right, -1 right to wrong): one round's reward is silent on a REFINE
-    whose answer stays while it sets up a later round"""
-    rollouts: bool = False
-    """where REFINE and PERSIST share a state's best one-round reward before the last round, the one
-    the agent did not take is played on to the game's end too (the game again with that action
-    forced; the generation cache serves its shared start) and earns --later-weight times its own
-    vote gain"""
+    choice (results/README.md)"""
     clip: float = 0.2
     """PPO's ratio clip"""
     reward_scale: float = 1.0
@@ -217,84 +203,43 @@ class Config:
 # --------------------------------------------------------------------------------------------------
 # 1. The corpus: every action of every visited state scored (docs/design.md §6)
 # --------------------------------------------------------------------------------------------------
-def later_gain(game, t):
-    """What the game's vote gains after round t, to its end: +1 wrong to right, -1 right to
-    wrong."""
-    return float(game.rounds[-1]["correct"]) - float(game.rounds[t]["correct"])
+def corpus_games(engine, questions, behaviour, cfg, *, ranks, desc):
+    """This rank's games of the corpus: the behaviour policy's actions sampled, every agent's
+    REFINE sample drawn whether taken or not, each paying --refine-cost."""
+    return play_shard(
+        engine,
+        questions,
+        behaviour,
+        GameConfig.of(cfg),
+        ranks=ranks,
+        desc=desc,
+        refine_all=True,
+        refine_cost=cfg.refine_cost,
+    )
 
 
-def tied_states(game, vectors, rounds):
-    """The (round, agent, action not taken) of each state of `game` before the last round where the
-    agent took REFINE or PERSIST and the other one shares the best one-round reward with it;
-    vectors: round -> each agent's reward vector."""
-    other = {REFINE: PERSIST, PERSIST: REFINE}
-    return [
-        (m.round, i, other[a])
-        for m in game.moves
-        if m.round < rounds
-        for i, (a, vector) in enumerate(zip(m.actions, vectors[m.round]))
-        if a in other and vector[a] == vector[other[a]] == max(vector)
-    ]
+def scored_rows(games):
+    """Every visited state of the games (all ranks', state_rows) with its counterfactual reward
+    vector."""
+
+    def rewards(g, m):
+        return [{"rewards": v} for v in counterfactual_rewards(m, g.example.answer, g.example.task)]
+
+    return state_rows(games, rewards)
 
 
 def scored_states(engine, questions, behaviour, cfg, *, ranks, desc):
-    """The states of games played by the behaviour policy (actions sampled, every agent's REFINE
-    sample drawn, at --refine-cost and --disagree-bonus), each with its counterfactual reward
-    vector, the action taken crediting --later-weight times the vote's gain after its round, and
-    with --rollouts the tied action not taken crediting its own game's gain."""
-    game_cfg = GameConfig.of(cfg)
-    prices = {"refine_cost": cfg.refine_cost, "disagree_bonus": cfg.disagree_bonus}
-    games = play_shard(engine, questions, behaviour, game_cfg, ranks=ranks, desc=desc, **prices)
-    # per game, round -> each agent's reward vector
-    scores = {
-        id(g): {
-            m.round: counterfactual_rewards(m, g.example.answer, g.example.task) for m in g.moves
-        }
-        for g in games
-    }
-    ties = [(g, tie) for g in games for tie in tied_states(g, scores[id(g)], cfg.rounds)]
-    for g in games:
-        for m in g.moves:
-            for vector, action in zip(scores[id(g)][m.round], m.actions):
-                vector[action] += cfg.later_weight * later_gain(g, m.round)
-    ends = {}  # (game, round, agent) of each rolled-out state -> how its two sides ended
-    if cfg.rollouts and ties:
-        # the game's seeds: a branch differs from its game by the forced action and what follows
-        bar = tqdm(total=cfg.rounds, desc="rollouts", disable=ranks.rank != 0, leave=False)
-        examples, forced = [g.example for g, _ in ties], [tie for _, tie in ties]
-        branches = play(
-            engine, examples, behaviour, game_cfg, greedy=False, forced=forced, progress=bar
-        )
-        bar.close()
-        for (g, (t, i, action)), branch in zip(ties, branches):
-            scores[id(g)][t][i][action] += cfg.later_weight * later_gain(branch, t)
-            # +1: the REFINE side of the tie ended the game right and the PERSIST side wrong
-            ended = float(branch.rounds[-1]["correct"]) - float(g.rounds[-1]["correct"])
-            ends[id(g), t, i] = ended if action == REFINE else -ended
-
-    def fields(g, m):
-        rows = []
-        for i, vector in enumerate(scores[id(g)][m.round]):
-            row = {"rewards": vector}
-            if (id(g), m.round, i) in ends:
-                row["refine_ends_better"] = ends[id(g), m.round, i]
-            rows.append(row)
-        return rows
-
-    return state_rows(games, fields)
+    """Stage 2's corpus: the states of the behaviour policy's games, each with the counterfactual
+    reward of every action."""
+    return scored_rows(corpus_games(engine, questions, behaviour, cfg, ranks=ranks, desc=desc))
 
 
-def rollout_statistics(rows):
-    """What --rollouts found: the share of the corpus's states whose tied action not taken was
-    played on, and of those the shares where the REFINE side's game ended right and the PERSIST
-    side's wrong, and the other way round (else the two ended alike)."""
-    ends = [r["refine_ends_better"] for r in rows if "refine_ends_better" in r]
-    n = max(len(ends), 1)
-    return {
-        "share_of_states": round(len(ends) / len(rows), 4),
-        "refine_ends_better": round(sum(e > 0 for e in ends) / n, 4),
-        "persist_ends_better": round(sum(e < 0 for e in ends) / n, 4),
-    }
+def study_settings(cfg, corpus):
+    """What a corpus depends on beyond this script's settings: the function that made it, and the
+    fields a study's Config adds to this script's (its corpus reads them)."""
+    own = {f.name for f in dataclasses.fields(Config)}
+    added = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in own}
+    return {"corpus": corpus.__name__, **added}
 
 
 def best_action_kinds(rewards):
@@ -455,11 +400,7 @@ def check(cfg, world):
     check_at_least(1, iterations=cfg.iterations, epochs=cfg.epochs)
     # every rank takes rows of every global batch
     check_at_least(world, batch_size=cfg.batch_size)
-    check_at_least(0, beta=cfg.beta, lam=cfg.lam)
-    # a negative weight would reward the actions taken before the vote turns wrong
-    check_at_least(0, later_weight=cfg.later_weight)
-    if cfg.rollouts and cfg.later_weight == 0:
-        raise UsageError("--rollouts credits --later-weight times a branch's gain: set it above 0")
+    check_at_least(0, beta=cfg.beta, lam=cfg.lam, refine_cost=cfg.refine_cost)
     # a negative scale would reverse the rewards' order
     check_positive(lr=cfg.lr, tau=cfg.tau, clip=cfg.clip, reward_scale=cfg.reward_scale)
     if not Path(cfg.init).is_file():
@@ -467,7 +408,9 @@ def check(cfg, world):
     check_team(load_policy(cfg.init), cfg.agents, f"--init {cfg.init}")
 
 
-def train(cfg, ranks):
+def train(cfg, ranks, corpus=scored_states):
+    """corpus(engine, questions, behaviour, cfg, ranks=, desc=) -> the rows of stage 2's corpus
+    (scored_states'), where a study changes the method."""
     rank, world, device = ranks
     cfg, dtype_reason = resolve_engine_dtype(cfg, device)
     out = Path(cfg.out_dir)
@@ -497,9 +440,7 @@ def train(cfg, ranks):
         val_n=cfg.val_n,
         init=cfg.init,
         refine_cost=cfg.refine_cost,
-        disagree_bonus=cfg.disagree_bonus,
-        later_weight=cfg.later_weight,
-        rollouts=cfg.rollouts,
+        **study_settings(cfg, corpus),
     )
     summary, validated = {}, {}  # validated: step -> the validation result at that step
     global_step = counters["global_step"]
@@ -516,7 +457,7 @@ def train(cfg, ranks):
         rows = load_made_under(path, settings, "corpus")
         if rows is None:
             desc = f"corpus {iteration}"
-            rows = scored_states(engine, questions, behaviour, cfg, ranks=ranks, desc=desc)
+            rows = corpus(engine, questions, behaviour, cfg, ranks=ranks, desc=desc)
             old_logits = policy_logits(behaviour, stack_rows(rows, ("own", "peers"), ("agent",)))
             for row, logits in zip(rows, old_logits.tolist()):
                 # what the behaviour actions were sampled from (PPO's ratio)
@@ -525,8 +466,6 @@ def train(cfg, ranks):
         tensors = stack_rows(rows, ("own", "peers", "rewards", "old_logits"), ("agent", "action"))
         tensors["ref_logits"] = policy_logits(reference, tensors)
         corpus_stats = corpus_statistics(tensors, k)
-        if cfg.rollouts:
-            corpus_stats["rollouts"] = rollout_statistics(rows)
         if rank == 0:
             print(f"iteration {iteration}: corpus {json.dumps(corpus_stats)}", file=sys.stderr)
 

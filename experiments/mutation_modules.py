@@ -296,10 +296,10 @@ MODULES = {
 # unless --only names others (a script's loop and checks run as a subprocess, on the original code)
 STAGE_FUNCTIONS = {
     "train_rl": (
-        "later_gain",
-        "tied_states",
-        "rollout_statistics",
+        "corpus_games",
+        "scored_rows",
         "scored_states",
+        "study_settings",
         "best_action_kinds",
         "corpus_statistics",
         "transform_rewards",

@@ -50,12 +50,18 @@ RL_FLAGS = {
 }
 
 
+def script_command(script):
+    """How a piece runs a script: a stage script by its file (train_rl.py), a lab module with -m
+    (experiments.rl_later_credit)."""
+    return [PY, script] if script.endswith(".py") else [PY, "-m", script]
+
+
 def trained(name, script, args, policy=""):
     """A training piece: the script writes runs/results/<name>; policy (as `policy` names it, by
     default the .pt the earlier pieces wrote), summary and metrics go to results/."""
     out = RUNS / name
     return {
-        "command": [PY, script, *args, "--out-dir", str(out)],
+        "command": [*script_command(script), *args, "--out-dir", str(out)],
         "copies": {
             out / "policy.safetensors": policy or committed(f"results/policies/{name}.pt"),
             out / "summary.json": f"results/training/{name}.json",

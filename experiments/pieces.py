@@ -26,7 +26,7 @@ from experiments.piece_kit import (
     trained,
 )
 from experiments.rule_pieces import RULE_PIECES
-from experiments.split_pieces import SPLIT_PIECES
+from experiments.split_pieces import SPLIT_PIECES, STUDY_SCRIPTS
 from experiments.team_pieces import TEAM_PIECES
 from experiments.teams import team_adapters, team_flags
 
@@ -334,11 +334,20 @@ PIECES = {
     },
 }
 
+# the scripts that run the engine at --dtype auto: the stage scripts and their studies in the lab
+ENGINE_SCRIPTS = ("eval.py", "sft.py", "train_rl.py", *STUDY_SCRIPTS.values())
+
+
+def script_of(command):
+    """The script a piece's command runs: its file, or its lab module (python -m NAME)."""
+    return command[2] if command[1] == "-m" else command[1]
+
+
 # the pieces that name no --dtype were computed with the engine in float32; the scripts' default
 # is --dtype auto (bf16 on a CPU with native bf16), so those pieces pin float32 and give the same
 # files on any machine
 for _piece in PIECES.values():
-    if _piece["command"][1] in ("eval.py", "sft.py", "train_rl.py"):
+    if script_of(_piece["command"]) in ENGINE_SCRIPTS:
         if "--dtype" not in _piece["command"]:
             _piece["command"] += ["--dtype", "float32"]
     _piece["command"] = flags_once(_piece["command"])

@@ -72,9 +72,15 @@ LATER_FLAGS = {
     "softrank-cost0-later0.5": LATER,
     "softrank-cost0-later0.5-rollouts": [*LATER, "--rollouts"],
 }
-# every meta-policy a seed trains and plays, and each RL policy's train_rl.py flags
+# every meta-policy a seed trains and plays, and each RL policy's flags
 TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS)
 TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS}
+# the policies a study of the lab trains (its change handed to train_rl.train), else train_rl.py
+STUDY_SCRIPTS = {
+    "softrank-cost-0.1": "experiments.rl_refine_pays",
+    **{name: "experiments.rl_disagree_bonus" for name in TIES_FLAGS},
+    **{name: "experiments.rl_later_credit" for name in LATER_FLAGS},
+}
 # variants whose seed 0 answered their question, so that their other seeds would say nothing new:
 # handed REFINE every tie, or every tie while the team disagrees, SoftRankPO played debate game for
 # game; crediting the action taken alone lost to the policy without it (the rollouts credit both)
@@ -114,7 +120,9 @@ def seed_pieces(seed):
     for algo in played[1:]:
         flags = [*base, *TRAIN_FLAGS[algo], "--init", policy["sft"]]
         pieces[f"train-{name}-{algo}"] = {
-            **trained(f"{name}-{algo}", "train_rl.py", flags, policy[algo]),
+            **trained(
+                f"{name}-{algo}", STUDY_SCRIPTS.get(algo, "train_rl.py"), flags, policy[algo]
+            ),
             "needs": [policy["sft"], *ADAPTERS],
         }
     protocols = {

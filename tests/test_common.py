@@ -449,14 +449,15 @@ class Sub(Flags):
     """the subclass's own words"""
 
 
-def test_a_script_declares_every_flag_in_its_own_class():
-    """field_docs reads a flat class's docstrings; a class whose flags come from a base class (a
-    flag declared away from the script) is refused, naming it."""
+def test_a_studys_config_adds_its_flags_to_the_scripts():
+    """field_docs reads a script's class's docstrings, and a study's subclass adds its own (a lab
+    file beside the script: experiments/rl_later_credit.py)."""
     assert common.field_docs(Flags) == {"seed": "the seed", "extra": "a flag of the script"}
-    with pytest.raises(TypeError, match="^Sub: a script declares every flag in its own class$"):
-        common.field_docs(Sub)
+    own = {"agents": "the subclass's own words"}
+    assert common.field_docs(Sub) == common.field_docs(Flags) | own
     cfg = common.parse_config(Flags, ["--seed", "3", "--extra"])
     assert cfg == Flags(seed=3, extra=True) and common.parse_config(Flags, []) == Flags()
+    assert common.parse_config(Sub, ["--agents", "2"]) == Sub(agents=2)
 
 
 def test_the_game_of_a_scripts_flags():

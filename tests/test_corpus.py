@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from method.test_meaning import Script
+from handmade import Script
 
 import deliberate as D
 import train_rl
@@ -36,26 +36,14 @@ class Bar:
 
 
 def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
-    """play gets this rank's shard, the config's game with sampled actions, and every REFINE
-    sample at the cost asked for when one is (train_rl.py's corpus; else play's defaults); rows come
-    in key order, each with its observation, agent, action and what `more` adds; no state at all is
-    an error."""
+    """play gets this rank's shard, the config's game with sampled actions, and (play_shard asked
+    for them: train_rl.py's corpus) every REFINE sample at the cost asked for, else play's
+    defaults; rows come in key order, each with its observation, agent, action and what `more`
+    adds; no state at all is an error."""
     asked = []
 
-    def play(
-        engine,
-        shard,
-        policy,
-        cfg,
-        *,
-        greedy,
-        progress,
-        refine_all=False,
-        refine_cost=0.0,
-        disagree_bonus=0.0,
-    ):
-        prices = (refine_cost, disagree_bonus)
-        asked.append((engine, shard, policy, cfg, greedy, refine_all, *prices, progress.total))
+    def play(engine, shard, policy, cfg, *, greedy, refine_all, refine_cost, progress):
+        asked.append((engine, shard, policy, cfg, greedy, refine_all, refine_cost, progress.total))
         return [played_game(q, 2) for q in reversed(shard)]
 
     monkeypatch.setattr(D, "play", play)
@@ -67,9 +55,8 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
         return [{"t": (game.example.id, move.round, agent)} for agent in range(2)]
 
     second = Ranks(1, 2, "cpu")
-    prices = {"refine_cost": 0.5, "disagree_bonus": 0.1}
-    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=second, **prices)
-    assert asked == [("E", ["b"], "pi", cfg, False, True, 0.5, 0.1, 2)]
+    rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=second)
+    assert asked == [("E", ["b"], "pi", cfg, False, False, 0.0, 2)]
     assert [r["key"] for r in rows] == [("b", t, i) for t in (1, 2) for i in (0, 1)]
     assert [r["t"] for r in rows] == [r["key"] for r in rows]
     assert [r["own"] for r in rows] == [[1, 0.0], [1, 1.0], [2, 0.0], [2, 1.0]]
@@ -78,14 +65,12 @@ def test_collect_states_asks_play_for_the_shard_and_the_game(monkeypatch):
     assert [r["agent"] for r in rows] == [0, 1] * 2
     rows = D.collect_states("E", ["a", "b", "c"], "pi", cfg, more, ranks=ALONE)
     assert [r["key"][0] for r in rows] == ["a"] * 4 + ["b"] * 4 + ["c"] * 4
-    assert asked[-1][5:8] == (False, 0.0, 0.0)
-    # a corpus priced without a bonus earns none
-    D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, refine_cost=0.2)
-    assert asked[-1][5:8] == (True, 0.2, 0.0)
+    D.play_shard("E", ["a", "b"], "pi", cfg, ranks=second, refine_all=True, refine_cost=0.2)
+    assert asked[-1] == ("E", ["b"], "pi", cfg, False, True, 0.2, 2)
     D.collect_states("E", ["a"], "pi", cfg, more, ranks=ALONE, desc="sft")
     # a bar of the rounds on rank 0 only, named by `desc` ("collect"), cleared when done
     bar = dict(total=2, desc="collect", disable=False, leave=False)
-    assert bars == [{**bar, "disable": True}, bar, bar, {**bar, "desc": "sft"}]
+    assert bars == [{**bar, "disable": True}, bar, {**bar, "disable": True}, {**bar, "desc": "sft"}]
     monkeypatch.setattr(D, "play", lambda *a, **kw: [played_game("a", 0)])
     with pytest.raises(ValueError, match=r"^the games visited no state after round 0 \(did every "):
         D.collect_states("E", ["a"], Script(None), cfg, more, ranks=ALONE)

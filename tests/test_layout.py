@@ -58,12 +58,30 @@ def test_the_spine_imports_no_lab_and_no_script_imports_another():
         assert not tops & (SCRIPTS - {name}), name
 
 
-def test_nothing_but_tests_imports_a_script():
+def studied_script(path):
+    """The stage script a lab file is a study of (its Config subclasses the script's: it hands the
+    script its own piece, cleanrl's variant beside its script), else None."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Config":
+            bases = [b.value.id for b in node.bases if isinstance(b, ast.Attribute)]
+            return next((b for b in bases if b in SCRIPTS), None)
+    return None
+
+
+def test_nothing_but_tests_and_a_study_imports_a_script():
+    """A script is imported by the tests, and by a study of it in the lab (that script alone);
+    no library or spine module, no other lab file."""
     sources = library_files() + [ROOT / f"{n}.py" for n in SPINE]
     sources += list((ROOT / "experiments").glob("*.py"))
+    studies = 0
     for path in sources:
         tops = {m.split(".")[0] for m in imports_of(path)}
-        assert not tops & (SCRIPTS - {path.stem}), path.relative_to(ROOT)
+        allowed = (
+            {path.stem, studied_script(path)} if path.parent.name == "experiments" else {path.stem}
+        )
+        studies += studied_script(path) is not None
+        assert not tops & (SCRIPTS - allowed), path.relative_to(ROOT)
+    assert studies >= 3
 
 
 def test_every_trainer_reads_its_learning_step_in_the_spine():
@@ -254,3 +272,12 @@ def test_the_circle_check_sees_an_import_inside_a_function(tmp_path):
     (tmp_path / "other.py").write_text("def g():\n    import top\n\n    return top\n")
     (tmp_path / "pkg" / "b.py").write_text("def f():\n    import other\n\n    return other\n")
     assert import_circles(module_graph(tmp_path)) == [["other", "top", "pkg.a", "pkg.b", "other"]]
+
+
+def test_a_stage_script_declares_every_flag_in_its_own_class():
+    """A reader finds all of a script's flags in its Config; only a study of it (in the lab)
+    subclasses it."""
+    for name in SCRIPTS:
+        tree = ast.parse((ROOT / f"{name}.py").read_text())
+        configs = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Config"]
+        assert all(not c.bases for c in configs), name

@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from handmade import ByRound, Script, SeedEngine, replies
 
 import common
 import data
@@ -20,7 +21,6 @@ import sft
 import train_rl
 from common import call_seed
 from deliberate import PERSIST, REFINE, concede
-from llm.engine import Completion
 from solutions import GameConfig, parse_solution
 
 GOLD = "5"
@@ -31,45 +31,6 @@ def sol(answer, text=None, tokens=10, logprobs=None):
     the lower agent index."""
     text = text or (f"Answer: {answer}" if answer is not None else "no idea")
     return parse_solution(text, "arith", tokens, logprobs, vote="mean_prob")
-
-
-class SeedEngine:
-    """The engine's interface for play(): each call's reply (answer, completion tokens) is looked up
-    by its seed, the game's call_seed(seed, question, agent, round, purpose)."""
-
-    def __init__(self, replies):
-        self.replies, self.calls = replies, 0
-
-    def chat(self, user):
-        return user
-
-    def encode(self, prompt):
-        return prompt.split()
-
-    def generate(self, prompts, seeds, **kw):
-        self.calls += len(prompts)
-        return [Completion(f"Answer: {a}", 0, n, "eos") for a, n in map(self.replies.get, seeds)]
-
-
-def replies(qid, solve, refine=()):
-    """solve: agent -> round-0 answer; refine: (round, agent) -> (answer, tokens of that call)."""
-    out = {call_seed(0, qid, i, 0, "solve"): (a, 5) for i, a in solve.items()}
-    out.update({call_seed(0, qid, i, t, "refine"): r for (t, i), r in dict(refine).items()})
-    return out
-
-
-class Script:
-    """A policy that plays a script: `choose(t, agent)` is the action of `agent` in decision round t
-    (the t-th call of act)."""
-
-    reads_critic = False
-
-    def __init__(self, choose):
-        self.choose, self.t = choose, 0
-
-    def act(self, own, peers, agent_index, uniforms, greedy=True):
-        self.t += 1
-        return [self.choose(self.t, int(i)) for i in agent_index]
 
 
 def example(qid, answer=GOLD):
@@ -250,163 +211,6 @@ def test_corpus_holds_every_agent_of_every_played_round_and_none_of_round_0():
     assert [r["key"] for r in shard] == keys[:3]
 
 
-def test_the_later_weight_credits_the_votes_gain_after_a_round_to_the_actions_taken():
-    """train_rl.py --later-weight: two games of R = 2 (gold 5; vote ties go to agent 0), agent 0
-    REFINEs and its peers PERSIST in round 1, all REFINE in round 2. q/up: 1,2,3 -> 6,2,3 (wrong)
-    -> 5,5,9 (right): round 1's taken actions gain +1 after it. q/down: 1,5,3 (wrong) -> 5,5,3
-    (right) -> 1,2,9 (wrong): -1 after round 1. Round 2 is the game's end: no gain. The actions
-    not taken keep their one-round rewards."""
-    refine = {
-        "q/up": {1: ("6", "7", "8"), 2: ("5", "5", "9")},
-        "q/down": {1: ("5", "7", "8"), 2: ("1", "2", "9")},
-    }
-    solve = {"q/up": ("1", "2", "3"), "q/down": ("1", "5", "3")}
-    table = {}
-    for q in solve:
-        calls = {(t, i): (a, 9) for t, answers in refine[q].items() for i, a in enumerate(answers)}
-        table.update(replies(q, dict(enumerate(solve[q])), calls))
-    plan = {1: [REFINE, PERSIST, PERSIST], 2: [REFINE] * 3}
-    examples = [example("q/up"), example("q/down")]
-
-    def corpus(weight):
-        cfg = train_rl.Config(agents=3, rounds=2, refine_cost=0.5, later_weight=weight)
-        script = Script(lambda t, agent: plan[t][agent])
-        return train_rl.scored_states(
-            SeedEngine(table), examples, script, cfg, ranks=ALONE, desc="corpus"
-        )
-
-    plain, credited = corpus(0.0), corpus(0.25)
-    gain = {("q/up", 1): 1.0, ("q/down", 1): -1.0, ("q/up", 2): 0.0, ("q/down", 2): 0.0}
-    assert [r["key"] for r in credited] == [r["key"] for r in plain]
-    for a, b in zip(plain, credited):
-        qid, t, agent = a["key"]
-        taken = plan[t][agent]
-        assert b["action"] == taken
-        shift = [0.25 * gain[qid, t] * (k == taken) for k in range(4)]
-        assert b["rewards"] == pytest.approx([x + d for x, d in zip(a["rewards"], shift)])
-
-
-class ByRound:
-    """A policy that plays plan[t][agent] in round t, read from the state (its round feature), so
-    that a game played again with an action forced meets the same plan."""
-
-    reads_critic = False
-
-    def __init__(self, plan, rounds):
-        self.plan, self.rounds = plan, rounds
-
-    def act(self, own, peers, agent_index, uniforms, greedy=True):
-        # the corpus's games and their branches sample the behaviour policy
-        assert greedy is False
-        t = [round(float(o[D.OWN_FEATURES.index("round")]) * self.rounds) + 1 for o in own]
-        return [self.plan[r][int(i)] for r, i in zip(t, agent_index)]
-
-
-class Bar:
-    """tqdm's part that a progress bar's user sees: its settings, its updates, its close."""
-
-    def __init__(self, **settings):
-        self.settings, self.updates, self.closed = settings, 0, False
-
-    def update(self, n):
-        self.updates += n
-
-    def close(self):
-        self.closed = True
-
-
-def test_rollouts_credit_the_tied_action_not_taken_with_its_own_games_gain(monkeypatch):
-    """train_rl.py --rollouts, R = 2, gold 5, vote ties to agent 0; round 2 has every agent REFINE
-    to 5, 5, 9 (right). q/stop: 1, 2, 3, all PERSIST in round 1, and the game stops wrong; agents 0
-    and 1 would REFINE to their own answers (tied with PERSIST), agent 2 to 5 (its REFINE pays +1
-    alone: no tie, no rollout). Forcing agent 0's or 1's REFINE keeps the game going to round 2:
-    its branch gains +1. q/go: 1, 2, 3, agent 0 REFINEs to 1 in round 1, its peers PERSIST (every
-    REFINE keeps its answer: all tied); the game gains +1 after round 1. Forcing agent 0's PERSIST
-    stops the branch (gain 0); forcing agent 1's or 2's REFINE changes nothing after (gain +1).
-    q/peer: 1, 2, 5, all PERSIST in round 1, every REFINE keeping its answer: agents 0 and 1 tie
-    REFINE with PERSIST below CONCEDE to agent 2 (+2: no rollout); agent 2's tie is its best (its
-    CONCEDEs pay -1): rolled out, +1. q/pivot: 5, 1, 3 (the vote right by agent 0 alone), all
-    PERSIST, every REFINE keeping its answer: agent 0's PERSIST and REFINE tie at +1, its branch
-    gains 0 (right after round 1 and at the end); its peers' CONCEDE to it pays +1 alone. Round 2 is
-    the last: no rollout. A rank-0 bar of the branches' rounds, cleared when done."""
-    solve = {"q/stop": ("1", "2", "3"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
-    first = {"q/stop": ("1", "2", "5"), "q/go": ("1", "2", "3"), "q/peer": ("1", "2", "5")}
-    solve["q/pivot"] = first["q/pivot"] = ("5", "1", "3")
-    table = {}
-    for q in solve:
-        answers = {1: first[q], 2: ("5", "5", "9")}
-        calls = {(t, i): (a, 9) for t, ans in answers.items() for i, a in enumerate(ans)}
-        table.update(replies(q, dict(enumerate(solve[q])), calls))
-    plans = {"q/stop": [PERSIST] * 3, "q/go": [REFINE, PERSIST, PERSIST], "q/peer": [PERSIST] * 3}
-    plans["q/pivot"] = [PERSIST] * 3
-    ends = {}
-    bars = []
-    monkeypatch.setattr(train_rl, "tqdm", lambda **kw: bars.append(Bar(**kw)) or bars[-1])
-    w = 0.5
-
-    def corpus(q, rollouts):
-        cfg = train_rl.Config(agents=3, rounds=2, refine_cost=0.0, later_weight=w)
-        cfg.rollouts = rollouts
-        policy = ByRound({1: plans[q], 2: [REFINE] * 3}, rounds=2)
-        engine = SeedEngine(table)
-        rows = train_rl.scored_states(engine, [example(q)], policy, cfg, ranks=ALONE, desc="corpus")
-        ends.update({r["key"]: r["refine_ends_better"] for r in rows if "refine_ends_better" in r})
-        return {r["key"]: r["rewards"] for r in rows}, engine.calls
-
-    # the one-round rewards by hand (PERSIST, REFINE, CONCEDE to peer 0, to peer 1) and the taken
-    # action's gain after the round
-    expected = {
-        ("q/stop", 1, 0): [0, 0 + w, 0, 0],
-        ("q/stop", 1, 1): [0, 0 + w, 0, 0],
-        ("q/stop", 1, 2): [0, 1, 0, 0],
-        ("q/go", 1, 0): [0 + 0, 0 + w, 0, 0],
-        ("q/go", 1, 1): [0 + w, 0 + w, 0, 0],
-        ("q/go", 1, 2): [0 + w, 0 + w, 0, 0],
-        ("q/peer", 1, 0): [0, 0, 0, 2],
-        ("q/peer", 1, 1): [0, 0, 0, 2],
-        ("q/peer", 1, 2): [0, 0 + w, -1, -1],
-        ("q/pivot", 1, 0): [1, 1 + 0, -1, -1],
-        ("q/pivot", 1, 1): [0, 0, 1, -1],
-        ("q/pivot", 1, 2): [0, 0, 1, -1],
-    }
-    # the game's calls (3 per round, every REFINE sample drawn), then each branch's: round 0 again,
-    # its REFINEs taken: q/stop's two branches 3 + 1 + 3; q/go's 3 + 0 (stopped), 3 + 2 + 3 twice;
-    # q/peer's one 3 + 1 + 3
-    calls = {"q/stop": (6, 6 + 2 * 7), "q/go": (9, 9 + 3 + 2 * 8), "q/peer": (6, 6 + 7)}
-    calls["q/pivot"] = (6, 6 + 7)
-    rounds = {"q/stop": (1,), "q/go": (1, 2), "q/peer": (1,), "q/pivot": (1,)}
-    # per question, a rolled-out state: (round, agent, the action not taken, its branch's gain)
-    untaken = {"q/stop": (1, 0, REFINE, 1), "q/go": (1, 0, PERSIST, 0), "q/peer": (1, 2, REFINE, 1)}
-    untaken["q/pivot"] = (1, 0, REFINE, 0)
-    for q in plans:
-        (plain, plain_calls), bars[:] = corpus(q, False), []
-        rolled, rolled_calls = corpus(q, True)
-        assert [(b.settings, b.updates, b.closed) for b in bars] == [
-            (dict(total=2, desc="rollouts", disable=False, leave=False), 2, True)
-        ]
-        assert (plain_calls, rolled_calls) == calls[q]
-        assert list(rolled) == list(plain) == [(q, t, i) for t in rounds[q] for i in range(3)]
-        for key, vector in expected.items():
-            if key[0] == q:
-                assert rolled[key] == pytest.approx(vector), key
-        # without rollouts the actions not taken keep their one-round rewards
-        t, agent, action, gain = untaken[q]
-        assert plain[q, t, agent][action] == rolled[q, t, agent][action] - w * gain
-        # round 2, the last, is rolled out nowhere
-        assert all(rolled[k] == plain[k] for k in rolled if k[1] == 2)
-    # how each rolled-out state's two sides ended: +1 where the REFINE side ended right and the
-    # PERSIST side wrong (q/stop's and q/peer's REFINE branches, q/go's REFINE game)
-    assert ends == {
-        ("q/stop", 1, 0): 1,
-        ("q/stop", 1, 1): 1,
-        ("q/go", 1, 0): 1,
-        ("q/go", 1, 1): 0,
-        ("q/go", 1, 2): 0,
-        ("q/peer", 1, 2): 1,
-        ("q/pivot", 1, 0): 0,
-    }
-
-
 def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
     """deliberate.play(forced=...): per example, None or (round, agent, action). Every agent
     PERSISTs by the policy (R = 2, round 0: 1, 2, 3); q/a forces agent 2 to REFINE (to 5) in round
@@ -431,7 +235,6 @@ def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
     assert [r["actions"] for r in a.rounds[1:]] == [[PERSIST, PERSIST, REFINE], policy.plan[2]]
     assert [r["answers"] for r in a.rounds[1:]] == [["1", "2", "5"], ["4", "2", "5"]]
     assert [r["actions"] for r in b.rounds[1:]] == [[PERSIST] * 3]
-    assert a.forced == (1, 2, REFINE) and b.forced is None
     with pytest.raises(ValueError):
         D.play(
             SeedEngine(table),
@@ -441,34 +244,6 @@ def test_a_forced_action_replaces_the_policys_for_its_agent_in_its_round_only():
             greedy=False,
             forced=[None],
         )
-
-
-def test_rollout_statistics_by_hand():
-    """Eight states, four rolled out: the REFINE side ended better in two, the PERSIST side in
-    one, alike in one; none rolled out; shares of a third."""
-    rows = [{"refine_ends_better": e} for e in (1, 1, -1, 0)] + [{}] * 4
-    assert train_rl.rollout_statistics(rows) == {
-        "share_of_states": 0.5,
-        "refine_ends_better": 0.5,
-        "persist_ends_better": 0.25,
-    }
-    assert train_rl.rollout_statistics([{}]) == {
-        "share_of_states": 0.0,
-        "refine_ends_better": 0.0,
-        "persist_ends_better": 0.0,
-    }
-    # thirds, to 4 decimals: one state of three rolled out; three of six, one of each ending
-    assert train_rl.rollout_statistics([{"refine_ends_better": 1}, {}, {}]) == {
-        "share_of_states": 0.3333,
-        "refine_ends_better": 1.0,
-        "persist_ends_better": 0.0,
-    }
-    rows = [{"refine_ends_better": e} for e in (1, -1, 0)] + [{}] * 3
-    assert train_rl.rollout_statistics(rows) == {
-        "share_of_states": 0.5,
-        "refine_ends_better": 0.3333,
-        "persist_ends_better": 0.3333,
-    }
 
 
 def test_best_action_kinds_by_hand():
