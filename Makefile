@@ -46,6 +46,8 @@ demo: model
 		--reference mpdf=$(COMMITTED) --out runs/demo/results.json
 	$(PY) view.py runs/demo/results.json --out runs/demo/games.html
 	@echo
+	@$(PY) -m experiments.demo_tables runs/demo/results.json arith
+	@echo
 	@echo "vanilla is one greedy answer, mpdf-persist the team's vote after round 0, sc self-consistency at debate's budget."
 	@echo "mpdf=$(COMMITTED) is the project's result: SoftRankPO trained on 256 questions (over 3 seeds"
 	@echo "and 300 test questions: README.md, Results). The runs/demo policies are trained in minutes on 16"
@@ -55,6 +57,8 @@ demo: model
 	HF_HUB_OFFLINE=1 $(PY) eval.py --task arith --agents 3 --rounds 3 --models $(VARIED) --split test --n 32 \
 		--seed 0 --protocols vanilla,mpdf-persist,mpdf=$(BEST) --reference mpdf=$(BEST) --out runs/demo/competent.json
 	@echo
+	@$(PY) -m experiments.demo_tables runs/demo/competent.json competent
+	@echo
 	@echo "The competent regime: agents trained on worked solutions (team varied, right 70-82% of the time alone)."
 	@echo "vanilla is its best member's greedy answer, mpdf-persist its vote; mpdf=$(BEST) is the"
 	@echo "project's best result, SoftRankPO with plain ranks over this team (3 seeds: README.md, Results)."
@@ -62,6 +66,8 @@ demo: model
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(SPLIT_GAME) --models $(SPLIT_TEAM) --split test --n 32 --seed 0 \
 		--protocols alone,mpdf-persist,mpdf=$(SPLIT_POLICY) --reference mpdf=$(SPLIT_POLICY) --out runs/demo/split.json
 	$(PY) view.py runs/demo/split.json --out runs/demo/split.html
+	@echo
+	@$(PY) -m experiments.demo_tables runs/demo/split.json split
 	@echo
 	@echo "The facts split among the agents: on half the questions each agent holds two of the three values."
 	@echo "Alone, or voting, no agent can answer a split question; mpdf=$(SPLIT_POLICY) is"

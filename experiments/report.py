@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from deliberate import ACTION_KINDS
+from experiments.demo_tables import committed_figure
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
 from experiments.onpolicy_pieces import ONPOLICY_PARTS
@@ -95,27 +96,29 @@ def action_shares(summary):
     return "/".join(f"{summary['actions'][k]:.2f}" for k in ACTION_KINDS)
 
 
-def eval_table(run):
-    """An eval.py JSON with a reference as a table: each protocol's accuracy, cost, actions and its
-    paired difference with the reference."""
+def eval_table(run, regime):
+    """A demo's eval.py JSON (with a reference) as a table: each protocol's accuracy, cost,
+    actions, its paired difference with the reference, and its committed full-size figure
+    (experiments/demo_tables.py) in the demo's `regime`."""
     protocols = {k: s for k, s in run.items() if isinstance(s, dict) and "accuracy" in s}
     reference = run["config"]["reference"]
     lines = [
         "| protocol | accuracy ± s.e. | tokens/q | actions p/r/c | "
-        f"vs {reference} [95% CI] (disagree) |",
-        "|---|---|---|---|---|",
+        f"vs {reference} [95% CI] (disagree) | committed: mean ± std (seeds × questions) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, s in protocols.items():
         paired = "" if name == reference else format_paired(s["vs_reference"])
         lines.append(
             f"| `{name}` | {s['accuracy']:.3f} ± {s['stderr']:.3f} | "
-            f"{s['tokens_per_question']:.0f} | {action_shares(s)} | {paired} |"
+            f"{s['tokens_per_question']:.0f} | {action_shares(s)} | {paired} | "
+            f"{committed_figure(regime, name)} |"
         )
         # task split: the questions dealt among the agents and the shared ones, each on its row
         for part, p in s.get("parts", {}).items():
             lines.append(
                 f"| ↳ {part} questions ({p['n']}) | {p['accuracy']:.3f} | "
-                f"{p['tokens_per_question']:.0f} | {action_shares(p)} |  |"
+                f"{p['tokens_per_question']:.0f} | {action_shares(p)} |  |  |"
             )
     n = next(iter(protocols.values()))["n"]
     config = run["config"]
@@ -133,7 +136,7 @@ def demo_table():
     if run is None or not run["config"].get("reference"):  # none, or the demo before its reference
         return missing("demo/make-demo.json").replace("experiments.run", "experiments.make_demo")
     timing = run["make_demo"]
-    text = eval_table(run) + (
+    text = eval_table(run, "arith") + (
         f". `make demo` took {timing['seconds']:.0f} s in a fresh clone with a cold generation "
         f"cache, at commit {timing['commit']} ({run['machine']}; `make setup model` before it: "
         f"{timing['setup_seconds']:.0f} s)."
@@ -142,14 +145,14 @@ def demo_table():
         team = run["competent"]["config"]["models"]
         text += (
             "\n\nThe competent regime, the same run: team `varied` "
-            f"(`--models {team}`).\n\n" + eval_table(run["competent"]) + "."
+            f"(`--models {team}`).\n\n" + eval_table(run["competent"], "competent") + "."
         )
     if "split" in run:
         team = run["split"]["config"]["models"]
         text += (
             "\n\nWhere the facts are split, the same run: team `split` "
             f"(`--models {team}`), each part of the questions on its row.\n\n"
-            + eval_table(run["split"])
+            + eval_table(run["split"], "split")
             + "."
         )
     return text
