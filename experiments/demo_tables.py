@@ -45,10 +45,10 @@ COMMITTED = {
 
 def committed_figure(regime, protocol):
     """The committed accuracy of the demo's `protocol` in `regime`: 'mean ± sample std (seeds x
-    questions)', or why there is none (the demo's own policies, trained in the demo)."""
+    questions)', or why there is none (the demo's own policies have no full-size table)."""
     prefix, parts = COMMITTED[regime]
     if protocol not in parts:
-        return "none: trained in the demo"
+        return "none: no full-size table"
     runs = by_seed(prefix, parts[protocol])
     if not runs:
         return "not computed"

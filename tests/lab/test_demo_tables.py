@@ -23,9 +23,9 @@ def test_each_demo_protocol_beside_its_committed_figure(tmp_path, monkeypatch):
     assert demo_tables.committed_figure("split", "alone") == "0.500 (1 × 100)"
     assert demo_tables.committed_figure("arith", "sc") == "not computed"
     own = "mpdf=runs/demo/rl/policy.safetensors"
-    assert demo_tables.committed_figure("arith", own) == "none: trained in the demo"
+    assert demo_tables.committed_figure("arith", own) == "none: no full-size table"
     run = {"config": {}, policy: {"accuracy": 0.25, "n": 32}, own: {"accuracy": 0.125, "n": 32}}
     rows = demo_tables.table(run, "arith").splitlines()
     assert "demo, 32 q." in rows[0]
     assert rows[1].split()[1:] == ["0.250", "0.300", "±", "0.100", "(3", "×", "300)"]
-    assert rows[2].split()[1:] == ["0.125", "none:", "trained", "in", "the", "demo"]
+    assert rows[2].split()[1:] == ["0.125", "none:", "no", "full-size", "table"]

@@ -1414,8 +1414,8 @@ def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_pa
     (tmp_path / "demo" / "make-demo.json").write_text(json.dumps(run))
     first = report.demo_table()
     assert first.splitlines()[2:4] == [
-        "| `vanilla` | 0.500 ± 0.050 | 100 |  | -0.250 [-0.500, +0.000] (8) |",
-        "| `mpdf=a.pt` | 0.250 ± 0.050 | 100 | 1.00/0.00/0.00 |  |",
+        "| `vanilla` | 0.500 ± 0.050 | 100 |  | -0.250 [-0.500, +0.000] (8) | not computed |",
+        "| `mpdf=a.pt` | 0.250 ± 0.050 | 100 | 1.00/0.00/0.00 |  | none: no full-size table |",
     ]
     assert first.endswith(
         "32 `arith` test questions (seed 0), 3 agents, 2 rounds. `make demo` took 500 s in a fresh "
@@ -1428,7 +1428,7 @@ def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_pa
     assert both.startswith(first)
     second = both[len(first) :]
     assert "team `varied` (`--models default+x.pt`)" in second
-    assert "| `mpdf=b.pt` | 0.875 ± 0.050 | 100 | 1.00/0.00/0.00 |  |" in second
+    assert "| `mpdf=b.pt` | 0.875 ± 0.050 | 100 | 1.00/0.00/0.00 |  | none: " in second
     assert second.endswith("32 `arith` test questions (seed 0), 3 agents, 3 rounds.")
     split = played("mpdf=c.pt", 3, 0.75, models="default+y")
     split["config"]["task"] = "split"
@@ -1442,9 +1442,10 @@ def test_the_demo_tables_show_the_competent_team_where_the_demo_played_it(tmp_pa
     (tmp_path / "demo" / "make-demo.json").write_text(json.dumps(run))
     third = report.demo_table()[len(both) :]
     assert "team `split` (`--models default+y`)" in third
-    assert third.split("| `mpdf=c.pt` | 0.750 ± 0.050 | 100 | 1.00/0.00/0.00 |  |\n")[1].startswith(
-        "| ↳ split questions (16) | 0.500 | 120 | 0.50/0.50/0.00 |  |\n"
-        "| ↳ shared questions (16) | 1.000 | 80 | 0.50/0.00/0.00 |  |\n"
+    row = "| `mpdf=c.pt` | 0.750 ± 0.050 | 100 | 1.00/0.00/0.00 |  | none: no full-size table |\n"
+    assert third.split(row)[1].startswith(
+        "| ↳ split questions (16) | 0.500 | 120 | 0.50/0.50/0.00 |  |  |\n"
+        "| ↳ shared questions (16) | 1.000 | 80 | 0.50/0.00/0.00 |  |  |\n"
     )
     assert third.endswith("32 `split` test questions (seed 0), 3 agents, 3 rounds.")
 
