@@ -180,6 +180,8 @@ MODULES = {
         ["tests/lab/test_revision_skill.py"],
         [],
     ),
+    # the weight manifest: a weight that leaves the tree must come back with its bytes
+    "experiments.weights": ("experiments/weights.py", ["tests/lab/test_weights.py"], []),
     # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the
     # original module, not the mutant: left out, as above
     "llm.cache": (

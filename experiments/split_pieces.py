@@ -72,14 +72,22 @@ LATER_FLAGS = {
     "softrank-cost0-later0.5": LATER,
     "softrank-cost0-later0.5-rollouts": [*LATER, "--rollouts"],
 }
+# SoftRankPO with REFINE free and each agent's values read from the round's outcomes under every
+# joint action (experiments/joint_credit.py): COMA's marginal, lenient, Shapley over REFINE
+# coalitions; the per-agent counterfactual prices a REFINE that pays only with a peer's at nothing
+JOINT_FLAGS = {
+    f"softrank-cost0-joint-{credit}": [*RL_FLAGS["softrank-cost0"], "--credit", credit]
+    for credit in ("marginal", "lenient", "shapley")
+}
 # every meta-policy a seed trains and plays, and each RL policy's flags
-TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS)
-TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS}
+TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS, *JOINT_FLAGS)
+TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS, **JOINT_FLAGS}
 # the policies a study of the lab trains (its change handed to train_rl.train), else train_rl.py
 STUDY_SCRIPTS = {
     "softrank-cost-0.1": "experiments.rl_refine_pays",
     **{name: "experiments.rl_disagree_bonus" for name in TIES_FLAGS},
     **{name: "experiments.rl_later_credit" for name in LATER_FLAGS},
+    **{name: "experiments.joint_credit" for name in JOINT_FLAGS},
 }
 # variants whose seed 0 answered their question, so that their other seeds would say nothing new:
 # handed REFINE every tie, or every tie while the team disagrees, SoftRankPO played debate game for
