@@ -216,3 +216,25 @@ def test_validate_reports_on_rank_0_alone_on_stderr(monkeypatch, capsys):
         "",
         "step 3: val accuracy 1.000, actions {'persist': 1.0, 'refine': 0.0, 'concede': 0.0}\n",
     )
+
+
+def test_a_saved_corpus_names_the_function_that_made_it_and_a_studys_own_settings():
+    """train_rl.study_settings: the corpus function's name, and the fields a study's Config adds
+    to train_rl's (a corpus saved by one is refused by the other, common.load_made_under)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Study(train_rl.Config):
+        bonus: float = 0.25
+        """a study's own flag"""
+
+    def later_states():
+        pass
+
+    assert train_rl.study_settings(train_rl.Config(), train_rl.scored_states) == {
+        "corpus": "scored_states"
+    }
+    assert train_rl.study_settings(Study(seed=3), later_states) == {
+        "corpus": "later_states",
+        "bonus": 0.25,
+    }
