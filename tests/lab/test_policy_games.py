@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def recorded_game(policy):
     """The game a policy file records, read from its settings where this clone has them (a
-    retired .pt file has left the tree: None)."""
+    retired .pt file has left the tree, a pending piece has not made it yet: None)."""
     path = ROOT / policy
-    if path.suffix == ".safetensors" or path.with_suffix(".json").exists():
+    if path.with_suffix(".json").exists():
         settings = json.loads(path.with_suffix(".json").read_text())
     elif path.exists():
         settings = common.load_tensors(path, "policy")[1]
