@@ -180,8 +180,14 @@ MODULES = {
         ["tests/lab/test_revision_skill.py"],
         [],
     ),
-    # the weight manifest: a weight that leaves the tree must come back with its bytes
-    "experiments.weights": ("experiments/weights.py", ["tests/lab/test_weights.py"], []),
+    # the weight manifest: a weight that leaves the tree must come back with its bytes (the tests
+    # of this repository's own manifest read its git, which a scratch copy does not have; the
+    # others build a repository of their own)
+    "experiments.weights": (
+        "experiments/weights.py",
+        ["tests/lab/test_weights.py"],
+        ["tree_keeps_no_weight", "every_weight_that_left"],
+    ),
     # the writers in subprocesses (two at once, one killed, torchrun, the benchmark) run the
     # original module, not the mutant: left out, as above
     "llm.cache": (
