@@ -12,10 +12,10 @@ MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
 def outputs(piece):
     """The files a piece leaves in results/: what its command writes, and what is copied from its
-    run."""
-    return [Path(p) for p in piece.get("outputs", [])] + [
-        Path(p) for p in piece.get("copies", {}).values()
-    ]
+    run (a safetensors file with its settings' JSON beside it, without which it does not load)."""
+    copied = [Path(p) for p in piece.get("copies", {}).values()]
+    settings = [p.with_suffix(".json") for p in copied if p.suffix == ".safetensors"]
+    return [Path(p) for p in piece.get("outputs", [])] + copied + settings
 
 
 def flags_once(command):

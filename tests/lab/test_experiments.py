@@ -23,6 +23,7 @@ from experiments import (
     tables,
     team_tables,
     teams,
+    weights,
 )
 from experiments import run as runner
 from experiments.mutation_modules import mutated_source
@@ -274,6 +275,20 @@ def test_runner_pieces_name_existing_scripts():
         cwd=ROOT,
     )
     assert listing.returncode == 0 and all(name in listing.stdout for name in runner.PIECES)
+
+
+def test_a_piece_commits_a_safetensors_policy_with_its_settings():
+    """A safetensors file does not load without the JSON beside it: a piece that copies one lists
+    both among its outputs (the runner commits its outputs), and every such pair finished is in
+    the tree."""
+    piece = {"command": ["python"], "copies": {"runs/x/policy.safetensors": "results/p/x.safetensors"}}
+    assert Path("results/p/x.json") in piece_kit.outputs(piece)
+    for name, piece in runner.PIECES.items():
+        for out in piece_kit.outputs(piece):
+            if out.suffix == ".safetensors":
+                assert out.with_suffix(".json") in piece_kit.outputs(piece), name
+                if weights.present(out):
+                    assert (ROOT / out.with_suffix(".json")).is_file(), name
 
 
 def test_every_piece_of_a_script_passes_flags_the_script_takes():
