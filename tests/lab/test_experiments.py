@@ -281,7 +281,8 @@ def test_a_piece_commits_a_safetensors_policy_with_its_settings():
     """A safetensors file does not load without the JSON beside it: a piece that copies one lists
     both among its outputs (the runner commits its outputs), and every such pair finished is in
     the tree."""
-    piece = {"command": ["python"], "copies": {"runs/x/policy.safetensors": "results/p/x.safetensors"}}
+    copies = {"runs/x/policy.safetensors": "results/p/x.safetensors"}
+    piece = {"command": ["python"], "copies": copies}
     assert Path("results/p/x.json") in piece_kit.outputs(piece)
     for name, piece in runner.PIECES.items():
         for out in piece_kit.outputs(piece):
@@ -1538,9 +1539,9 @@ def test_the_split_cost_table_shows_each_cost_with_its_refine_gains_by_round(tmp
     (tmp_path / "policies").mkdir()
     for seed in (0, 1):
         # the cost-0.25 weights: the default's at seed 0, others at seed 1
-        for policy, weights in (("softrank", b"w"), ("softrank-cost0.25", b"wv"[seed : seed + 1])):
+        for policy, data in (("softrank", b"w"), ("softrank-cost0.25", b"wv"[seed : seed + 1])):
             name = f"split300-team-split-seed{seed}-{policy}"
-            (tmp_path / "policies" / f"{name}.safetensors").write_bytes(weights)
+            (tmp_path / "policies" / f"{name}.safetensors").write_bytes(data)
             cost = 0.5 if policy == "softrank" else 0.25
             settings = {"train_config": {"refine_cost": cost}}
             (tmp_path / "policies" / f"{name}.json").write_text(json.dumps(settings))
