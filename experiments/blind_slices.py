@@ -58,13 +58,13 @@ def slice_figures(tables, reference):
         first = {g["id"]: g["rounds"][0]["answers"] for g in details[reference]}
         for protocol, games in details.items():
             for g in games:
+                # a one-agent protocol (alone, vanilla) plays no team round 0 to compare
                 answers = g.get("rounds", [{}])[0].get("answers")
-                if answers is not None and len(answers) == len(first[g["id"]]) != 0:
-                    if answers != first[g["id"]]:
-                        print(
-                            f"{path}: {protocol} played another round 0 on {g['id']}",
-                            file=sys.stderr,
-                        )
+                team = answers is not None and len(answers) == len(first[g["id"]])
+                if team and answers != first[g["id"]]:
+                    print(
+                        f"{path}: {protocol} played another round 0 on {g['id']}", file=sys.stderr
+                    )
                 if sliced[g["id"]] is not None:
                     records.setdefault(protocol, {}).setdefault(sliced[g["id"]], []).append(g)
     return {
