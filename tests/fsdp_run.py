@@ -4,10 +4,11 @@ or FSDP2 (llm.training.loss_modules). Each rank takes its share of the questions
 do; rank 0 saves (torch.save) what tests/test_fsdp.py compares: each trainer's loss, KL and
 gradient norm over two steps, the updated weights (whole), and every rank's bytes of parameters,
 gradients and optimizer state; and under FSDP2 a checkpoint written and read back into fresh
-shards.
+shards. Under torchrun one launch trains under DDP, then under FSDP2 (a launch costs more than
+the steps).
 
     python tests/fsdp_run.py OUT.pt
-    torchrun --nproc_per_node=2 tests/fsdp_run.py OUT.pt --fsdp
+    torchrun --nproc_per_node=2 tests/fsdp_run.py OUT.pt
 """
 
 import sys
@@ -117,15 +118,21 @@ def trained(ranks, out, fsdp):
     return result
 
 
-def main(out, fsdp):
+def main(out):
+    """{"world", "one": ...} on one process; {"world", "ddp": ..., "fsdp": ...} under torchrun."""
     with distributed(Path(out).parent) as ranks:
         # the models die with trained()'s frame, before the process group is torn down: a DDP
         # reducer freed after the teardown destroys the gloo group itself, joining gloo's thread
         # while holding the GIL that thread waits for (a hang at exit)
-        result = trained(ranks, out, fsdp)
+        result = {"world": ranks.world}
+        if ranks.world == 1:
+            result["one"] = trained(ranks, out, fsdp=False)
+        else:
+            result["ddp"] = trained(ranks, out, fsdp=False)
+            result["fsdp"] = trained(ranks, out, fsdp=True)
         if ranks.rank == 0:
-            torch.save(result | {"world": ranks.world}, out)
+            torch.save(result, out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--fsdp" in sys.argv)
+    main(sys.argv[1])

@@ -331,6 +331,24 @@ def sft_runs(tmp_path_factory):
     return out
 
 
+# train_rl.py from sft_runs' policy: SoftRankPO with the policy-gradient term at work
+RL_ARGS = [*GAME, "--epochs", "3", "--batch-size", "16", "--lam", "0.05"]
+
+
+@pytest.fixture(scope="session")
+def rl_runs(sft_runs, tmp_path_factory):
+    """train_rl.py from sft_runs' policy (RL_ARGS), once with python and once with a 2-process
+    torchrun, made once for the tests of the "sft_runs" group that read it."""
+    root = tmp_path_factory.mktemp("rl")
+    init = ["--init", str(sft_runs["single"] / "policy.safetensors")]
+    out = {}
+    for name, torchrun in (("single", False), ("torchrun", True)):
+        out[name] = root / name
+        args = [str(ROOT / "train_rl.py"), *init, *RL_ARGS, "--out-dir", str(out[name])]
+        run(args, root, torchrun, scripted=True)
+    return out
+
+
 @pytest.mark.xdist_group("sft_runs")
 def test_sft_single_and_torchrun_agree(sft_runs):
     single, multi = sft_runs["single"], sft_runs["torchrun"]
@@ -353,71 +371,33 @@ def test_sft_single_and_torchrun_agree(sft_runs):
 
 
 @pytest.mark.xdist_group("sft_runs")
-def test_train_rl_single_and_torchrun_agree(sft_runs, tmp_path):
+def test_train_rl_single_and_torchrun_agree(sft_runs, rl_runs):
     """On a corpus with non-flat reward vectors, so the policy-gradient term is at work, not only KL
     and entropy: one process and two take the same steps. SoftRankPO, the method; the other
     losses share its batches and normalizer (test_every_algo_moves_toward_the_best_action in
     process, PPO as a script in the SIGKILL test)."""
-    outs = {}
-    for name, torchrun in (("single", False), ("torchrun", True)):
-        outs[name] = tmp_path / name
-        run(
-            [
-                str(ROOT / "train_rl.py"),
-                "--init",
-                str(sft_runs["single"] / "policy.safetensors"),
-                *GAME,
-                "--epochs",
-                "3",
-                "--batch-size",
-                "16",
-                "--lam",
-                "0.05",
-                "--out-dir",
-                str(outs[name]),
-            ],
-            tmp_path,
-            torchrun,
-            scripted=True,
-        )
-    a, b = weights(outs["single"]), weights(outs["torchrun"])
+    a, b = weights(rl_runs["single"]), weights(rl_runs["torchrun"])
     rest, key_bias = ddp_difference(a, b)
     assert rest < 1e-4 and key_bias < 1e-3
     # training moved the policy
     assert max_difference(a, weights(sft_runs["single"])) > 1e-4
-    summary = json.loads((outs["single"] / "summary.json").read_text())
+    summary = json.loads((rl_runs["single"] / "summary.json").read_text())
     assert {"corpus", "val_accuracy", "val_actions", "policy_actions_on_corpus"} <= summary.keys()
     assert summary["corpus"]["frac_zero_std"] < 0.9 and summary["corpus"]["frac_multi_valued"] > 0
-    corpus = common.load_file(outs["single"] / "corpus-0.pt", "corpus")["rows"]
+    corpus = common.load_file(rl_runs["single"] / "corpus-0.pt", "corpus")["rows"]
     assert all(len(r["rewards"]) == 4 and len(r["old_logits"]) == 4 for r in corpus)
-    assert any(abs(r["pg"]) > 0 for r in metrics(outs["single"]) if "pg" in r)
+    assert any(abs(r["pg"]) > 0 for r in metrics(rl_runs["single"]) if "pg" in r)
 
 
 @pytest.mark.xdist_group("sft_runs")
-def test_validation_during_training_does_not_change_the_policy(sft_runs, tmp_path):
+def test_validation_during_training_does_not_change_the_policy(sft_runs, rl_runs, tmp_path):
     """--eval-every plays validation games between optimizer steps: they log accuracy and must leave
     training alone (no shared random state), so table c's curves belong to the policies the other
-    tables use."""
-    args = [
-        str(ROOT / "train_rl.py"),
-        "--init",
-        str(sft_runs["single"] / "policy.safetensors"),
-        *GAME,
-        "--epochs",
-        "3",
-        "--batch-size",
-        "8",
-        "--lam",
-        "0.05",
-    ]
-    for every in ("0", "3"):
-        run(
-            args + ["--eval-every", every, "--out-dir", str(tmp_path / every)],
-            tmp_path,
-            scripted=True,
-        )
-    a, b = (weights(tmp_path / d) for d in ("0", "3"))
-    assert max_difference(a, b) == 0
+    tables use. Against rl_runs' single run, the same settings without --eval-every."""
+    init = ["--init", str(sft_runs["single"] / "policy.safetensors")]
+    args = [str(ROOT / "train_rl.py"), *init, *RL_ARGS, "--eval-every", "3"]
+    run(args + ["--out-dir", str(tmp_path / "3")], tmp_path, scripted=True)
+    assert max_difference(weights(rl_runs["single"]), weights(tmp_path / "3")) == 0
     validated = [r["step"] for r in metrics(tmp_path / "3") if "val_accuracy" in r]
     steps = max(r["step"] for r in metrics(tmp_path / "3") if "loss" in r)
     assert validated == [*range(0, steps + 1, 3), *([steps] if steps % 3 else [])]
