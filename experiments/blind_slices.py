@@ -1,27 +1,35 @@
-"""Where a rule is blind: each protocol's accuracy and tokens on two slices of the questions, read
-from round 0 of the games that eval.py keeps with --details (the default):
+"""Where a rule is blind: each protocol's accuracy and tokens on two slices of the questions, named
+by round 0 of the team's games:
   unanimous-wrong  every agent's round-0 answer the same, and wrong: freeze ("REFINE while the team
                    disagrees") stops there by construction;
   majority-wrong   the round-0 vote wrong and held by a majority short of every agent (2-1 at three
                    agents), where the learned policies lost to freeze.
-A question's slice is read from the reference protocol's round 0 (every team protocol of a table
-plays the same round 0: same prompts, same seeds; one whose round 0 differs is named). Several
-tables (seeds) are pooled.
+Every team protocol of a table plays the same round 0 (same prompts, same seeds), so one game per
+question names its slice: `round0` plays the team's vote (mpdf-persist, round 0 alone) with eval.py
+and keeps only the slices' question ids, a small file; `show` reads every protocol's per-question
+outcomes (eval.py's question_ids, correct, question_tokens, kept with --no-details too) from the
+tables of those questions, several seeds pooled.
 
-    python -m experiments.blind_slices runs/split-seed0.json runs/split-seed1.json \
-        --reference mpdf-persist
+    python -m experiments.blind_slices round0 --out results/slices/split-seed0.json -- \
+        --task split --seed 0 --split test --n 300 ...
+    python -m experiments.blind_slices show results/slices/split-seed0.json \
+        results/tables/split-seed0-*.json
 """
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import FileRefused, user_errors
 
+ROOT = Path(__file__).resolve().parents[1]
 SLICES = ("unanimous-wrong", "majority-wrong")
+REFERENCE = "mpdf-persist"
 
 
 def round0_slice(first):
@@ -36,6 +44,16 @@ def round0_slice(first):
     return "majority-wrong" if held > 1 else None
 
 
+def members(games):
+    """{slice: [question ids]} of eval.py transcripts (one game per question)."""
+    named = {name: [] for name in SLICES}
+    for g in games:
+        name = round0_slice(g["rounds"][0])
+        if name is not None:
+            named[name].append(g["id"])
+    return named
+
+
 @dataclass
 class SliceFigure:
     n: int
@@ -43,40 +61,42 @@ class SliceFigure:
     tokens: float
 
 
-def slice_figures(tables, reference):
-    """{protocol: {slice: SliceFigure}} pooled over `tables` (eval.py JSONs with details); the
-    questions of each slice read from `reference`'s round 0. Raises FileRefused where a table
-    keeps no transcripts or lacks the reference."""
-    records = {}
-    for path, table in tables:
-        details = table.get("details")
-        if not details:
-            raise FileRefused(f"{path}: no transcripts (eval.py ran with --no-details)")
-        if reference not in details:
-            raise FileRefused(f"{path}: no protocol {reference} (it has {', '.join(details)})")
-        sliced = {g["id"]: round0_slice(g["rounds"][0]) for g in details[reference]}
-        first = {g["id"]: g["rounds"][0]["answers"] for g in details[reference]}
-        for protocol, games in details.items():
-            for g in games:
-                # a one-agent protocol (alone, vanilla) plays no team round 0 to compare
-                answers = g.get("rounds", [{}])[0].get("answers")
-                team = answers is not None and len(answers) == len(first[g["id"]])
-                if team and answers != first[g["id"]]:
-                    print(
-                        f"{path}: {protocol} played another round 0 on {g['id']}", file=sys.stderr
+def slice_figures(pairs):
+    """{protocol: {slice: SliceFigure}} pooled over `pairs`, each (slices file, tables of its
+    questions): each protocol's per-question outcomes (its summary's question_ids, correct,
+    question_tokens) on the slices' questions. Raises FileRefused where a table lacks one of
+    them."""
+    outcomes = {}
+    for named, tables in pairs:
+        for path, table in tables:
+            for protocol, summary in table.items():
+                if not isinstance(summary, dict) or "question_ids" not in summary:
+                    continue
+                played = dict(
+                    zip(
+                        summary["question_ids"],
+                        zip(summary["correct"], summary["question_tokens"], strict=True),
+                        strict=True,
                     )
-                if sliced[g["id"]] is not None:
-                    records.setdefault(protocol, {}).setdefault(sliced[g["id"]], []).append(g)
+                )
+                for name in SLICES:
+                    missing = [q for q in named["slices"][name] if q not in played]
+                    if missing:
+                        raise FileRefused(
+                            f"{path}: {protocol} did not play {missing[0]} of {named['path']}"
+                        )
+                    got = outcomes.setdefault(protocol, {}).setdefault(name, [])
+                    got += [played[q] for q in named["slices"][name]]
     return {
         protocol: {
             name: SliceFigure(
                 n=len(games),
-                accuracy=sum(g["correct"] for g in games) / len(games),
-                tokens=sum(g["tokens"] for g in games) / len(games),
+                accuracy=sum(right for right, _ in games) / len(games) if games else 0.0,
+                tokens=sum(tokens for _, tokens in games) / len(games) if games else 0.0,
             )
             for name, games in by_slice.items()
         }
-        for protocol, by_slice in records.items()
+        for protocol, by_slice in outcomes.items()
     }
 
 
@@ -87,26 +107,67 @@ def slice_table(figures):
     for protocol, by_slice in figures.items():
         cells = []
         for s in SLICES:
-            f = by_slice.get(s)
-            cells.append(f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f else "0, -, -")
+            f = by_slice[s]
+            cells.append(f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f.n else "0, -, -")
         lines.append(f"| {protocol} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise FileRefused(f"{path}: not a JSON file ({error})") from None
+
+
+def round0(out, eval_flags):
+    """Plays the team's round 0 (eval.py, REFERENCE, transcripts kept in a scratch folder) and
+    writes the slices' question ids to `out` with the eval settings that name them."""
+    with tempfile.TemporaryDirectory() as scratch:
+        played = Path(scratch) / "round0.json"
+        command = [sys.executable, str(ROOT / "eval.py"), *eval_flags]
+        command += ["--protocols", REFERENCE, "--out", str(played)]
+        subprocess.run(command, check=True)
+        table = read_json(played)
+    if not table.get("details"):
+        raise FileRefused(f"{' '.join(eval_flags)}: eval.py kept no transcripts (--no-details)")
+    record = {"reference": REFERENCE, "config": table["config"]}
+    record["slices"] = members(table["details"][REFERENCE])
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=1) + "\n")
+    counts = ", ".join(f"{name} {len(ids)}" for name, ids in record["slices"].items())
+    print(f"{out}: {counts} of {len(table['details'][REFERENCE])} questions")
+
+
+def show(paths):
+    """The slices files among `paths` and the tables after each (those of its questions)."""
+    pairs = []
+    for path in paths:
+        data = read_json(path)
+        if "slices" in data:
+            pairs.append((data | {"path": path}, []))
+        elif not pairs:
+            raise FileRefused(f"{path}: a table before any slices file (round0's output)")
+        else:
+            pairs[-1][1].append((path, data))
+    print(slice_table(slice_figures(pairs)))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tables", nargs="+", help="eval.py JSON files kept with their transcripts")
-    parser.add_argument(
-        "--reference", default="mpdf-persist", help="the protocol whose round 0 names the slices"
+    commands = parser.add_subparsers(dest="command", required=True)
+    first = commands.add_parser("round0", help="name the slices' questions from the team's round 0")
+    first.add_argument("--out", required=True, help="the slices file to write (JSON)")
+    first.add_argument("eval_flags", nargs="+", help="eval.py's flags for the questions, after --")
+    figures = commands.add_parser("show", help="each protocol's accuracy and tokens on the slices")
+    figures.add_argument(
+        "paths", nargs="+", help="a slices file, then the eval.py tables of its questions; repeat"
     )
     args = parser.parse_args(argv)
-    tables = []
-    for path in args.tables:
-        try:
-            tables.append((path, json.loads(Path(path).read_text())))
-        except (OSError, ValueError) as error:
-            raise FileRefused(f"{path}: not an eval.py JSON file ({error})") from None
-    print(slice_table(slice_figures(tables, args.reference)))
+    if args.command == "round0":
+        round0(args.out, args.eval_flags)
+    else:
+        show(args.paths)
 
 
 if __name__ == "__main__":

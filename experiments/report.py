@@ -27,6 +27,7 @@ from experiments.revision_tables import revision_skill_table
 from experiments.reward_tables import reward_rule_table
 from experiments.rule_pieces import LOSSES, loss_seeds
 from experiments.rule_tables import (
+    blind_table,
     frontier_table,
     learned,
     losses_table,
@@ -34,6 +35,7 @@ from experiments.rule_tables import (
     rules_target_table,
 )
 from experiments.speed_tables import bench_table, cache_table, profile_table
+from experiments.split_pieces import JOINT_FLAGS, VIEW_FLAGS, VIEW_SFT
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_pieces import TRAINED as SPLIT_TRAINED
 from experiments.split_tables import (
@@ -278,6 +280,9 @@ NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python -m experiments.r
 # varied's on arith
 SPLIT_LEARNED = (*SPLIT_TRAINED, *ONPOLICY_PARTS)
 VARIED_LEARNED = ("sft", *team_rl_algos("varied"))
+# the policies read on the slices where a rule is blind: the best of stage 2, joint credit and the
+# state that reads what the texts say is missing
+BLIND_LEARNED = ("softrank-cost0", *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS)
 
 TABLES = {
     "headline": headline,
@@ -356,6 +361,7 @@ TABLES = {
         SPLIT_PREFIX, SPLIT_LEARNED, debate_budget=0.5
     ),
     "rules-target-varied": lambda: rules_target_table("arith300-team-varied", VARIED_LEARNED),
+    "blind-split": lambda: blind_table(SPLIT_PREFIX, learned(BLIND_LEARNED)),
     **{
         f"losses-{prefix}-{algo}-{rule}": lambda p=prefix, a=algo, r=rule: losses_table(
             p, a, r, loss_seeds(a)

@@ -8,6 +8,7 @@ import math
 from collections import Counter
 
 from experiments import plots
+from experiments.blind_slices import SLICES, slice_figures
 from experiments.onpolicy_pieces import AGAIN, onpolicy_part
 from experiments.split_pieces import plays
 from experiments.tables import RESULTS, load, mean, missing, seeds_text, table_runs
@@ -251,3 +252,56 @@ def rules_target_table(prefix, policies, debate_budget=None):
         verdict = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in held.items() if k != "aim")
         lines.append("| " + " | ".join([*cells, verdict]) + " |")
     return "\n".join(lines) + ("\n\n" + missing(*absent) if absent else "")
+
+
+def blind_table(prefix, policies, seeds=SEEDS):
+    """Where a rule is blind (experiments/blind_slices.py), on the seeds with a slices file: every
+    rule's, the oracle's and each policy's (`policies`: table name -> what the row says) accuracy
+    and tokens per question on the questions whose round-0 answers are unanimous and wrong, and on
+    those whose round-0 vote is a wrong majority short of unanimity; and each policy's share of
+    the oracle's headroom above freeze (its mean accuracy minus freeze's, over the oracle's minus
+    freeze's, on those seeds)."""
+    named = {}
+    for seed in seeds:
+        found = load(f"slices/{prefix}-seed{seed}.json")
+        if found:
+            named[seed] = found | {"path": f"results/slices/{prefix}-seed{seed}.json"}
+    if not named:
+        return missing(*(f"slices/{prefix}-seed{seed}.json" for seed in seeds))
+    parts = {**RULE_ROWS, "oracle": "the oracle (reads the gold answer)", **policies}
+    runs, _ = table_runs(prefix, parts, list(named), plays)
+    complete = {part: found for part, found in runs.items() if set(found) == set(named)}
+    waiting = [part for part in parts if part not in complete]
+    figures = slice_figures(
+        [
+            (named[seed], [(seed, {part: complete[part][seed] for part in complete})])
+            for seed in named
+        ]
+    )
+    accuracy = {
+        part: mean([s["accuracy"] for s in found.values()]) for part, found in complete.items()
+    }
+    headroom = None
+    if "freeze" in complete and "oracle" in complete:
+        headroom = accuracy["oracle"] - accuracy["freeze"]
+    on = ", ".join(map(str, named))
+    head = " | ".join(f"{name}: n, accuracy, tokens/q" for name in SLICES)
+    lines = [
+        f"| protocol (seeds {on}) | {head} | share of the oracle's headroom above freeze |",
+        "|---|" + "---|" * (len(SLICES) + 1),
+    ]
+    for part, by_slice in figures.items():
+        cells = []
+        for name in SLICES:
+            f = by_slice[name]
+            cells.append(f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f.n else "0, -, -")
+        share = ""
+        if part in policies and headroom:
+            share = f"{(accuracy[part] - accuracy['freeze']) / headroom:+.0%}"
+        lines.append(f"| {parts[part]} (`{part}`) | {' | '.join(cells)} | {share} |")
+    if waiting:
+        lines.append(
+            f"\n*(not on every seed of the slices yet: {', '.join(waiting)}; "
+            "`python -m experiments.run split`)*"
+        )
+    return "\n".join(lines)

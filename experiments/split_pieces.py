@@ -155,6 +155,16 @@ def seed_pieces(seed):
             **table(f"{name}-{short}", [*base, *test, "--protocols", protocol]),
             "needs": needs + ADAPTERS,
         }
+    # the questions where a rule is blind, named by the team's round 0 (its vote, mpdf-persist, in
+    # the tables' float32), for experiments/blind_slices.py to read from every table of the seed
+    slices = f"results/slices/{name}.json"
+    eval_flags = [*base, *test, "--dtype", "float32"]
+    pieces[f"slices-{name}"] = {
+        "command": [PY, "-m", "experiments.blind_slices", "round0", "--out", slices, "--"]
+        + eval_flags,
+        "outputs": [slices],
+        "needs": ADAPTERS,
+    }
     # what each policy's REFINEs and CONCEDEs gain over PERSIST in its test games, split and
     # shared questions apart
     for algo in VALUED:
