@@ -217,11 +217,11 @@ def mlp(n_in, hidden, n_out):
 class PolicyNet(nn.Module):
     """Shared MLP embeddings of the own state and of each peer, cross-attention from self to peers,
     then PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that
-    peer's embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
+    peer's embedding. Permutation-equivariant over peers; works for any number of agents >= 2.
+    n_own, n_peer: how many own and peer features it reads (state_widths)."""
 
-    def __init__(self, hidden=64, heads=4, features="all"):
+    def __init__(self, n_own, n_peer, hidden=64, heads=4):
         super().__init__()
-        n_own, n_peer = state_widths(features)
         self.embed_own = mlp(n_own, hidden, hidden)
         self.embed_peer = mlp(n_peer, hidden, hidden)
         self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
@@ -251,10 +251,10 @@ class MetaPolicy(nn.Module):
         super().__init__()
         self.config = dict(agents=agents, hidden=hidden, heads=heads, separate=separate)
         self.config.update(critic=critic, features=features)
-        self.nets = nn.ModuleList(
-            PolicyNet(hidden, heads, features) for _ in range(agents if separate else 1)
-        )
         n_own, n_peer = state_widths(features)
+        self.nets = nn.ModuleList(
+            PolicyNet(n_own, n_peer, hidden, heads) for _ in range(agents if separate else 1)
+        )
         self.register_buffer(
             "own_mask", feature_mask(OWN_FEATURES[:n_own], features), persistent=False
         )

@@ -4,6 +4,7 @@ reaches its own agent's prompts only (a scripted engine records every prompt of 
 the leader's included); a shared question reads the same to every agent; the mix and the deal are
 deterministic; the worked solutions state what an agent holds; the flags are checked in one line."""
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -354,9 +355,16 @@ def test_each_agent_observes_what_its_own_view_and_the_texts_say_is_missing():
         lacks = "(you do not know how many)" in prompt
         return "Not known: a value. I count it as 0.\nAnswer: 1" if lacks else "Answer: 1"
 
+    # and a deal where agent 0 holds every value: its own view lacks none, though the others' do
+    whole = dataclasses.replace(split, id="split/hand/1")
+    whole.meta = {**split.meta, "views": [[0, 1, 2], [0, 1], [1, 2]]}
     game = GameConfig(agents=3, rounds=1)
-    games = D.play(ScriptedEngine(script), [split, shared], D.FixedPolicy("persist"), game)
-    for g, lacks in zip(games, (1.0, 0.0)):
+    games = D.play(ScriptedEngine(script), [split, shared, whole], D.FixedPolicy("persist"), game)
+    own_views = [
+        [o[D.OWN_FEATURES.index("view_missing")] for o, _ in g.moves[0].observations] for g in games
+    ]
+    assert own_views == [[1.0] * 3, [0.0] * 3, [0.0, 1.0, 1.0]]
+    for g, lacks in zip(games[:2], (1.0, 0.0)):
         for own, peers in g.moves[0].observations:
             mine = dict(zip(D.OWN_FEATURES, own, strict=True))
             assert (mine["view_missing"], mine["says_missing"]) == (lacks, lacks)

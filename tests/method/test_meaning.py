@@ -449,7 +449,8 @@ def test_inverse_cdf_edges():
 
 def test_policy_defaults_copies_files_and_messages(tmp_path):
     # docs/design.md §3: hidden 64, 4 heads; 3 agents by default
-    assert (D.PolicyNet().attend.embed_dim, D.PolicyNet().attend.num_heads) == (64, 4)
+    net = D.PolicyNet(*D.state_widths("all"))
+    assert (net.attend.embed_dim, net.attend.num_heads) == (64, 4)
     config = {"agents": 3, "hidden": 64, "heads": 4, "separate": False, "critic": False}
     assert D.MetaPolicy().config == {**config, "features": "all"}
     assert D.MetaPolicy(hidden=16, heads=2).nets[0].attend.num_heads == 2
