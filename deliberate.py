@@ -117,7 +117,7 @@ PEER_FEATURES = PROFILE_FEATURES + (
     "peer_changed_last",
 )
 # What the texts say is missing (solutions.says_missing), appended after the first policies were
-# trained: a policy reads them only when its feature set does (VIEW_SETS), its first layer as wide
+# trained: a policy reads them only when its feature set is `view`, its first layer as wide
 # as what it reads (state_widths), so a policy file of the older size loads and plays as trained.
 OWN_FEATURES += (
     "view_missing",  # the agent's own prompt says a value is unknown (a split question's view)
@@ -189,7 +189,6 @@ def observe(solutions, agent, round_index, rounds, *, view, changed, last_action
 #   view       every feature and what the texts say is missing (the features appended last)
 _SELF_REPORTED = tuple(f for f in PROFILE_FEATURES[1:] if f not in CONFIDENCE_SIGNALS)
 FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED, "view": ()}
-VIEW_SETS = ("view",)
 # What a transcript keeps of the state behind a learned policy's decision (shown by view.py): the
 # agent's generation confidence and its agreement with the team.
 EXPLAINED_FEATURES = CONFIDENCE_SIGNALS + ("peer_agreement", "is_majority")
@@ -197,8 +196,8 @@ EXPLAINED_FEATURES = CONFIDENCE_SIGNALS + ("peer_agreement", "is_majority")
 
 def state_widths(features):
     """How many of OWN_FEATURES and PEER_FEATURES a policy of feature set `features` reads: all of
-    them in VIEW_SETS, else those before the view features."""
-    if features in VIEW_SETS:
+    them for `view`, else those before the view features."""
+    if features == "view":
         return len(OWN_FEATURES), len(PEER_FEATURES)
     return OWN_FEATURES.index("view_missing"), PEER_FEATURES.index("peer_says_missing")
 
@@ -607,7 +606,7 @@ def decide(policy, games, t, cfg, greedy):
             view=g.example.render(i),
             changed=g.changed,
             last_actions=g.last_actions,
-        )  # fmt: skip
+        )
         for g, i in rows
     ]
     explained = [None] * len(games)
