@@ -100,16 +100,21 @@ def slice_figures(pairs):
     }
 
 
+# a table's header cells for the slices, and one protocol's cells under them
+SLICE_HEAD = " | ".join(f"{s}: n, accuracy, tokens/q" for s in SLICES)
+
+
+def slice_cells(by_slice):
+    return " | ".join(
+        f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f.n else "0, -, -"
+        for f in (by_slice[s] for s in SLICES)
+    )
+
+
 def slice_table(figures):
     """A markdown table: a row per protocol, accuracy and tokens per question on each slice."""
-    head = " | ".join(f"{s}: n, accuracy, tokens/q" for s in SLICES)
-    lines = [f"| protocol | {head} |", "|---|" + "---|" * len(SLICES)]
-    for protocol, by_slice in figures.items():
-        cells = []
-        for s in SLICES:
-            f = by_slice[s]
-            cells.append(f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f.n else "0, -, -")
-        lines.append(f"| {protocol} | {' | '.join(cells)} |")
+    lines = [f"| protocol | {SLICE_HEAD} |", "|---|" + "---|" * len(SLICES)]
+    lines += [f"| {protocol} | {slice_cells(f)} |" for protocol, f in figures.items()]
     return "\n".join(lines)
 
 

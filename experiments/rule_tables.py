@@ -8,7 +8,7 @@ import math
 from collections import Counter
 
 from experiments import plots
-from experiments.blind_slices import SLICES, slice_figures
+from experiments.blind_slices import SLICE_HEAD, SLICES, slice_cells, slice_figures
 from experiments.onpolicy_pieces import AGAIN, onpolicy_part
 from experiments.split_pieces import plays
 from experiments.tables import RESULTS, load, mean, missing, seeds_text, table_runs
@@ -285,20 +285,15 @@ def blind_table(prefix, policies, seeds=SEEDS):
     if "freeze" in complete and "oracle" in complete:
         headroom = accuracy["oracle"] - accuracy["freeze"]
     on = ", ".join(map(str, named))
-    head = " | ".join(f"{name}: n, accuracy, tokens/q" for name in SLICES)
     lines = [
-        f"| protocol (seeds {on}) | {head} | share of the oracle's headroom above freeze |",
+        f"| protocol (seeds {on}) | {SLICE_HEAD} | share of the oracle's headroom above freeze |",
         "|---|" + "---|" * (len(SLICES) + 1),
     ]
     for part, by_slice in figures.items():
-        cells = []
-        for name in SLICES:
-            f = by_slice[name]
-            cells.append(f"{f.n}, {f.accuracy:.3f}, {f.tokens:.0f}" if f.n else "0, -, -")
         share = ""
         if part in policies and headroom:
             share = f"{(accuracy[part] - accuracy['freeze']) / headroom:+.0%}"
-        lines.append(f"| {parts[part]} (`{part}`) | {' | '.join(cells)} | {share} |")
+        lines.append(f"| {parts[part]} (`{part}`) | {slice_cells(by_slice)} | {share} |")
     if waiting:
         lines.append(
             f"\n*(not on every seed of the slices yet: {', '.join(waiting)}; "
