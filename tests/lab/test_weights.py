@@ -4,15 +4,20 @@ its piece; the runner counts a weight that left as done and restores a piece's n
 tree keeps no weight without a reason (the demo, the report, a pending piece)."""
 
 import hashlib
+import io
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
-from common import UsageError
+import common
+from common import UsageError, machine
 from experiments import run as runner
 from experiments import weights
+from llm import lora
 
 ADAPTER = "results/agents/team/agent0"
 POLICY = "results/policies/p.safetensors"
@@ -248,6 +253,241 @@ def test_the_command_refuses_what_it_cannot_do(lab, capsys):
             weights.main(argv)
         assert done.value.code == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_keep_writes_each_kind_of_weight_in_its_target_s_form(tmp_path):
+    """An adapter folder or a safetensors policy kept as a .pt target is rewritten as that form
+    (the adapter's dict; the policy's settings beside its state_dict); a safetensors policy kept as
+    safetensors is copied with its settings' JSON; a folder into a folder that exists; a log file
+    byte for byte."""
+    tensors = {"layer.A": torch.arange(8.0).reshape(2, 4), "layer.B": torch.ones(4, 2)}
+    state = {
+        "format": lora.FORMAT,
+        "base": "tiny",
+        "rank": 2,
+        "alpha": 4.0,
+        "targets": ["layer"],
+        "base_fingerprint": "f",
+        "tensors": tensors,
+    }
+    folder = lora.write_peft(state, tmp_path / "run" / "agent0")
+    weights.keep(folder, tmp_path / "agent0.pt")
+    kept = torch.load(tmp_path / "agent0.pt", weights_only=True)
+    assert kept["rank"] == 2 and kept["base_fingerprint"] == "f"
+    assert all(torch.equal(kept["tensors"][k], v) for k, v in tensors.items())
+
+    policy = tmp_path / "run" / "policy.safetensors"
+    common.save_tensors({"w": torch.arange(3.0)}, {"config": {"hidden": 3}}, policy)
+    weights.keep(policy, tmp_path / "p.pt")
+    kept = torch.load(tmp_path / "p.pt", weights_only=True)
+    assert sorted(kept) == ["config", "state_dict"] and kept["config"] == {"hidden": 3}
+    assert torch.equal(kept["state_dict"]["w"], torch.arange(3.0))
+    weights.keep(policy, tmp_path / "q.safetensors")
+    assert (tmp_path / "q.safetensors").read_bytes() == policy.read_bytes()
+    assert (tmp_path / "q.json").read_text() == policy.with_suffix(".json").read_text()
+
+    (tmp_path / "into").mkdir()
+    weights.keep(folder, tmp_path / "into")
+    assert sorted(p.name for p in (tmp_path / "into").iterdir()) == sorted(
+        p.name for p in folder.iterdir()
+    )
+    assert (tmp_path / "into" / lora.PEFT_WEIGHTS).read_bytes() == (
+        folder / lora.PEFT_WEIGHTS
+    ).read_bytes()
+    (tmp_path / "run" / "m.jsonl").write_text("log")
+    weights.keep(tmp_path / "run" / "m.jsonl", tmp_path / "m.jsonl")
+    assert (tmp_path / "m.jsonl").read_text() == "log"
+
+
+def test_a_rerun_copies_a_file_its_own_way(lab):
+    """rerun_file: a .pt target of its own goes through keep (a safetensors run file rewritten),
+    any other target of its own is copied as it is, a file below a folder target is copied alone;
+    a path the run does not write is refused by name."""
+    run = lab / "runs" / "x"
+    run.mkdir(parents=True)
+    common.save_tensors({"w": torch.ones(2)}, {"config": {}}, run / "policy.safetensors")
+    (run / "log.jsonl").write_text("L")
+    copies = {
+        "runs/x/log.jsonl": "results/x/log.jsonl",
+        "runs/x/policy.safetensors": "results/x/p.pt",
+        "runs/x": "results/x/all",
+    }
+    (lab / "results/x/all").mkdir(parents=True)
+    weights.rerun_file("results/x/p.pt", copies)
+    assert torch.load(lab / "results/x/p.pt", weights_only=True)["config"] == {}
+    weights.rerun_file("results/x/log.jsonl", copies)
+    assert (lab / "results/x/log.jsonl").read_text() == "L"
+    weights.rerun_file("results/x/all/log.jsonl", copies)
+    assert (lab / "results/x/all/log.jsonl").read_text() == "L"
+    copied = {"runs/x/policy.safetensors": "results/x/q.safetensors"}
+    weights.rerun_file("results/x/q.safetensors", copied)
+    assert (lab / "results/x/q.safetensors").read_bytes() == (
+        run / "policy.safetensors"
+    ).read_bytes()
+    with pytest.raises(UsageError, match=r"^results/x/z.pt: its piece's run writes no such file$"):
+        weights.rerun_file("results/x/z.pt", copies)
+
+
+def test_a_piece_rerun_restores_its_needs_says_what_it_runs_and_stops_when_it_fails(
+    lab, monkeypatch, capfd, tmp_path
+):
+    """by_piece restores the piece's needs first, says the command before the piece's own output
+    (flushed: a log shows them in order), runs it in the repository from wherever it is called,
+    says per file whether the sha256 is the manifest's and on which CPU each was made, and stops
+    on a piece that fails; a piece that copies nothing out of its run is refused by name."""
+    run_table_and_retire(lab)
+    pieces = dict(weights.PIECES)
+    command = writer({"runs/p/policy.safetensors": "P" * 500})
+    command[2] = "print('training', flush=True)\n" + command[2]
+    pieces["train-p"] = dict(pieces["train-p"], command=command, needs=[ADAPTER])
+    pieces["broken"] = {"command": [sys.executable, "-c", "raise SystemExit(3)"], "outputs": []}
+    pieces["nothing"] = {"command": [sys.executable, "-c", "pass"], "outputs": [POLICY]}
+    monkeypatch.setattr(weights, "PIECES", pieces)
+    monkeypatch.chdir(tmp_path)
+    row = {"path": POLICY, "sha256": "ab" * 32, "machine": "cpu: Z"}
+    out = io.TextIOWrapper(io.FileIO(os.dup(1), "w"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    weights.by_piece("train-p", [row, {"path": POLICY, "sha256": "ab" * 32}])
+    out.flush()
+    said = capfd.readouterr().out
+    assert (lab / ADAPTER / "adapter_model.safetensors").read_text() == "A" * 1000
+    announced = f"== train-p: {' '.join(map(str, command))}\n"
+    assert said.index(announced) < said.index("training\n")
+    mine = hashlib.sha256(b"P" * 500).hexdigest()
+    verdict = (
+        f"{POLICY}: restored by running train-p on {machine()}: sha256 differs (here "
+        f"{mine[:12]}) to the manifest's {'ab' * 6} (made on "
+    )
+    assert said.endswith(f"{verdict}cpu: Z)\n{verdict}an unrecorded CPU)\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        weights.by_piece("broken", [])
+    with pytest.raises(UsageError, match="its piece's run writes no such file"):
+        weights.by_piece("nothing", [row])
+
+
+def test_restore_prefers_history_and_says_what_it_refuses(lab, capsys):
+    """A file whose commit is here comes back from history alone (its piece does not run); the
+    refusals name the file and the commit as the user would look them up."""
+    first = git(lab, "rev-parse", "HEAD").strip()
+    run_table_and_retire(lab)
+    row = weights.manifest()[f"{ADAPTER}/adapter_model.safetensors"]
+    assert weights.from_history(row) is True
+    assert "restored by running" not in capsys.readouterr().out
+    wrong = dict(row, sha256="0" * 64)
+    expected = f"^{row['path']}: the bytes in {first[:12]} are not the manifest's$"
+    with pytest.raises(UsageError, match=expected):
+        weights.from_history(wrong)
+    expected = f"^results/nothing: neither in the tree nor in {weights.MANIFEST}$"
+    with pytest.raises(UsageError, match=expected):
+        weights.restore("results/nothing")
+    with pytest.raises(subprocess.CalledProcessError):
+        weights.git("rev-parse", "--verify", "no-such-ref")
+
+
+def test_the_manifest_and_the_pieces_log_read_past_blank_lines_and_name_the_cpu(lab):
+    """A retired file's row names the CPU its piece's last committed run was made on (the pieces'
+    log), and the commit that last changed it; blank or spaces-only lines in either file are
+    skipped."""
+    log = lab / "results" / "pieces.jsonl"
+    log.write_text(
+        json.dumps({"piece": "train-team", "machine": "cpu: A"})
+        + "\n   \n"
+        + json.dumps({"piece": "train-team", "machine": "cpu: B"})
+        + "\n"
+    )
+    assert weights.piece_machines() == {"train-team": "cpu: B"}
+    (lab / ADAPTER / "adapter_config.json").write_text('{"r": 2}')
+    commit(lab, "the adapter's config again")
+    second = git(lab, "rev-parse", "HEAD").strip()
+    run_table_and_retire(lab)
+    rows = weights.manifest()
+    assert rows[f"{ADAPTER}/adapter_config.json"]["commit"] == second
+    assert {row["machine"] for row in rows.values()} == {"cpu: B"}
+    manifest = lab / weights.MANIFEST
+    manifest.write_text(manifest.read_text() + "  \n")
+    assert weights.manifest() == rows
+
+
+def test_retire_refuses_by_name_leaves_other_changes_alone_and_stages_the_manifest(lab):
+    """A weight no piece trains, or with uncommitted changes, is refused in one line naming it; an
+    uncommitted change elsewhere does not stop a retire; the manifest is staged with the removal;
+    the report's weights stay; a path that is an option to git is read as a path."""
+    stray = "results/policies/stray.safetensors"
+    (lab / stray).write_text("S")
+    commit(lab, "a weight no piece trains")
+    with pytest.raises(UsageError, match=f"^{stray}: no piece trains it, so a clone could not"):
+        weights.retire([stray])
+    (lab / TABLE).parent.mkdir(parents=True)
+    (lab / TABLE).write_text("{}")
+    commit(lab, "the table")
+    (lab / ADAPTER / "adapter_config.json").write_text("changed")
+    with pytest.raises(UsageError, match="adapter_config.json: has uncommitted changes; commit"):
+        weights.retire([ADAPTER])
+    git(lab, "checkout", "--", ADAPTER)
+    (lab / "results/llm/t.jsonl").write_text("changed elsewhere")
+    weights.retire([ADAPTER])
+    staged = git(lab, "diff", "--cached", "--name-only").split()
+    assert weights.MANIFEST in staged and f"{ADAPTER}/adapter_model.safetensors" in staged
+    with pytest.raises(UsageError, match=r"^--cached: not in the tree$"):
+        weights.tracked_files("--cached")
+
+
+def test_why_the_tree_keeps_a_weight_and_which_piece_made_it(lab, monkeypatch):
+    """The report's weights are kept for the report; producer names the piece whose outputs hold a
+    file or a folder above it; tree_weights counts only results/; relative leaves a path outside
+    the repository as it is; a pending piece without needs keeps nothing."""
+    monkeypatch.setattr(weights, "REPORT_READS", ("results/policies/r.safetensors",))
+    reasons = weights.keeping()
+    assert weights.reason_kept("results/policies/r.safetensors", reasons) == "report"
+    assert weights.producer(POLICY) == "train-p"
+    assert weights.producer(f"{ADAPTER}/adapter_model.safetensors") == "train-team"
+    assert weights.producer("results/llm/t.jsonl") == "train-team"
+    assert weights.producer("results/other/x.pt") is None
+    (lab / "scratch").mkdir()
+    (lab / "scratch" / "w.pt").write_text("w")
+    commit(lab, "a weight outside results/")
+    assert weights.tree_weights() == [f"{ADAPTER}/adapter_model.safetensors", POLICY]
+    assert weights.relative("/elsewhere/x.pt") == "/elsewhere/x.pt"
+    assert weights.relative(lab / POLICY) == POLICY
+    pieces = dict(weights.PIECES, later={"command": ["true"], "outputs": ["results/later.json"]})
+    monkeypatch.setattr(weights, "PIECES", pieces)
+    assert weights.pending_needs() == {ADAPTER}
+
+
+def test_the_command_line_lists_retires_and_explains_itself(lab, capsys):
+    """--help shows the module's first line, the four commands and what the paths are; retire
+    says how many files left; list shows each weight in the tree with its reason and each that
+    left with whether it is here."""
+    with pytest.raises(SystemExit):
+        weights.main(["--help"])
+    helped = capsys.readouterr().out
+    assert "The lab's weights out of the tree, none lost." in helped
+    assert "{list,restore,retire,check}" in helped
+    assert "for restore and retire: files or folders" in " ".join(helped.split())
+    with pytest.raises(SystemExit) as done:
+        weights.main(["retire"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == "error: retire: name the files or folders\n"
+    (lab / TABLE).parent.mkdir(parents=True)
+    (lab / TABLE).write_text("{}")
+    commit(lab, "the table")
+    weights.main(["retire", ADAPTER])
+    assert capsys.readouterr().out == (
+        f"2 files left the tree (their rows in {weights.MANIFEST}); commit both\n"
+    )
+    commit(lab, "the adapter leaves")
+    stray = "results/policies/stray.pt"
+    (lab / stray).write_text("S")
+    commit(lab, "a weight nothing loads")
+    weights.main(["restore", f"{ADAPTER}/adapter_config.json"])
+    capsys.readouterr()
+    weights.main(["list"])
+    assert capsys.readouterr().out.splitlines() == [
+        f"tree      {POLICY} (demo)",
+        f"tree      {stray} (no reason)",
+        f"left,here {ADAPTER}/adapter_config.json (2 bytes; piece train-team)",
+        f"left,gone {ADAPTER}/adapter_model.safetensors (1,000 bytes; piece train-team)",
+    ]
 
 
 # ---------------------------------------------------------------- the repository's own weights
