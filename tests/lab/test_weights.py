@@ -257,7 +257,8 @@ def test_the_command_refuses_what_it_cannot_do(lab, capsys):
 
 def test_keep_writes_each_kind_of_weight_in_its_target_s_form(tmp_path):
     """An adapter folder or a safetensors policy kept as a .pt target is rewritten as that form
-    (the adapter's dict; the policy's settings beside its state_dict); a safetensors policy kept as
+    (the adapter's dict; the policy's settings beside its state_dict; a policy without its
+    settings refused as a policy file); a safetensors policy kept as
     safetensors is copied with its settings' JSON; a folder into a folder that exists; a log file
     byte for byte."""
     tensors = {"layer.A": torch.arange(8.0).reshape(2, 4), "layer.B": torch.ones(4, 2)}
@@ -282,6 +283,10 @@ def test_keep_writes_each_kind_of_weight_in_its_target_s_form(tmp_path):
     kept = torch.load(tmp_path / "p.pt", weights_only=True)
     assert sorted(kept) == ["config", "state_dict"] and kept["config"] == {"hidden": 3}
     assert torch.equal(kept["state_dict"]["w"], torch.arange(3.0))
+    policy.with_suffix(".json").rename(tmp_path / "settings.json")
+    with pytest.raises(common.FileRefused, match="policy.safetensors: cannot read the policy file"):
+        weights.keep(policy, tmp_path / "p.pt")
+    (tmp_path / "settings.json").rename(policy.with_suffix(".json"))
     weights.keep(policy, tmp_path / "q.safetensors")
     assert (tmp_path / "q.safetensors").read_bytes() == policy.read_bytes()
     assert (tmp_path / "q.json").read_text() == policy.with_suffix(".json").read_text()
