@@ -416,7 +416,7 @@ def test_the_manifest_and_the_pieces_log_read_past_blank_lines_and_name_the_cpu(
 def test_retire_refuses_by_name_leaves_other_changes_alone_and_stages_the_manifest(lab):
     """A weight no piece trains, or with uncommitted changes, is refused in one line naming it; an
     uncommitted change elsewhere does not stop a retire; the manifest is staged with the removal;
-    the report's weights stay; a path that is an option to git is read as a path."""
+    a path named as an option to git is read as a path."""
     stray = "results/policies/stray.safetensors"
     (lab / stray).write_text("S")
     commit(lab, "a weight no piece trains")
@@ -433,8 +433,9 @@ def test_retire_refuses_by_name_leaves_other_changes_alone_and_stages_the_manife
     weights.retire([ADAPTER])
     staged = git(lab, "diff", "--cached", "--name-only").split()
     assert weights.MANIFEST in staged and f"{ADAPTER}/adapter_model.safetensors" in staged
-    with pytest.raises(UsageError, match=r"^--cached: not in the tree$"):
-        weights.tracked_files("--cached")
+    (lab / "--cached").write_text("a file named as an option")
+    commit(lab, "a file named as an option")
+    assert weights.tracked_files("--cached") == ["--cached"]
 
 
 def test_why_the_tree_keeps_a_weight_and_which_piece_made_it(lab, monkeypatch):
@@ -467,8 +468,9 @@ def test_the_command_line_lists_retires_and_explains_itself(lab, capsys):
         weights.main(["--help"])
     helped = capsys.readouterr().out
     assert "The lab's weights out of the tree, none lost." in helped
+    assert "A clone is for reading" not in helped
     assert "{list,restore,retire,check}" in helped
-    assert "for restore and retire: files or folders" in " ".join(helped.split())
+    assert " paths for restore and retire: files or folders " in " ".join(helped.split()) + " "
     with pytest.raises(SystemExit) as done:
         weights.main(["retire"])
     assert done.value.code == 2
