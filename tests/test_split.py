@@ -26,6 +26,7 @@ from llm import lora
 from llm.engine import Engine
 from solutions import (
     GameConfig,
+    cot_prompt,
     leader_prompt,
     parse_solution,
     refine_prompt,
@@ -399,6 +400,21 @@ def test_eval_reports_the_split_and_the_shared_questions_apart(capsys):
     arith = data.load_task("arith", split="test", n=4, seed=0)
     plain = E.summarize(results[:4], 1.0)
     assert E.by_part(plain, arith) == plain
+
+
+def test_cot_and_sc_ask_each_agent_with_its_own_view():
+    """The chain-of-thought baselines read a dealt question as the agent that answers holds it:
+    cot agent 0's view, sc's samples each its own agent's in turn."""
+    ex = next(ex for ex in dealt(n=20) if ex.meta["dealt"])
+    cfg = GameConfig(agents=3, rounds=1, seed=3, temperature=0.7)
+    asked = []
+    engine = ScriptedEngine(lambda prompt, seed: asked.append(prompt) or "Answer: 1")
+    E.run_protocol(engine, [ex], "cot", cfg)
+    assert asked == [cot_prompt(ex, 0)] and cot_prompt(ex, 0) != cot_prompt(ex)
+    assert ex.render(0) in asked[0]
+    asked.clear()
+    E.run_protocol(engine, [ex], "sc", cfg)
+    assert sorted(asked) == sorted(cot_prompt(ex, k % 3) for k in range(6))
 
 
 def test_alone_asks_agent_0_with_the_facts_it_holds():

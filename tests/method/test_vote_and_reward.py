@@ -10,7 +10,7 @@ import pytest
 from handmade import sol
 
 import deliberate as D
-from solutions import majority_vote
+from solutions import majority_vote, unanimous
 
 
 # ---------------------------------------------------------------- the vote
@@ -35,6 +35,16 @@ def test_vote_without_agent():
     team = [sol("1"), sol("2"), sol("2")]
     assert majority_vote(team, exclude=1)[0] == "1"  # 1 vs 2 tie, lower index wins
     assert majority_vote(team, exclude=0)[0] == "2"
+
+
+def test_unanimous_needs_one_parsed_answer_from_everyone():
+    """freeze's stop: every agent gave the same answer, and it is an answer (three unparsed
+    solutions agree on nothing)."""
+    assert unanimous([sol("4"), sol("4"), sol("4")])
+    assert not unanimous([sol("4"), sol("4"), sol("5")])
+    assert not unanimous([sol("4"), sol("5"), sol("6")])
+    assert not unanimous([sol(None), sol(None), sol(None)])
+    assert not unanimous([sol("4"), sol(None), sol("4")])
 
 
 # ---------------------------------------------------------------- the shaped reward
