@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -273,15 +274,11 @@ def games(engine, examples, policy, game):
     return [g.transcript() for g in play(engine, examples, policy, game)]
 
 
-def debate(rounds=None):
+def debate(engine, examples, game, arg, rounds=None):
     """Every agent REFINEs every round: of --rounds rounds, or stopped after `rounds` (the same
     calls as debate's first rounds)."""
-
-    def run(engine, examples, game, arg):
-        short = game if rounds is None else dataclasses.replace(game, rounds=rounds)
-        return games(engine, examples, FixedPolicy("refine"), short)
-
-    return run
+    short = game if rounds is None else dataclasses.replace(game, rounds=rounds)
+    return games(engine, examples, FixedPolicy("refine"), short)
 
 
 def policy_file(engine, examples, game, spec):
@@ -289,19 +286,15 @@ def policy_file(engine, examples, game, spec):
     return games(engine, examples, make_policy(spec), game)
 
 
-def fixed(name):
+def fixed(engine, examples, game, arg, name):
     """The game under a fixed policy (mpdf-persist: the team's round-0 vote; mpdf-oracle)."""
-    return lambda engine, examples, game, arg: policy_file(engine, examples, game, name)
+    return policy_file(engine, examples, game, name)
 
 
-def rule(name):
+def rule(engine, examples, game, path, name):
     """The game under a rule that decides when to talk (rules.py; gate and trigger read their
     fitted JSON at PATH)."""
-
-    def run(engine, examples, game, path):
-        return games(engine, examples, load_rule(f"{name}={path}" if path else name), game)
-
-    return run
+    return games(engine, examples, load_rule(f"{name}={path}" if path else name), game)
 
 
 # every protocol: its name (NAME=ARG: its argument, a file or the leader's model) -> how it plays,
@@ -312,15 +305,15 @@ PLAYS = {
     "alone": alone,
     "cot": cot,
     "sc": sc,
-    "debate": debate(),
-    "debate-1": debate(rounds=1),
-    "debate-2": debate(rounds=2),
+    "debate": debate,
+    "debate-1": partial(debate, rounds=1),
+    "debate-2": partial(debate, rounds=2),
     # mpdf-refine would be debate
-    **{f"mpdf-{name}": fixed(name) for name in FIXED_POLICIES if name != "refine"},
-    "freeze": rule("freeze"),
-    "minority": rule("minority"),
-    "gate=": rule("gate"),
-    "trigger=": rule("trigger"),
+    **{f"mpdf-{name}": partial(fixed, name=name) for name in FIXED_POLICIES if name != "refine"},
+    "freeze": partial(rule, name="freeze"),
+    "minority": partial(rule, name="minority"),
+    "gate=": partial(rule, name="gate"),
+    "trigger=": partial(rule, name="trigger"),
     "mpdf=": policy_file,
     "leader=": lambda engine, examples, game, leader: lead(engine, leader, examples, game),
 }

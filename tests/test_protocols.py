@@ -30,7 +30,7 @@ from scripted import ScriptedEngine, played
 
 import deliberate as D
 import eval as E
-from common import call_seed
+from common import UsageError, call_seed
 from deliberate import PERSIST, REFINE, concede
 from llm.team import Member, Team
 from solutions import (
@@ -497,3 +497,35 @@ def test_a_team_answers_each_call_with_its_own_agent_and_whole_solutions_reach_r
         in (engines[2].log[1]["prompts"][0])
     )
     assert game.rounds[1]["answers"] == ["5", "5", "4"]
+
+
+def test_a_policy_or_a_leader_is_checked_before_any_model_loads(tmp_path):
+    """check_protocol, in process: an mpdf=PATH that is no file, a per-agent policy for another
+    team size, a policy trained in another game (played with --any-game), and a leader that is no
+    model are each refused in one line naming the protocol; a shared policy of its own game and
+    the default leader pass."""
+    cfg = replace(E.Config(), task="arith", agents=3, rounds=3)
+    missing = tmp_path / "none.safetensors"
+    refusals = [(f"mpdf={missing}", f"--protocols mpdf={missing}: no policy file '{missing}'")]
+    separate = tmp_path / "separate.safetensors"
+    D.save_policy(D.MetaPolicy(agents=2, separate=True), separate)
+    refusals.append(
+        (f"mpdf={separate}", f"--protocols mpdf={separate}: a policy with one copy per agent for 2")
+    )
+    other = tmp_path / "other.safetensors"
+    game = {"task": "arith", "agents": 3, "rounds": 2}
+    D.save_policy(D.MetaPolicy(agents=3), other, train_config=game)
+    refusals.append((f"mpdf={other}", f"--protocols mpdf={other}: trained in another game"))
+    nowhere = tmp_path / "nowhere"
+    refusals.append(
+        (f"leader={nowhere}", f"--protocols leader={nowhere}: '{nowhere}': not an HF checkpoint")
+    )
+    for protocol, says in refusals:
+        with pytest.raises(UsageError) as refused:
+            E.check_protocol(protocol, cfg)
+        assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+    E.check_protocol(f"mpdf={other}", replace(cfg, any_game=True))
+    own = tmp_path / "own.safetensors"
+    D.save_policy(D.MetaPolicy(agents=3), own, train_config=dict(game, rounds=3))
+    E.check_protocol(f"mpdf={own}", cfg)
+    E.check_protocol("leader=default", cfg)
