@@ -524,8 +524,25 @@ def test_a_policy_or_a_leader_is_checked_before_any_model_loads(tmp_path):
         with pytest.raises(UsageError) as refused:
             E.check_protocol(protocol, cfg)
         assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+    with pytest.raises(UsageError, match="; known: vanilla, alone, cot, sc, debate, debate-1"):
+        E.check_protocol("debate-9", cfg)
     E.check_protocol(f"mpdf={other}", replace(cfg, any_game=True))
     own = tmp_path / "own.safetensors"
     D.save_policy(D.MetaPolicy(agents=3), own, train_config=dict(game, rounds=3))
     E.check_protocol(f"mpdf={own}", cfg)
-    E.check_protocol("leader=default", cfg)
+    three = tmp_path / "three.safetensors"
+    D.save_policy(D.MetaPolicy(agents=3, separate=True), three)
+    E.check_protocol(f"mpdf={three}", cfg)
+
+
+def test_only_a_leader_of_its_own_names_a_model_to_check(monkeypatch):
+    """check_protocol checks a leader's model (one agent, the game's token budget) and no model
+    for the default leader or any other protocol."""
+    checked = []
+    monkeypatch.setattr(E, "check_models", lambda *args: checked.append(args))
+    cfg = replace(E.Config(), max_new_tokens=77)
+    for protocol in ("leader=default", "freeze", "vanilla", "debate-1"):
+        E.check_protocol(protocol, cfg)
+    assert checked == []
+    E.check_protocol("leader=some/model", cfg)
+    assert checked == [("--protocols leader=some/model:", "some/model", 1, 77)]
