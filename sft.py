@@ -126,8 +126,7 @@ class Config:
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
     # the script's own
     features: str = "all"
-    """the state features the policy reads: all | paper | confidence | view
-    (deliberate.FEATURE_SETS; view: all and what the texts say is missing)"""
+    """the state features the policy reads: all | paper | confidence (deliberate.FEATURE_SETS)"""
     behaviour: str = "random"
     """the policy that plays the labelled games: persist | random | refine | oracle | a policy
     file"""

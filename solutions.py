@@ -100,19 +100,6 @@ def same_answer(a, b):
     return a.answer is not None and a.answer == b.answer
 
 
-# a text that says a value it needs is not known: a split question's view ("(you do not know how
-# many)") or a solution's words for it ("Not known: ... I count it as 0.")
-_MISSING_RE = re.compile(
-    r"\bnot known\b|\b(?:do not|don't|does not|doesn't) know\b|\bunknown\b|\bnot given\b"
-    r"|\bmissing\b",
-    re.IGNORECASE,
-)
-
-
-def says_missing(text):
-    return _MISSING_RE.search(text) is not None
-
-
 # --------------------------------------------------------------------------------------------------
 # 2. Prompts (docs/design.md §2). Short: the 135M default backbone loses accuracy on every extra
 # instruction, so the trailer is opt-in (GameConfig.trailer) and the state falls back to defaults

@@ -15,7 +15,9 @@ again. Training runs write under runs/results/ (resumable there: a killed run co
 checkpoint), then their policy, summary and metrics are copied into results/. Generations are cached
 in cache/generations, so a piece that replays games another piece played costs no LLM call.
 Weights that left the tree (results/weights.jsonl, experiments/weights.py) count as done, and a
-piece's needs among them are restored before it runs.
+piece's needs among them are restored before it runs. A piece whose code left the tree with its
+study (`code_at`: the last commit that holds it, experiments/LOG.md) stays listed with its files,
+and runs or is checked only from a worktree at that commit.
 """
 
 import argparse
@@ -57,6 +59,14 @@ def run_piece(name, piece, commit):
         # weights are ignored by .gitignore, so that restored ones are not committed again
         subprocess.run(["git", "add", "--force", *files], check=True)
         subprocess.run(["git", "commit", "-q", "-m", f"results: {name}", "--", *files], check=True)
+
+
+def code_left(name, piece):
+    """Why a piece whose code left the tree with its study runs only at the commit that holds it."""
+    return (
+        f"{name}: its code left the tree with its study (experiments/LOG.md): run it from a "
+        f"worktree at {piece['code_at']} (git worktree add DIR {piece['code_at']})"
+    )
 
 
 def check_piece(name, piece, tolerance):
@@ -116,13 +126,22 @@ def main():
     if not chosen:
         sys.exit(f"no piece starts with {args.prefixes}; pieces: {', '.join(PIECES)}")
     if args.check:
-        checked = [check_piece(name, piece, args.tolerance) for name, piece in chosen.items()]
+        checked = []
+        for name, piece in chosen.items():
+            if "code_at" in piece:
+                print(f"--check: skipped: {code_left(name, piece)}", file=sys.stderr)
+            else:
+                checked.append(check_piece(name, piece, args.tolerance))
+        if not checked:
+            sys.exit("--check: no chosen piece has its code in this tree")
         sys.exit(0 if all(checked) else 1)
     for name, piece in chosen.items():
         # a weight that left the tree (experiments/weights.py) counts as done: it can be restored
         done = all(weights.present(p) for p in outputs(piece))
         if args.list:
             print(f"{'done   ' if done else 'missing'}  {name}")
+        elif not done and "code_at" in piece:
+            print(f"== skipped: {code_left(name, piece)}", file=sys.stderr)
         elif not done and not all(weights.present(p) for p in piece.get("needs", [])):
             # a policy not trained yet, or LLM weights (out
             # of git: a later session may not have them)

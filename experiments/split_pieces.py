@@ -79,11 +79,13 @@ JOINT_FLAGS = {
     f"softrank-cost0-joint-{credit}": [*RL_FLAGS["softrank-cost0"], "--credit", credit]
     for credit in ("marginal", "lenient", "shapley")
 }
-# the state with what the texts say is missing (deliberate's view features: an agent's own view of
-# a split question lacks a value, a solution says "Not known"), which no rule reads: the SFT
-# policy of feature set `view`, then SoftRankPO with REFINE free from it
+# the state with what the texts say is missing (an agent's own view of a split question lacks a
+# value, a solution says "Not known"), which no rule reads: the SFT policy of feature set `view`,
+# then SoftRankPO with REFINE free from it. It lost (experiments/LOG.md) and its code left the
+# spine: its pieces run at VIEW_CODE_AT, the last commit that holds it
 VIEW_SFT = {"sft-view": ["--features", "view"]}
 VIEW_FLAGS = {"softrank-cost0-view": RL_FLAGS["softrank-cost0"]}
+VIEW_CODE_AT = "bc7a7e2"
 # every meta-policy a seed trains and plays, each SFT policy's flags (beside the seed's), each RL
 # policy's flags and the SFT policy it starts from
 TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS, *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS)
@@ -243,6 +245,16 @@ def trained_pieces(seed):
     return pieces
 
 
+def view_at_its_commit(pieces):
+    """The view study's pieces marked with the commit that holds its code (experiments/run.py runs
+    such a piece only from a worktree there)."""
+    view = tuple(f"-{algo}" for algo in (*VIEW_SFT, *VIEW_FLAGS))
+    return {
+        name: {**piece, "code_at": VIEW_CODE_AT} if name.endswith(view) else piece
+        for name, piece in pieces.items()
+    }
+
+
 SPLIT_PIECES = {
     # the agents: worked solutions of the first answer (ranks 8 and 4), then REFINE over whole
     # solutions (rank 8 twice, rank 4)
@@ -252,6 +264,6 @@ SPLIT_PIECES = {
     **refine_run(8, 1),
     **refine_run(4, 0),
     # the team's revision skill and table, seed by seed, then its trained leader and debaters
-    **merged(seed_pieces(seed) for seed in TABLE_SEEDS),
+    **view_at_its_commit(merged(seed_pieces(seed) for seed in TABLE_SEEDS)),
     **merged(trained_pieces(seed) for seed in TABLE_SEEDS),
 }

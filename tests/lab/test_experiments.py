@@ -186,6 +186,7 @@ def test_report_llm_curves_and_temperature_study_from_files(tmp_path, monkeypatc
 def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out, blocked = tmp_path / "results" / "x.json", tmp_path / "results" / "y.json"
+    left = tmp_path / "results" / "z.json"
     monkeypatch.setattr(
         runner,
         "PIECES",
@@ -200,6 +201,12 @@ def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
                 "outputs": [str(blocked)],
                 "needs": [str(tmp_path / "runs" / "model")],
             },
+            # a study's piece whose code left the tree: run only from a worktree at its commit
+            "demo-z": {
+                "command": [sys.executable, "-c", f"open({str(left)!r}, 'w')"],
+                "outputs": [str(left)],
+                "code_at": "abc1234",
+            },
         },
     )
     monkeypatch.setattr(runner, "ROOT", tmp_path)
@@ -210,7 +217,15 @@ def test_runner_lists_and_skips_done_pieces(tmp_path, monkeypatch, capsys):
         out.exists()
         and json.loads((tmp_path / "results" / "pieces.jsonl").read_text())["piece"] == "demo-x"
     )
-    assert not blocked.exists() and "demo-y: skipped, needs" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert not blocked.exists() and "demo-y: skipped, needs" in said
+    assert not left.exists() and "demo-z: its code left the tree" in said
+    assert "git worktree add DIR abc1234" in said
+    monkeypatch.setattr(sys, "argv", ["run.py", "--check", "demo-z"])
+    with pytest.raises(SystemExit, match="no chosen piece has its code in this tree"):
+        runner.main()
+    assert "--check: skipped: demo-z: its code left" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["run.py"])
     out.write_text("kept")
     runner.main()  # done: not run again
     assert (
