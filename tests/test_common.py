@@ -859,3 +859,38 @@ def test_cpuinfo_is_empty_where_there_is_no_proc_cpuinfo(monkeypatch):
 
     monkeypatch.setattr(common, "open", planted_open, raising=False)
     assert common.cpuinfo("model name") == "" and common.cpu_flags() == set()
+
+
+def test_call_seed_is_the_first_60_bits_of_the_parts_sha256():
+    """One LLM call's seed, by hand: the first 15 hex digits (60 bits) of the sha256 of the parts as
+    JSON, so the same parts draw the same seed in every process and any order of calls."""
+    import hashlib
+
+    parts = (0, "t/1", 2, 1, "refine")
+    digest = hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()
+    assert common.call_seed(*parts) == int(digest[:15], 16)
+    seeds = [common.call_seed(i, "q") for i in range(200)]
+    assert all(0 <= s < 2**60 for s in seeds) and max(seeds) >= 2**56
+
+
+def test_a_tensor_is_sharded_only_as_fsdps_dtensor_under_a_process_group():
+    assert not torch.distributed.is_initialized()
+    assert common.sharded_tensor(torch.zeros(3)) is False
+
+
+def test_state_bytes_counts_the_local_part_of_a_shard(monkeypatch):
+    """An FSDP2 parameter counts the part this rank holds (to_local), a plain tensor its whole: the
+    bytes that sharding divides by the world size."""
+
+    class Shard:
+        grad = None
+
+        def to_local(self):
+            return torch.zeros(2)  # this rank's part: 2 float32 = 8 bytes
+
+    monkeypatch.setattr(common, "sharded_tensor", lambda t: isinstance(t, Shard))
+    plain = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    plain.grad = torch.zeros(3, dtype=torch.float64)
+    optimizer = SimpleNamespace(state={plain: {"exp_avg": torch.zeros(4), "step": 3}})
+    # the shard's local part, the plain weight and its gradient, the optimizer's one tensor
+    assert common.state_bytes([Shard(), plain], optimizer) == 8 + 24 + 24 + 16
