@@ -163,7 +163,7 @@ def rerun_with_current_tests(work, path, tests, deselect):
         shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True)
     write_setup(work, path, tests, deselect)
     (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env = mutant_env(work)
     with open(work.parent / f"{work.name}-rerun.log", "w") as f:
         subprocess.run(
             [sys.executable, "-c", SHIM, "run", "--max-children", "1", *again],
@@ -175,6 +175,22 @@ def rerun_with_current_tests(work, path, tests, deselect):
     # what was rerun, for the summary (also of a later --summarize-only); a whole run starts over
     (work / "rerun.json").write_text(json.dumps(again))
     return again
+
+
+def mutant_env(work):
+    """The environment the mutants run in: one thread, offline, and a model cache of the run's own
+    (a copy of the converted default model), so that a mutant of the backbone's conversion or of
+    its dtype probe writes there, never into the user's cache."""
+    from llm import backbone
+
+    # beside the work folders (which mutmut copies), one for every run, fresh: an earlier run's
+    # mutants may have changed it
+    cache = work.parent / "mpdf-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.copytree(backbone.default_model_path(), cache / "smollm2-135m-instruct")
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPDF_CACHE=str(cache))
+    env.pop("MPDF_MODEL_DIR", None)
+    return env
 
 
 def run(module, max_children, out, summarize_only=False, only=(), rerun_survivors=False):
@@ -198,7 +214,7 @@ def run(module, max_children, out, summarize_only=False, only=(), rerun_survivor
     else:
         work = scratch_copy(module, path, tests, deselect)
         log = work.parent / f"{module}.log"
-        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+        env = mutant_env(work)
         with open(log, "w") as f:
             proc = subprocess.run(
                 [sys.executable, "-c", SHIM, "run", "--max-children", str(max_children), *only],

@@ -292,12 +292,18 @@ MODULES = {
         ["tests/engine/test_engine.py", "tests/engine/test_lora.py"],
         ["eval_models_refuses", "sft_and_train_rl_train", "every_committed_adapter"],
     ),
-    # the checks in fresh processes run the original module, as above; run it with MPDF_CACHE set
-    # to a scratch copy of the converted backbone, so that no mutant writes the real one
+    # the checks in fresh processes run the original module, as above (every run's mutants write
+    # a scratch copy of the converted backbone: mutation.mutant_env); of the families' tests, the
+    # refusal of a model the engine cannot run
     "llm.backbone": (
         "llm/backbone.py",
-        ["tests/engine/test_backbone.py"],
-        ["in_a_fresh_process", "is_the_gguf_model"],
+        ["tests/engine/test_backbone.py", "tests/engine/test_families.py"],
+        [
+            "in_a_fresh_process",
+            "is_the_gguf_model",
+            "equals_hf_on_each_family",
+            "reads_back_in_peft",
+        ],
     ),
 }
 # the functions of a stage script that the in-process tests call: a module's run mutates only these
