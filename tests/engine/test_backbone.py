@@ -310,6 +310,34 @@ def test_load_model_rejects_an_unknown_dtype(tiny_model_dir, tmp_path):
         load_model(str(tmp_path / "nothing-here"), dtype="bogus")
 
 
+def test_refusal_names_the_model_and_what_kind_it_is_by_hand():
+    """A config the engine cannot decode, in one line: its architectures joined, else its
+    model_type, else "?"; a causal LM of text is not refused."""
+    tail = "; the engine runs decoder-only causal LMs of text"
+    both = {"architectures": ["T5ForConditionalGeneration", "T5Model"], "is_encoder_decoder": True}
+    assert backbone.refusal(both, "--model 'x'") == (
+        f"--model 'x': T5ForConditionalGeneration, T5Model is an encoder-decoder model{tail}"
+    )
+    typed = {"model_type": "llava", "vision_config": {}}
+    assert backbone.refusal(typed, "N") == f"N: llava is a vision-language model{tail}"
+    bare = {"is_encoder_decoder": True}
+    assert backbone.refusal(bare, "N") == f"N: ? is an encoder-decoder model{tail}"
+    assert backbone.refusal({"architectures": ["LlamaForCausalLM"]}, "N") is None
+
+
+def test_load_model_refuses_an_encoder_decoder_naming_its_path(tmp_path):
+    import transformers
+
+    path = tmp_path / "t5"
+    transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(path)
+    with pytest.raises(ValueError) as refused:
+        load_model(str(path))
+    assert str(refused.value) == (
+        f"--model {str(path)!r}: t5 is an encoder-decoder model; "
+        "the engine runs decoder-only causal LMs of text"
+    )
+
+
 @pytest.mark.parametrize(
     "dtype, expected",
     [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)],
