@@ -9,6 +9,7 @@ its own flags (common.field_docs). Fast, so the mutation runs of common.py and l
 (experiments/mutation.py)."""
 
 import dataclasses
+import hashlib
 import io
 import json
 import random
@@ -864,8 +865,6 @@ def test_cpuinfo_is_empty_where_there_is_no_proc_cpuinfo(monkeypatch):
 def test_call_seed_is_the_first_60_bits_of_the_parts_sha256():
     """One LLM call's seed, by hand: the first 15 hex digits (60 bits) of the sha256 of the parts as
     JSON, so the same parts draw the same seed in every process and any order of calls."""
-    import hashlib
-
     parts = (0, "t/1", 2, 1, "refine")
     digest = hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()
     assert common.call_seed(*parts) == int(digest[:15], 16)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import transformers
 from conftest import TINY_CONFIG, subprocess_env
 
 import common
@@ -326,8 +327,6 @@ def test_refusal_names_the_model_and_what_kind_it_is_by_hand():
 
 
 def test_load_model_refuses_an_encoder_decoder_naming_its_path(tmp_path):
-    import transformers
-
     path = tmp_path / "t5"
     transformers.T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(path)
     with pytest.raises(ValueError) as refused:
