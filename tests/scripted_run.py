@@ -13,10 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from scripted import ScriptedEngine, arith_script  # noqa: E402
+from launch import scripted_engine  # noqa: E402
 
-import llm.team  # noqa: E402
-
-llm.team.make_engine = lambda cfg, agents, rank, device="cpu": ScriptedEngine(arith_script())
 script, sys.argv = sys.argv[1], sys.argv[1:]
-runpy.run_path(str(ROOT / script), run_name="__main__")
+with scripted_engine():
+    runpy.run_path(str(ROOT / script), run_name="__main__")

@@ -269,7 +269,7 @@ SMALL = [
 def test_a_corpus_is_reused_only_under_its_own_settings(tmp_path):
     """A run killed before its first checkpoint leaves its corpus: rerun with another setting that
     shapes the corpus, it is refused (not trained on); rerun as it was, it is reused."""
-    from test_train import run
+    from launch import run
 
     out = ["--out-dir", str(tmp_path / "sft"), "--epochs", "2", "--batch-size", "8"]
     args = [str(ROOT / "sft.py"), *SMALL, *out, "--save-every", "100"]
@@ -290,7 +290,7 @@ def test_a_corpus_is_reused_only_under_its_own_settings(tmp_path):
 
 
 def test_train_rl_without_validation_questions(tmp_path):
-    from test_train import run
+    from launch import run
 
     sft = ["--out-dir", str(tmp_path / "sft"), "--epochs", "1", "--batch-size", "8"]
     run([str(ROOT / "sft.py"), *SMALL, *sft], tmp_path, scripted=True)

@@ -1,14 +1,12 @@
-"""eval.py as users run it: a subprocess on a tiny random model, twice (the second run is all cache
-hits)."""
+"""eval.py as users run it (tests/launch.py) on a tiny random model, twice (the second run is all
+cache hits)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from launch import run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_eval(tmp_path, model_dir, *extra, env=None):
     out = tmp_path / "results.json"
     cmd = [
-        sys.executable,
         str(ROOT / "eval.py"),
         "--model",
         model_dir,
@@ -36,8 +33,7 @@ def run_eval(tmp_path, model_dir, *extra, env=None):
         "vanilla,sc,debate,mpdf-persist,mpdf-oracle",
         *extra,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run(cmd, tmp_path, env=env)
     return proc.stdout, json.loads(out.read_text())
 
 
@@ -78,24 +74,14 @@ def test_eval_cli_table_json_and_cache(tmp_path, tiny_model_dir):
 
 
 def test_eval_cli_rejects_bad_input(tmp_path, tiny_model_dir):
-    cmd = [
-        sys.executable,
-        str(ROOT / "eval.py"),
-        "--model",
-        tiny_model_dir,
-        "--task",
-        "gsm8k",
-        "--n",
-        "2",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    cmd = [str(ROOT / "eval.py"), "--model", tiny_model_dir, "--task", "gsm8k", "--n", "2"]
+    proc = run(cmd, tmp_path, check=False)
     assert proc.returncode != 0 and "path" in proc.stderr
 
 
 def test_eval_over_seeds(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
     cmd = [
-        sys.executable,
         str(ROOT / "eval.py"),
         "--model",
         tiny_model_dir,
@@ -116,8 +102,7 @@ def test_eval_over_seeds(tmp_path, tiny_model_dir):
         "--out",
         str(out),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run(cmd, tmp_path)
     table = json.loads(out.read_text())
     per_seed = [json.loads((tmp_path / f"seeds-seed{s}.json").read_text()) for s in (0, 1)]
     assert table["vanilla"]["accuracy_per_seed"] == [r["vanilla"]["accuracy"] for r in per_seed]
@@ -152,12 +137,11 @@ def test_eval_leader_protocol(tmp_path, tiny_model_dir):
         tiny_model_dir,
         "--protocols",
         "leader=default",
-        env={**os.environ, "MPDF_MODEL_DIR": tiny_model_dir},
+        env={"MPDF_MODEL_DIR": tiny_model_dir},
     )
     texts = [r["texts"] for r in results["details"][f"leader={tiny_model_dir}"]]
     assert [r["texts"] for r in by_default["details"]["leader=default"]] == texts and texts[0][0]
     cmd = [
-        sys.executable,
         str(ROOT / "eval.py"),
         "--model",
         tiny_model_dir,
@@ -168,7 +152,7 @@ def test_eval_leader_protocol(tmp_path, tiny_model_dir):
         "--cache-dir",
         "",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = run(cmd, tmp_path, check=False)
     assert proc.returncode != 0 and "not an HF checkpoint directory" in proc.stderr
 
 

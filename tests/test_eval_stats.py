@@ -2,11 +2,10 @@
 std over seeds, and --reference as users run it."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from launch import run
 
 import stats
 
@@ -108,7 +107,6 @@ def test_sample_std():
 def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
     out = tmp_path / "seeds.json"
     cmd = [
-        sys.executable,
         str(ROOT / "eval.py"),
         "--model",
         tiny_model_dir,
@@ -131,8 +129,7 @@ def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
         "--out",
         str(out),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run(cmd, tmp_path)
     assert (
         "vs mpdf-persist [95% CI] (disagree)" in proc.stdout and "pooled over seeds" in proc.stdout
     )
@@ -151,13 +148,7 @@ def test_eval_reference_in_table_and_json(tmp_path, tiny_model_dir):
         "ci95",
         "disagree",
     }
-    bad = subprocess.run(
-        cmd[:-2] + ["--reference", "debate"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    bad = run(cmd[:-2] + ["--reference", "debate"], tmp_path, check=False)
     assert (
         bad.returncode == 2 and "unknown --reference 'debate': choose one of vanilla" in bad.stderr
     )

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
-from test_train import metrics, run
+from launch import metrics, run
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 

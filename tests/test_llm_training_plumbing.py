@@ -1,9 +1,10 @@
 """llm/training.py's plumbing in process, on the tiny random model (tests/conftest.py): the flags'
 refusals (through the scripts' check), the trained weights and their rollout engines, sampling and
 prompts, the weights the loss runs, the learning rate, resume, the step (llm_step.policy_step) and
-its statistics (rollout_stats), validation's log and the saved weights. The scripts
-(train_solver.py, train_magrpo.py, train_mlpo.py) run all of it as subprocesses, which mutation
-testing cannot follow: each function's contract is pinned here, with values computed by hand.
+its statistics (rollout_stats), validation's log and the saved weights. The scripts' tests
+(train_solver.py, train_magrpo.py, train_mlpo.py) run all of it whole, their torchrun and SIGKILL
+runs in processes of their own, which mutation testing cannot follow: each function's contract is
+pinned here, with values computed by hand.
 Run: python -m pytest -q tests/test_llm_training_plumbing.py"""
 
 import contextlib

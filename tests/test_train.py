@@ -1,15 +1,13 @@
 """sft.py and train_rl.py (the meta-policy): the losses in process, then the scripts as users run
-them (subprocesses on a tiny random model): plain python vs a 2-process torchrun, and a run killed
-with SIGKILL and resumed."""
+them (tests/launch.py, with the scripted arith engine or a tiny random model): plain python vs a
+2-process torchrun, and a run killed with SIGKILL and resumed."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from launch import metrics, run
 
 import common
 import deliberate as D
@@ -250,35 +248,10 @@ def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
     assert calls == ["gloo", "destroy"]
 
 
-# ---------------------------------------------------------------- the scripts, as subprocesses
-def run(args, tmp_path, torchrun=False, check=True, scripted=False):
-    """A stage script as users run it (python or a 2-process torchrun); scripted: with the scripted
-    arith engine instead of a model (tests/scripted_run.py), so its games have right and wrong
-    answers."""
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-        if torchrun
-        else [sys.executable]
-    )
-    if scripted:
-        launcher = launcher + [str(ROOT / "tests" / "scripted_run.py")]
-        args = [Path(args[0]).name] + args[1:]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        launcher + args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
+# ---------------------------------------------------------------- the scripts, as users run them
 def weights(out_dir):
     """The tensors of the policy a run saved in out_dir."""
     return common.load_tensors(Path(out_dir) / "policy.safetensors", "policy")[0]
-
-
-def metrics(out_dir):
-    return [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def max_difference(a, b):

@@ -4,7 +4,7 @@ plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed.
 from pathlib import Path
 
 import pytest
-from test_train import metrics, run
+from launch import metrics, run
 
 import common
 from llm import lora

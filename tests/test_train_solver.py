@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_train import metrics, run
+from launch import metrics, run
 
 import common
 import data

@@ -2,15 +2,14 @@
 and filters in a real browser (headless Chromium, where it is installed)."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import torch
+from launch import run
 
 from deliberate import MetaPolicy, save_policy
 
@@ -34,7 +33,6 @@ def results(tmp_path_factory, tiny_model_dir):
     out = folder / "results.json"
     protocols = f"vanilla,sc,debate,mpdf-persist,mpdf={policy},leader=default"
     cmd = [
-        sys.executable,
         str(ROOT / "eval.py"),
         "--models",
         f"default,{tiny_model_dir}",
@@ -55,9 +53,7 @@ def results(tmp_path_factory, tiny_model_dir):
         "--out",
         str(out),
     ]
-    env = {**os.environ, "MPDF_MODEL_DIR": tiny_model_dir}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=folder, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run(cmd, folder, env={"MPDF_MODEL_DIR": tiny_model_dir})
     data = json.loads(out.read_text())
     for games in data["details"].values():
         games[0]["correct"], games[1]["correct"] = True, False
@@ -70,12 +66,7 @@ def results(tmp_path_factory, tiny_model_dir):
 
 
 def view(path, *extra):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "view.py"), str(path), *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run([ROOT / "view.py", path, *extra], Path(path).parent, check=False)
 
 
 class Page(HTMLParser):

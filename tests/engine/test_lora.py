@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from launch import run
 
 from common import FileRefused, load_file
 from llm import backbone, lora
 from llm.engine import Engine
 from llm.team import read_adapter
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def adapted(tiny_model, adapters, rank=4, seed=1):
@@ -335,19 +338,13 @@ def test_a_team_routes_each_agent_to_its_model_and_adapter(tiny_model, tiny_mode
 
 
 def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_dir, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
     state = lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny")
     state["base_fingerprint"] = "0123456789abcdef"
     torch.save(state, tmp_path / "elsewhere.pt")
     models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'elsewhere.pt'}"
-    done = subprocess.run(
+    done = run(
         [
-            sys.executable,
-            str(root / "eval.py"),
+            ROOT / "eval.py",
             "--models",
             models,
             "--agents",
@@ -359,9 +356,8 @@ def test_eval_models_refuses_an_adapter_for_another_base(tiny_model, tiny_model_
             "--cache-dir",
             "",
         ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+        tmp_path,
+        check=False,
     )
     assert done.returncode == 2, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
@@ -471,12 +467,6 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
 ):
     """Stage 1 and stage 2 with --models (the base alone, the base + an adapter): both run the
     team's games and record the team in their summaries."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
     torch.save(lora.adapter_state(adapted(tiny_model, adapters=1), 0, "tiny"), tmp_path / "a0.pt")
     models = f"{tiny_model_dir},{tiny_model_dir}+{tmp_path / 'a0.pt'}"
     game = [
@@ -499,13 +489,7 @@ def test_sft_and_train_rl_train_a_policy_for_a_team_of_adapters(
     ]
     for script, extra in (("sft.py", []), ("train_rl.py", ["--init", "sft/policy.safetensors"])):
         out = script.removesuffix(".py").replace("train_", "")
-        done = subprocess.run(
-            [sys.executable, str(root / script), *game, *extra, "--out-dir", out],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        run([ROOT / script, *game, *extra, "--out-dir", out], tmp_path)
         assert json.loads((tmp_path / out / "summary.json").read_text())["team"] == models
 
 

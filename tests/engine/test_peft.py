@@ -10,8 +10,8 @@ import shutil
 import pytest
 import safetensors.torch
 import torch
+from launch import run
 from peft import LoraConfig, PeftModel, get_peft_model
-from test_train import run
 from test_train_solver import sft_args
 from transformers import AutoModelForCausalLM
 
