@@ -3,11 +3,11 @@ of each LLM-weight trainer's loss on 2 processes equals the step of one process 
 gradient norm and updated weights, fp32, within the stated tolerances), each process holds half of
 the parameters, gradients and optimizer state that DDP holds on each, a checkpoint of the shards
 reads back whole; and a trainer run end to end (train_solver.py --lora-rank 0 --fsdp) under a
-2-process torchrun saves the one process's model, also when killed by SIGKILL and resumed."""
+2-process torchrun saves the one process's model, also when killed by SIGKILL and resumed. The
+rollout trainers' 2-process runs (tests/test_train_magrpo.py, tests/test_train_mlpo.py) shard with
+--fsdp as well."""
 
 import copy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,12 +35,10 @@ LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-5
 
 
 def launched(tmp_path, name, torchrun=True):
+    """tests/fsdp_run.py's results, on 2 processes or on this one."""
     out = tmp_path / name / "result.pt"
     out.parent.mkdir()
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    command = (launcher if torchrun else [sys.executable]) + [HELPER, str(out)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run([HELPER, out], tmp_path, torchrun=torchrun)
     return torch.load(out, weights_only=True)
 
 
@@ -86,10 +84,11 @@ def test_the_solver_under_fsdp2_saves_the_one_process_model_and_resumes_exactly(
     and resumed from its sharded checkpoint: the same losses and gradient norms as the one
     process, and the saved HF directory (rank 0's, gathered whole) the one process's model. A
     resume that lost a step, the data order or AdamW's moments moves a weight by about the
-    learning rate (1e-4), ten times the tolerance."""
+    learning rate (1e-4), ten times the tolerance. A batch of one sequence leaves a rank without
+    rows at every step: it neither hangs nor drifts."""
     args = [
         *(str(ROOT / "train_solver.py"), "--model", tiny_model_dir, "--lora-rank", "0"),
-        *("--questions", "4", "--val-n", "2", "--batch-size", "2", "--micro-batch", "1"),
+        *("--questions", "3", "--val-n", "2", "--batch-size", "1", "--micro-batch", "1"),
         *("--epochs", "1", "--lr", "1e-4", "--save-every", "1"),
     ]
     run(args + ["--out-dir", str(tmp_path / "one")], tmp_path)
@@ -99,7 +98,7 @@ def test_the_solver_under_fsdp2_saves_the_one_process_model_and_resumes_exactly(
     again = run(args + resumed, tmp_path, torchrun=True)
     assert "resuming from" in again.stderr
     fsdp_lines = [r for r in metrics(tmp_path / "fsdp") if "loss" in r]
-    assert [r["step"] for r in fsdp_lines] == [1, 2]
+    assert [r["step"] for r in fsdp_lines] == [1, 2, 3]
     one_lines = [r for r in metrics(tmp_path / "one") if "loss" in r]
     for a, b in zip(one_lines, fsdp_lines, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=LOSS_RTOL)
@@ -110,30 +109,9 @@ def test_the_solver_under_fsdp2_saves_the_one_process_model_and_resumes_exactly(
     assert not torch.equal(one.lm_head.weight, original.lm_head.weight)
     for a, b in zip(one.parameters(), fsdp.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=WEIGHT_ATOL)
-
-
-@pytest.mark.slow
-def test_magrpo_and_mlpo_run_under_fsdp2_and_save_whole_models(tmp_path, tiny_model_dir):
-    """The rollout trainers with --lora-rank 0 --fsdp under a 2-process torchrun (one model per
-    agent, a KL reference sharded alike; MLPO's leader over frozen peers): the rollouts sample from
-    whole copies refreshed from the shards, and rank 0 saves each model whole, as HF directories."""
-    common = [
-        *("--model", tiny_model_dir, "--lora-rank", "0", "--fsdp", "--group", "2"),
-        *("--questions-per-step", "2", "--max-new-tokens", "6", "--steps", "1", "--val-n", "2"),
-        *("--eval-every", "1", "--agents", "2"),
-    ]
-    magrpo = ["--separate-agents", "--rounds", "1", "--beta", "0.1"]
-    mlpo = ["--questions", "4", "--filter-easy", "0"]
-    for script, extra, saved in (
-        ("train_magrpo.py", magrpo, ["agent0", "agent1"]),
-        ("train_mlpo.py", mlpo, ["model"]),
-    ):
-        out = tmp_path / script
-        run([str(ROOT / script), *common, *extra, "--out-dir", str(out)], tmp_path, torchrun=True)
-        assert [r["step"] for r in metrics(out) if "loss" in r] == [1]
-        for name in saved:
-            model, _ = backbone.load_model(str(out / name))
-            assert sum(p.numel() for p in model.parameters()) > 0
+    # the folder is a model --model accepts
+    engine = Engine(model_path=str(tmp_path / "fsdp" / "model"))
+    assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""train_magrpo.py as users run it (subprocesses on a tiny random model or the default backbone):
-plain python vs a 2-process torchrun, and a run killed with SIGKILL and resumed."""
+"""train_magrpo.py as users run it (tests/launch.py, on a tiny random model or the default
+backbone): plain python (adapters), a 2-process torchrun (whole weights sharded by FSDP2), and a run
+killed with SIGKILL and resumed."""
 
 from pathlib import Path
 
@@ -58,23 +59,18 @@ def rollout_run(tmp_path, model_dir, torchrun, script, *extra):
 
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_magrpo_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
+    """One model per agent: in one process an adapter each (the default), in the bf16 path
+    (rollouts from a bf16 copy, autocast loss); on 2 processes whole weights sharded by FSDP2 (a KL
+    reference sharded alike), the rollouts sampled from whole copies refreshed from the shards."""
     out = tmp_path / "train_magrpo"
-    # adapters (the default), one per agent; the bf16 path (rollouts from a bf16 copy, autocast
-    # loss) in one of the two runs
+    weights = ["--lora-rank", "0", "--fsdp"] if torchrun else ["--train-dtype", "bfloat16"]
     lines = rollout_run(
         tmp_path,
         tiny_model_dir,
         torchrun,
         "train_magrpo.py",
-        "--agents",
-        "2",
-        "--rounds",
-        "1",
-        "--beta",
-        "0.1",
-        "--separate-agents",
-        "--train-dtype",
-        "float32" if torchrun else "bfloat16",
+        *("--agents", "2", "--rounds", "1", "--beta", "0.1", "--separate-agents"),
+        *weights,
     )
     assert [r["step"] for r in lines] == [1, 2]
     # random weights never answer right: every group is flat, counted, and teaches nothing
@@ -82,12 +78,16 @@ def test_magrpo_runs_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
         r["zero_std_groups"] == 2 and r["frac_zero_std"] == 1.0 and r["grad_norm"] == 0
         for r in lines
     )
-    # small adapter folders (PEFT's layout) that a team of the base model plays
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["agent0", "agent1"]
     engine = Engine(model_path=tiny_model_dir)
     for name in ("agent0", "agent1"):
-        k = lora.load_adapter(engine.model, read_adapter(out / name))
-        completion = engine.generate([engine.chat("Hi")], [0], max_new_tokens=4, adapters=[k])[0]
+        if torchrun:  # rank 0 saved each model whole, an HF directory --model takes
+            engine = Engine(model_path=str(out / name))
+            adapters = None
+        else:  # a small adapter folder (PEFT's layout) that a team of the base model plays
+            adapters = [lora.load_adapter(engine.model, read_adapter(out / name))]
+        prompt = [engine.chat("Hi")]
+        completion = engine.generate(prompt, [0], max_new_tokens=4, adapters=adapters)[0]
         assert completion.completion_tokens > 0
 
 

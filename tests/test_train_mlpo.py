@@ -1,6 +1,6 @@
 """train_mlpo.py: the peer pool and its filter, the peers the flags name (in process), and the
-script as users run it (subprocesses on a tiny random model): plain python vs a 2-process
-torchrun."""
+script as users run it (tests/launch.py, on a tiny random model): plain python vs a 2-process
+torchrun, whose leader's whole weights FSDP2 shards."""
 
 import dataclasses
 import json
@@ -22,7 +22,8 @@ from solutions import leader_prompt, parse_solution
 @pytest.mark.parametrize("torchrun", [False, True])
 def test_mlpo_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torchrun):
     out = tmp_path / "train_mlpo"
-    # full fine-tuning (--lora-rank 0): an HF directory
+    # full fine-tuning (--lora-rank 0): an HF directory; on 2 processes sharded (FSDP2), the leader
+    # saved whole by rank 0
     lines = rollout_run(
         tmp_path,
         tiny_model_dir,
@@ -38,6 +39,7 @@ def test_mlpo_runs_filters_and_counts_flat_groups(tmp_path, tiny_model_dir, torc
         "0",
         "--cache-dir",
         str(tmp_path / "cache"),
+        *(["--fsdp"] if torchrun else []),
     )
     # random peers are never right: no question is filtered out
     assert json.loads((out / "pool.json").read_text()) == {

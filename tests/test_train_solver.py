@@ -1,7 +1,8 @@
 """train_solver.py (an agent's LLM weights by supervised learning on solutions): its training data
-in process (worked solutions, REFINE examples), then the script as users run it (subprocesses on a
-tiny random model or the default backbone): the loss falls, plain python vs a 2-process torchrun,
-and a run killed with SIGKILL and resumed."""
+in process (worked solutions, REFINE examples), then the script as users run it (tests/launch.py,
+on a tiny random model or the default backbone): the loss falls, plain python vs a 2-process
+torchrun, and a run killed with SIGKILL and resumed (whole weights sharded on 2 processes, a rank
+without rows at every step: tests/test_fsdp.py)."""
 
 import dataclasses
 from pathlib import Path
@@ -44,34 +45,6 @@ def test_rejection_sampling_on_the_default_backbone_keeps_only_strict_answers(tm
         "error: only 0 training solutions for a --batch-size of 2: raise --questions (or "
         "--samples), or lower --batch-size"
     )
-
-
-def test_batches_of_one_sequence_under_torchrun_are_the_weights_of_one_process(
-    tmp_path, tiny_model_dir
-):
-    """A batch of one sequence under a 2-process torchrun leaves a rank without rows at every
-    step: it neither hangs nor drifts (the whole model, as --lora-rank 0 trains it, is the one a
-    single process writes)."""
-    args = [
-        *(str(ROOT / "train_solver.py"), "--model", tiny_model_dir, "--lora-rank", "0"),
-        *("--questions", "3", "--val-n", "2", "--batch-size", "1", "--micro-batch", "1"),
-        *("--epochs", "1", "--lr", "1e-4", "--save-every", "1"),
-    ]
-    run(args + ["--out-dir", str(tmp_path / "one")], tmp_path)
-    run(args + ["--out-dir", str(tmp_path / "two")], tmp_path, torchrun=True)
-    # Adam hides a gradient scaled by a constant: the logged gradient norm does not
-    for a, b in zip(metrics(tmp_path / "one"), metrics(tmp_path / "two"), strict=True):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
-    one, _ = backbone.load_model(str(tmp_path / "one" / "model"))
-    two, _ = backbone.load_model(str(tmp_path / "two" / "model"))
-    original, _ = backbone.load_model(tiny_model_dir)
-    assert not torch.equal(one.lm_head.weight, original.lm_head.weight)
-    drift = max((a - b).abs().max().item() for a, b in zip(one.parameters(), two.parameters()))
-    assert drift < 1e-5
-    # the folder is a model --model accepts
-    engine = Engine(model_path=str(tmp_path / "one" / "model"))
-    assert engine.generate([engine.chat("Hi")], [0], max_new_tokens=4)[0].completion_tokens > 0
 
 
 def test_worked_solutions_are_the_solve_prompt_and_the_solution_then_eos(tiny_model_dir):
