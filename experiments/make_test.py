@@ -2,11 +2,12 @@
 
     python -m experiments.make_test 3caa81a HEAD   # run on a quiet machine: it is a timing
 
-For each commit, in turn: a fresh shallow clone (`git clone --depth 1`) in a temporary folder, a
-model cache of its own (MPDF_CACHE, so `make model` converts the backbone again), then `make test`
-timed from its start to its end: the virtual environment, the pinned requirements (pip's download
-cache stays warm), the conversion, ruff and pytest. Written with the commit, the machine, pytest's
-summary line and its slowest tests.
+For each commit, in turn: a fresh shallow clone (`git clone --depth 1`) in a temporary folder, with
+this checkout's ../shared linked beside it (the data its tests read), a model cache of its own
+(MPDF_CACHE, so `make model` converts the backbone again), then `make test` timed from its start to
+its end: the virtual environment, the pinned requirements (pip's download cache stays warm), the
+conversion, ruff and pytest. Written with the commit, the machine, pytest's summary line and its
+slowest tests.
 """
 
 import json
@@ -36,6 +37,9 @@ def make_test_from_nothing(commit):
         with tempfile.TemporaryDirectory() as folder:
             clone = Path(folder) / "clone"
             git("clone", "-q", "--depth", "1", "--branch", branch, f"file://{ROOT}", str(clone))
+            # the data beside the clone, as beside this checkout (its tests skip without it)
+            if (ROOT.parent / "shared").is_dir():
+                (Path(folder) / "shared").symlink_to(ROOT.parent / "shared")
             env = dict(os.environ, MPDF_CACHE=str(Path(folder) / "model-cache"))
             start = time.time()
             proc = subprocess.run(
