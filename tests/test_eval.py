@@ -76,7 +76,8 @@ def test_eval_cli_table_json_and_cache(tmp_path, tiny_model_dir):
 def test_eval_cli_rejects_bad_input(tmp_path, tiny_model_dir):
     cmd = [str(ROOT / "eval.py"), "--model", tiny_model_dir, "--task", "gsm8k", "--n", "2"]
     proc = run(cmd, tmp_path, check=False)
-    assert proc.returncode != 0 and "path" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --task gsm8k reads a data file: pass it with --path\n"
 
 
 def test_eval_over_seeds(tmp_path, tiny_model_dir):
