@@ -30,6 +30,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import gc
 import hashlib
 import inspect
 import json
@@ -229,7 +230,9 @@ def distributed(out_dir):
     rank whose block raised skips the barrier, so its error surfaces instead of a hang. What the
     block wraps in DDP must die inside it (the trainers' train() returns there): a DDP reducer
     freed after the teardown destroys the gloo group itself, joining gloo's thread under the GIL
-    (a hang)."""
+    (a hang). FSDP2's modules sit in reference cycles, which outlive the frame that made them
+    until a garbage collection: the block ends with one, before the group is torn down (freed at
+    exit, after it, they aborted a rank: "terminate called without an active exception")."""
     if "RANK" not in os.environ:
         rank, world = 0, 1
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -245,6 +248,7 @@ def distributed(out_dir):
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     try:
         yield Ranks(rank, world, device)
+        gc.collect()
         barrier()
     finally:
         if dist.is_initialized():

@@ -121,9 +121,10 @@ def trained(ranks, out, fsdp):
 def main(out):
     """{"world", "one": ...} on one process; {"world", "ddp": ..., "fsdp": ...} under torchrun."""
     with distributed(Path(out).parent) as ranks:
-        # the models die with trained()'s frame, before the process group is torn down: a DDP
-        # reducer freed after the teardown destroys the gloo group itself, joining gloo's thread
-        # while holding the GIL that thread waits for (a hang at exit)
+        # the models die before the process group is torn down (DDP's with trained()'s frame,
+        # FSDP2's, in reference cycles, at the collection distributed() ends with): a DDP reducer
+        # freed after the teardown destroys the gloo group itself, joining gloo's thread while
+        # holding the GIL that thread waits for (a hang at exit)
         result = {"world": ranks.world}
         if ranks.world == 1:
             result["one"] = trained(ranks, out, fsdp=False)

@@ -2,7 +2,9 @@
 them (tests/launch.py, with the scripted arith engine or a tiny random model): plain python vs a
 2-process torchrun, and a run killed with SIGKILL and resumed."""
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -226,7 +228,8 @@ def test_batch_schedule_is_a_function_of_its_arguments():
 
 def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
     """Ranks leave together (a gloo group torn down while a peer still writes rank-0 files aborted
-    CI's torchrun run at exit); a failed rank skips the barrier, where its peers would wait for it
+    CI's torchrun run at exit), with the block's garbage in reference cycles (FSDP2's modules)
+    collected first; a failed rank skips the barrier, where its peers would wait for it
     forever."""
     calls = []
     monkeypatch.setenv("RANK", "1")
@@ -237,9 +240,17 @@ def test_distributed_meets_at_a_barrier_before_teardown(tmp_path, monkeypatch):
     monkeypatch.setattr(common.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(common.dist, "barrier", lambda: calls.append("barrier"))
     monkeypatch.setattr(common.dist, "destroy_process_group", lambda: calls.append("destroy"))
-    with common.distributed(tmp_path / "out") as (rank, world, device):
-        calls.append(("train", rank, world, device.type))
-    assert calls == ["gloo", ("train", 1, 2, "cpu"), "barrier", "destroy"]
+    gc.disable()  # no collection but the one the block ends with
+    try:
+        with common.distributed(tmp_path / "out") as (rank, world, device):
+            calls.append(("train", rank, world, device.type))
+            cycle = torch.nn.Module()
+            cycle.me = [cycle]
+            weakref.finalize(cycle, calls.append, "cycle freed")
+            del cycle
+    finally:
+        gc.enable()
+    assert calls == ["gloo", ("train", 1, 2, "cpu"), "cycle freed", "barrier", "destroy"]
     assert (tmp_path / "out").is_dir()
     calls.clear()
     with pytest.raises(ValueError):
