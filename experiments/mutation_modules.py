@@ -127,7 +127,6 @@ MODULES = {
             # the torchrun runs
             "each_trainer",
             "solver_under",
-            "magrpo_and_mlpo",
         ],
     ),
     # the teams of adapters: make_engine over the tiny model (the scripts' runs left out)
@@ -155,13 +154,13 @@ MODULES = {
             "tests/test_train_mlpo.py",
             "tests/test_fsdp.py",
         ],
-        ["runs_", "each_trainer", "solver_under", "magrpo_and_mlpo"],
+        ["runs_", "each_trainer", "solver_under"],
     ),
     # the LLM-weight trainers' data and peer pool, pinned in process (their runs left out as above)
     "train_solver": (
         "train_solver.py",
         ["tests/test_train_solver.py", "tests/method/test_reward_hacks.py", "tests/test_split.py"],
-        ["default_backbone", "sigkill", "lowers_the_loss", "under_torchrun"],
+        ["default_backbone", "sigkill", "lowers_the_loss"],
     ),
     "train_mlpo": (
         "train_mlpo.py",
@@ -270,7 +269,6 @@ MODULES = {
             "runs_",
             "each_trainer",
             "solver_under",
-            "magrpo_and_mlpo",
         ],
     ),
     # the split-information task and the per-agent views of a question (Example.render)
