@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import subprocess_env
+from launch import run
 
 import llm.cache
 from common import call_seed
@@ -268,23 +269,8 @@ def test_torchrun_ranks_share_one_database(tmp_path):
     lines = [json.dumps({"key": "old", "value": {"text": "before"}}), '{"key": "torn", "val']
     (tmp_path / "cache" / "gen-rank0.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "rank.py").write_text("import sys\n" + RANK)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(tmp_path / "rank.py"),
-            str(tmp_path / "cache"),
-        ],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    path = {"PYTHONPATH": subprocess_env()["PYTHONPATH"]}  # rank.py imports the repository's llm
+    run([tmp_path / "rank.py", tmp_path / "cache"], tmp_path, torchrun=True, env=path)
     cache = GenerationCache(tmp_path / "cache")
     keys = [f"{name}-{i}" for name in ("rank0", "rank1") for i in range(500)]
     assert cache.get_many(keys) == list(range(500)) * 2
