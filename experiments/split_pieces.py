@@ -86,11 +86,35 @@ JOINT_FLAGS = {
 VIEW_SFT = {"sft-view": ["--features", "view"]}
 VIEW_FLAGS = {"softrank-cost0-view": RL_FLAGS["softrank-cost0"]}
 VIEW_CODE_AT = "bc7a7e2"
+# SoftRankPO on debate games, each state's rewards the team's vote to the game's end: stopping
+# there, or going on until the policy stops (experiments/stop_credit.py); a REFINE paying 0.1 per
+# 1000 tokens, so that where going on gains nothing the team stops. 128 training questions (half
+# the others'): its corpus is debate's, every agent REFINEing every round
+STOP_FLAGS = {
+    "softrank-cost0.1-stop": ["--algo", "softrank", "--refine-cost", "0.1", "--questions", "128"]
+}
 # every meta-policy a seed trains and plays, each SFT policy's flags (beside the seed's), each RL
 # policy's flags and the SFT policy it starts from
-TRAINED = (*POLICIES, *SWEEP, *TIES_FLAGS, *LATER_FLAGS, *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS)
+TRAINED = (
+    *POLICIES,
+    *SWEEP,
+    *TIES_FLAGS,
+    *LATER_FLAGS,
+    *JOINT_FLAGS,
+    *VIEW_SFT,
+    *VIEW_FLAGS,
+    *STOP_FLAGS,
+)
 SFT_FLAGS = {"sft": [], **VIEW_SFT}
-TRAIN_FLAGS = {**RL_FLAGS, **SWEEP_FLAGS, **TIES_FLAGS, **LATER_FLAGS, **JOINT_FLAGS, **VIEW_FLAGS}
+TRAIN_FLAGS = {
+    **RL_FLAGS,
+    **SWEEP_FLAGS,
+    **TIES_FLAGS,
+    **LATER_FLAGS,
+    **JOINT_FLAGS,
+    **VIEW_FLAGS,
+    **STOP_FLAGS,
+}
 INIT = {name: "sft-view" for name in VIEW_FLAGS}
 # the policies a study of the lab trains (its change handed to train_rl.train), else train_rl.py
 STUDY_SCRIPTS = {
@@ -98,6 +122,7 @@ STUDY_SCRIPTS = {
     **{name: "experiments.rl_disagree_bonus" for name in TIES_FLAGS},
     **{name: "experiments.rl_later_credit" for name in LATER_FLAGS},
     **{name: "experiments.joint_credit" for name in JOINT_FLAGS},
+    **{name: "experiments.stop_credit" for name in STOP_FLAGS},
 }
 # variants whose seed 0 answered their question, so that their other seeds would say nothing new:
 # handed REFINE every tie, or every tie while the team disagrees, SoftRankPO played debate game for
