@@ -19,6 +19,8 @@ handed to train_rl.train; everything else is train_rl's.
         --out-dir runs/stop-credit
 """
 
+from dataclasses import dataclass
+
 import torch
 
 import data
@@ -35,6 +37,11 @@ from deliberate import (
 )
 from experiments.joint_credit import behaviour_probs
 from solutions import GameConfig, majority_vote
+
+
+@dataclass
+class Config(train_rl.Config):
+    """train_rl.py's flags, unchanged: the study's change is the corpus alone."""
 
 
 def vote_right(solutions, gold, task):
@@ -107,7 +114,7 @@ def stop_credit_states(engine, questions, behaviour, cfg, *, ranks, desc):
 
 
 if __name__ == "__main__":
-    config = parse_config(train_rl.Config, description=__doc__.split("\n\n")[0])
+    config = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(config.out_dir):
         train_rl.check(config, launch_world_size())
         with distributed(config.out_dir) as ranks:
