@@ -88,10 +88,12 @@ VIEW_FLAGS = {"softrank-cost0-view": RL_FLAGS["softrank-cost0"]}
 VIEW_CODE_AT = "bc7a7e2"
 # SoftRankPO on debate games, each state's rewards the team's vote to the game's end: stopping
 # there, or going on until the policy stops (experiments/stop_credit.py); a REFINE paying 0.1 per
-# 1000 tokens, so that where going on gains nothing the team stops. 128 training questions (half
-# the others'): its corpus is debate's, every agent REFINEing every round
+# 1000 tokens, so that where going on gains nothing the team stops, and free, so that a REFINE
+# that ties PERSIST is not ranked below it. 128 training questions (half the others'): its corpus
+# is debate's, every agent REFINEing every round
 STOP_FLAGS = {
-    "softrank-cost0.1-stop": ["--algo", "softrank", "--refine-cost", "0.1", "--questions", "128"]
+    f"softrank-cost{cost}-stop": ["--algo", "softrank", "--refine-cost", cost, "--questions", "128"]
+    for cost in ("0.1", "0")
 }
 # every meta-policy a seed trains and plays, each SFT policy's flags (beside the seed's), each RL
 # policy's flags and the SFT policy it starts from
