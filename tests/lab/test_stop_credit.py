@@ -139,3 +139,39 @@ def test_stops_reads_the_greedy_actions():
     persist, refine = [2.0, 1.0, 0.0, 0.0], [1.0, 2.0, 0.0, 0.0]
     assert S.stops(policy([persist] * 3), move)
     assert not S.stops(policy([persist, refine, persist]), move)
+
+
+def test_the_corpus_tally_names_round_0s_vote_and_counts_what_going_on_is_worth(monkeypatch):
+    """experiments/stop_corpus.py on two hand-made games, gold 5: GAME (a wrong 2-1 vote, 3 3 4,
+    that going on turns right) and a right 2-1 vote (5 5 3) whose round broke it (3 3 5 after,
+    every later round too). The policy stops nowhere, so going on ends on the last round's
+    answers: right in GAME, wrong in the other."""
+    from types import SimpleNamespace
+
+    from experiments import stop_corpus as T
+
+    right, broken = (
+        team(("5", 0.9), ("5", 0.8), ("3", 0.5)),
+        team(("3", 0.9), ("3", 0.8), ("5", 0.5)),
+    )
+    other = [debate_move(1, right, broken), debate_move(2, broken, broken)]
+    games = [
+        SimpleNamespace(example=SimpleNamespace(answer="5", task="arith"), moves=moves)
+        for moves in (GAME, other)
+    ]
+    monkeypatch.setattr(T, "stops", lambda behaviour, move: False)
+    assert T.vote_shape(ROUND0, "5", "arith") == "wrong-2of3"
+    assert T.vote_shape(ROUND2, "5", "arith") == "right-3of3"
+    assert T.vote_shape(ROUND1, "5", "arith") == "wrong-1of3"
+    assert T.tally(games, behaviour=None) == {
+        "right-2of3": {"questions": 1, "stop": 1.0, "going on": 0.0, "debate": 0.0},
+        "wrong-2of3": {"questions": 1, "stop": 0.0, "going on": 1.0, "debate": 1.0},
+    }
+    # the policy stopping entering round 2: going on from round 1 ends on round 1's answers
+    monkeypatch.setattr(T, "stops", lambda behaviour, move: move.round == 2)
+    assert T.tally(games, behaviour=None)["wrong-2of3"] == {
+        "questions": 1,
+        "stop": 0.0,
+        "going on": 0.0,
+        "debate": 1.0,
+    }
