@@ -90,11 +90,12 @@ VIEW_CODE_AT = "bc7a7e2"
 # there, or going on until the policy stops (experiments/stop_credit.py); a REFINE paying 0.1 per
 # 1000 tokens, so that where going on gains nothing the team stops, and free, so that a REFINE
 # that ties PERSIST is not ranked below it. 128 training questions (half the others'): its corpus
-# is debate's, every agent REFINEing every round
+# is debate's, every agent REFINEing every round; free on 256 questions too (the others' count), as
+# the states where going on turns a 2-1 vote are few
 STOP_FLAGS = {
     f"softrank-cost{cost}-stop": ["--algo", "softrank", "--refine-cost", cost, "--questions", "128"]
     for cost in ("0.1", "0")
-}
+} | {"softrank-cost0-stop-q256": ["--algo", "softrank", "--refine-cost", "0", "--questions", "256"]}
 # every meta-policy a seed trains and plays, each SFT policy's flags (beside the seed's), each RL
 # policy's flags and the SFT policy it starts from
 TRAINED = (
