@@ -54,6 +54,7 @@ def tally(games, behaviour):
 if __name__ == "__main__":
     cfg = parse_config(Config, description=__doc__.split("\n\n")[0])
     with user_errors(cfg.out_dir):
+        train_rl.check(cfg, 1)
         ranks = Ranks(0, 1, "cpu")
         cfg, _ = resolve_engine_dtype(cfg, ranks.device)
         engine = make_engine(cfg, cfg.agents, ranks.rank, ranks.device)
