@@ -8,9 +8,10 @@ those questions; what the oracle gains above it comes from choosing which agents
 """
 
 import argparse
-import json
 
 from common import FileRefused, user_errors
+from experiments.blind_slices import read_json
+from experiments.tables import summary_of
 from stats import format_paired, paired_difference, pooled, sample_std
 
 STOPS = ("persist", "debate1", "debate2", "debate")
@@ -18,12 +19,11 @@ REFERENCE = "freeze"
 
 
 def outcomes(path):
-    """The one protocol summary of an eval.py table (its question_ids and correct)."""
-    table = json.loads(open(path).read())
-    summaries = [s for s in table.values() if isinstance(s, dict) and "question_ids" in s]
-    if len(summaries) != 1:
-        raise FileRefused(f"{path}: not one protocol's eval.py table")
-    return summaries[0]
+    """The summary of an eval.py table of one protocol (its question_ids and correct)."""
+    table = read_json(path)
+    if not any(isinstance(s, dict) and "question_ids" in s for s in table.values()):
+        raise FileRefused(f"{path}: not an eval.py table")
+    return summary_of(table)
 
 
 def best_of(summaries):

@@ -17,10 +17,10 @@ from pathlib import Path
 import train_rl
 from common import Ranks, machine, parse_config, user_errors
 from data import training_questions
-from deliberate import FixedPolicy, load_policy, play_shard
-from experiments.stop_credit import going_on, stops, vote_right
+from deliberate import load_policy
+from experiments.stop_credit import debate_games, going_on, stops, vote_right
 from llm.team import make_engine, resolve_engine_dtype
-from solutions import GameConfig, majority_vote
+from solutions import majority_vote
 
 
 @dataclass
@@ -59,15 +59,7 @@ if __name__ == "__main__":
         cfg, _ = resolve_engine_dtype(cfg, ranks.device)
         engine = make_engine(cfg, cfg.agents, ranks.rank, ranks.device)
         questions, _ = training_questions(cfg, 0)
-        games = play_shard(
-            engine,
-            questions,
-            FixedPolicy("refine"),
-            GameConfig.of(cfg),
-            ranks=ranks,
-            desc="debate games",
-            refine_all=True,
-        )
+        games = debate_games(engine, questions, cfg, ranks=ranks, desc="debate games")
         shapes = tally(games, load_policy(cfg.init))
         out = Path(cfg.out_dir) / "round0.json"
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -85,11 +85,10 @@ def stop_credit_vectors(move, going_on_value, gold, task):
     return vectors
 
 
-# the study's change: stage 2's corpus (debate games, each state's rewards the team's to the end)
-def stop_credit_states(engine, questions, behaviour, cfg, *, ranks, desc):
-    """Debate games of this rank's questions (every REFINE drawn and paying --refine-cost), each
-    agent's state with its stop_credit_vectors from the behaviour policy's later stops."""
-    games = play_shard(
+def debate_games(engine, questions, cfg, *, ranks, desc):
+    """Debate games of this rank's questions: every agent REFINEs every round, each REFINE drawn
+    and paying --refine-cost."""
+    return play_shard(
         engine,
         questions,
         FixedPolicy("refine"),
@@ -99,6 +98,13 @@ def stop_credit_states(engine, questions, behaviour, cfg, *, ranks, desc):
         refine_all=True,
         refine_cost=cfg.refine_cost,
     )
+
+
+# the study's change: stage 2's corpus (debate games, each state's rewards the team's to the end)
+def stop_credit_states(engine, questions, behaviour, cfg, *, ranks, desc):
+    """Debate games of this rank's questions, each agent's state with its stop_credit_vectors from
+    the behaviour policy's later stops."""
+    games = debate_games(engine, questions, cfg, ranks=ranks, desc=desc)
     values = {}
     for g in games:
         gold, task = g.example.answer, g.example.task
