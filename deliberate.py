@@ -27,7 +27,9 @@ from solutions import (
     refine_prompt,
     run_llm,
     same_answer,
+    says_missing,
     solve_calls,
+    steps_check,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -115,6 +117,18 @@ PEER_FEATURES = PROFILE_FEATURES + (
     "peer_is_majority",  # this peer's answer is the current team vote
     "peer_changed_last",
 )
+# What the texts tell that no rule reads, appended after the first policies were trained: a policy
+# reads them only when its feature set does (TEXT_SETS), its first layer as wide as what it reads
+# (state_widths), so a policy file of the older size loads and plays as trained.
+OWN_FEATURES += (
+    "view_missing",  # the agent's own prompt says a value is unknown (a split question's view)
+    "says_missing",  # its own solution says a value is not known
+    "steps_check",  # its own solution writes steps and every one is right
+)
+PEER_FEATURES += (
+    "peer_says_missing",  # this peer's solution says a value is not known
+    "peer_steps_check",  # this peer's solution writes steps and every one is right
+)
 
 
 def profile(solution):
@@ -133,9 +147,10 @@ def profile(solution):
     ]
 
 
-def observe(solutions, agent, round_index, rounds, *, changed, last_actions):
+def observe(solutions, agent, round_index, rounds, *, view, changed, last_actions):
     """Agent `agent`'s observation o_t^i = (own features, one feature row per peer) at round index
-    `round_index` of `rounds`; `changed` and `last_actions`: every agent's previous round."""
+    `round_index` of `rounds`; `view`: the question as the agent's prompt shows it; `changed` and
+    `last_actions`: every agent's previous round."""
     vote, _ = majority_vote(solutions)
     own = solutions[agent]
     peers = peers_of(agent, len(solutions))
@@ -152,6 +167,7 @@ def observe(solutions, agent, round_index, rounds, *, changed, last_actions):
             float(changed[agent]),
         ]
         + last_onehot
+        + [float(says_missing(view)), float(says_missing(own.text)), float(steps_check(own.text))]
     )
     peer_features = [
         profile(solutions[j])
@@ -159,6 +175,8 @@ def observe(solutions, agent, round_index, rounds, *, changed, last_actions):
             float(same_answer(own, solutions[j])),
             float(solutions[j].answer is not None and solutions[j].answer == vote),
             float(changed[j]),
+            float(says_missing(solutions[j].text)),
+            float(steps_check(solutions[j].text)),
         ]
         for j in peers
     ]
@@ -174,11 +192,21 @@ def observe(solutions, agent, round_index, rounds, *, changed, last_actions):
 #   all        every feature
 #   paper      the paper's: no generation confidence (mean_prob, min_prob, tail_prob)
 #   confidence the generation confidence and the team's agreement (no self-report, critic, text)
+#   text       every feature and what the texts tell (the features appended last)
 _SELF_REPORTED = tuple(f for f in PROFILE_FEATURES[1:] if f not in CONFIDENCE_SIGNALS)
-FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED}
+FEATURE_SETS = {"all": (), "paper": CONFIDENCE_SIGNALS, "confidence": _SELF_REPORTED, "text": ()}
+TEXT_SETS = ("text",)
 # What a transcript keeps of the state behind a learned policy's decision (shown by view.py): the
 # agent's generation confidence and its agreement with the team.
 EXPLAINED_FEATURES = CONFIDENCE_SIGNALS + ("peer_agreement", "is_majority")
+
+
+def state_widths(features):
+    """How many of OWN_FEATURES and PEER_FEATURES a policy of feature set `features` reads: all of
+    them in TEXT_SETS, else those before the text features."""
+    if features in TEXT_SETS:
+        return len(OWN_FEATURES), len(PEER_FEATURES)
+    return OWN_FEATURES.index("view_missing"), PEER_FEATURES.index("peer_says_missing")
 
 
 def feature_mask(names, features):
@@ -197,17 +225,19 @@ class PolicyNet(nn.Module):
     then PERSIST / REFINE logits from the own context and one CONCEDE logit per peer from that
     peer's embedding. Permutation-equivariant over peers; works for any number of agents >= 2."""
 
-    def __init__(self, hidden=64, heads=4):
+    def __init__(self, hidden=64, heads=4, features="all"):
         super().__init__()
-        self.embed_own = mlp(len(OWN_FEATURES), hidden, hidden)
-        self.embed_peer = mlp(len(PEER_FEATURES), hidden, hidden)
+        n_own, n_peer = state_widths(features)
+        self.embed_own = mlp(n_own, hidden, hidden)
+        self.embed_peer = mlp(n_peer, hidden, hidden)
         self.attend = nn.MultiheadAttention(hidden, heads, batch_first=True)
         self.self_head = mlp(2 * hidden, hidden, 2)
         self.concede_head = mlp(3 * hidden, hidden, 1)
 
     def forward(self, own, peers):
-        """own (B, len(OWN_FEATURES)), peers (B, P, len(PEER_FEATURES)) -> logits (B, K =
-        n_actions(1 + P)), in the action order: PERSIST, REFINE, CONCEDE(0..P-1)."""
+        """own (B, n_own), peers (B, P, n_peer): the first features of OWN_FEATURES and
+        PEER_FEATURES (state_widths) -> logits (B, K = n_actions(1 + P)), in the action order:
+        PERSIST, REFINE, CONCEDE(0..P-1)."""
         me = self.embed_own(own)
         them = self.embed_peer(peers)
         context, _ = self.attend(me[:, None], them, them, need_weights=False)
@@ -228,19 +258,25 @@ class MetaPolicy(nn.Module):
         self.config = dict(agents=agents, hidden=hidden, heads=heads, separate=separate)
         self.config.update(critic=critic, features=features)
         self.nets = nn.ModuleList(
-            PolicyNet(hidden, heads) for _ in range(agents if separate else 1)
+            PolicyNet(hidden, heads, features) for _ in range(agents if separate else 1)
         )
-        self.register_buffer("own_mask", feature_mask(OWN_FEATURES, features), persistent=False)
-        self.register_buffer("peer_mask", feature_mask(PEER_FEATURES, features), persistent=False)
+        n_own, n_peer = state_widths(features)
+        own_mask, peer_mask = (
+            feature_mask(OWN_FEATURES[:n_own], features),
+            feature_mask(PEER_FEATURES[:n_peer], features),
+        )
+        self.register_buffer("own_mask", own_mask, persistent=False)
+        self.register_buffer("peer_mask", peer_mask, persistent=False)
 
     @property
     def reads_critic(self):
         return self.config["critic"]
 
     def forward(self, own, peers, agent_index):
-        """Logits for a batch of observations; `agent_index` (B,) picks each row's copy when
-        separate."""
-        own, peers = own * self.own_mask, peers * self.peer_mask
+        """Logits for a batch of observations (the features this policy reads: state_widths);
+        `agent_index` (B,) picks each row's copy when separate."""
+        own = own[:, : len(self.own_mask)] * self.own_mask
+        peers = peers[..., : len(self.peer_mask)] * self.peer_mask
         if len(self.nets) == 1:
             return self.nets[0](own, peers)
         logits = own.new_zeros(own.shape[0], n_actions(1 + peers.shape[1]))
@@ -569,7 +605,15 @@ def decide(policy, games, t, cfg, greedy):
     None for a fixed policy."""
     rows = [(g, i) for g in games for i in range(cfg.agents)]
     observations = [
-        observe(g.solutions, i, t - 1, cfg.rounds, changed=g.changed, last_actions=g.last_actions)
+        observe(
+            g.solutions,
+            i,
+            t - 1,
+            cfg.rounds,
+            view=g.example.render(i),
+            changed=g.changed,
+            last_actions=g.last_actions,
+        )  # fmt: skip
         for g, i in rows
     ]
     explained = [None] * len(games)

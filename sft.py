@@ -126,7 +126,9 @@ class Config:
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
     # the script's own
     features: str = "all"
-    """the state features the policy reads: all | paper | confidence (deliberate.FEATURE_SETS)"""
+    """the state features the policy reads: all | paper | confidence | text
+    (deliberate.FEATURE_SETS; text: all, and what the texts tell: a value missing, steps that
+    check)"""
     behaviour: str = "random"
     """the policy that plays the labelled games: persist | random | refine | oracle | a policy
     file"""

@@ -11,6 +11,7 @@ reads this module).
 """
 
 import math
+import operator
 import re
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -98,6 +99,31 @@ def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="i
 
 def same_answer(a, b):
     return a.answer is not None and a.answer == b.answer
+
+
+# A step as worked solutions write it, on a line of its own: `a op b = c` over integers.
+STEP_RE = re.compile(r"^\s*(-?\d+)\s*([-+*×])\s*(-?\d+)\s*=\s*(-?\d+)\s*$", re.M)
+_STEP_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "×": operator.mul}
+
+
+def steps_check(text):
+    """The text writes at least one step (STEP_RE) and every one is right: recomputing them
+    catches a slip of arithmetic."""
+    steps = STEP_RE.findall(text)
+    return bool(steps) and all(_STEP_OPS[op](int(a), int(b)) == int(c) for a, op, b, c in steps)
+
+
+def says_missing(text):
+    """The text says a value it needs is not known: a split question's view (`(you do not know
+    ...)`) or a solution's words for it (`Not known: ... I count it as 0.`)."""
+    return _MISSING_RE.search(text) is not None
+
+
+_MISSING_RE = re.compile(
+    r"\bnot known\b|\b(?:do not|don't|does not|doesn't) know\b|\bunknown\b|\bnot given\b"
+    r"|\bmissing\b",
+    re.IGNORECASE,
+)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,8 +18,6 @@ first decision's states are scored, so the numbers do not depend on what the pol
 """
 
 import dataclasses
-import operator
-import re
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +27,7 @@ import deliberate
 from common import machine, parse_config, write_result
 from deliberate import MetaPolicy, adopted_agent, concede, make_policy, peers_of
 from experiments.refine_value import study_setup
-from solutions import GameConfig
+from solutions import STEP_RE, GameConfig, steps_check
 from stats import paired_difference
 
 STATE_CLASSES = ("own right, a peer wrong", "own wrong, a peer right", "all wrong", "all right")
@@ -121,15 +119,10 @@ def concede_pick(policy, observation, agent, before):
     return max(peers, key=lambda j: (before[j].confidence, -j))
 
 
-# a step on its own line, "a + b = c" over integers, as worked solutions write them
-_STEP = re.compile(r"^\s*(-?\d+)\s*([-+*×])\s*(-?\d+)\s*=\s*(-?\d+)\s*$", re.M)
-_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "×": operator.mul}
-
-
 def steps_right(text):
     """Whether every step `a op b = c` written on a line of its own in `text` is right (True where
     none is written)."""
-    return all(_OPS[op](int(a), int(b)) == int(c) for a, op, b, c in _STEP.findall(text))
+    return not STEP_RE.search(text) or steps_check(text)
 
 
 def pooling(example, agent, move):

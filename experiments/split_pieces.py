@@ -96,6 +96,12 @@ STOP_FLAGS = {
     f"softrank-cost{cost}-stop": ["--algo", "softrank", "--refine-cost", cost, "--questions", "128"]
     for cost in ("0.1", "0")
 } | {"softrank-cost0-stop-q256": ["--algo", "softrank", "--refine-cost", "0", "--questions", "256"]}
+# the state with what the texts tell that no rule reads: a value missing (as `view`) and whether a
+# solution's written steps check (each `a op b = c` recomputed; the team's wrong REFINEs on split
+# questions are slips of arithmetic): the SFT policy of feature set `text`, then SoftRankPO with
+# REFINE free from it
+TEXT_SFT = {"sft-text": ["--features", "text"]}
+TEXT_FLAGS = {"softrank-cost0-text": RL_FLAGS["softrank-cost0"]}
 # every meta-policy a seed trains and plays, each SFT policy's flags (beside the seed's), each RL
 # policy's flags and the SFT policy it starts from
 TRAINED = (
@@ -107,8 +113,10 @@ TRAINED = (
     *VIEW_SFT,
     *VIEW_FLAGS,
     *STOP_FLAGS,
+    *TEXT_SFT,
+    *TEXT_FLAGS,
 )
-SFT_FLAGS = {"sft": [], **VIEW_SFT}
+SFT_FLAGS = {"sft": [], **VIEW_SFT, **TEXT_SFT}
 TRAIN_FLAGS = {
     **RL_FLAGS,
     **SWEEP_FLAGS,
@@ -117,8 +125,9 @@ TRAIN_FLAGS = {
     **JOINT_FLAGS,
     **VIEW_FLAGS,
     **STOP_FLAGS,
+    **TEXT_FLAGS,
 }
-INIT = {name: "sft-view" for name in VIEW_FLAGS}
+INIT = {name: "sft-view" for name in VIEW_FLAGS} | {name: "sft-text" for name in TEXT_FLAGS}
 # the policies a study of the lab trains (its change handed to train_rl.train), else train_rl.py
 STUDY_SCRIPTS = {
     "softrank-cost-0.1": "experiments.rl_refine_pays",

@@ -22,7 +22,9 @@ from solutions import (
     leader_prompt,
     parse_solution,
     refine_prompt,
+    says_missing,
     solve_prompt,
+    steps_check,
 )
 
 
@@ -75,7 +77,7 @@ def test_inconsistent_answer_flag():
 def test_observe_relations_not_values():
     team = [sol("4"), sol("4"), sol("7")]
     own, peers = D.observe(
-        team, 0, 1, 3, changed=[False, True, False], last_actions=[REFINE, None, None]
+        team, 0, 1, 3, view="q", changed=[False, True, False], last_actions=[REFINE, None, None]
     )
     f = dict(zip(D.OWN_FEATURES, own))
     assert len(own) == len(D.OWN_FEATURES) and all(len(p) == len(D.PEER_FEATURES) for p in peers)
@@ -95,13 +97,21 @@ def test_observe_relations_not_values():
     # the answer values themselves never appear: relabelling every answer gives the same observation
     relabelled = [sol("40"), sol("40"), sol("70")]
     assert D.observe(
-        relabelled, 0, 1, 3, changed=[False, True, False], last_actions=[REFINE, None, None]
+        relabelled,
+        0,
+        1,
+        3,
+        view="q",
+        changed=[False, True, False],
+        last_actions=[REFINE, None, None],
     ) == (own, peers)
 
 
 def test_unparseable_peers_never_agree():
     team = [sol(None), sol(None)]
-    own, peers = D.observe(team, 0, 0, 3, changed=[False, False], last_actions=[None, None])
+    own, peers = D.observe(
+        team, 0, 0, 3, view="q", changed=[False, False], last_actions=[None, None]
+    )
     assert dict(zip(D.OWN_FEATURES, own))["peer_agreement"] == 0.0
     assert dict(zip(D.PEER_FEATURES, peers[0]))["same_as_me"] == 0.0
 
@@ -217,7 +227,9 @@ def test_policy_size_and_separate_copies(tmp_path):
     own, peers = torch.rand(6, len(D.OWN_FEATURES)), torch.rand(6, 2, len(D.PEER_FEATURES))
     index = torch.tensor([0, 1, 2, 0, 1, 2])
     logits = separate(own, peers, index)
-    torch.testing.assert_close(logits[1], separate.nets[1](own[1:2], peers[1:2])[0])
+    n_own, n_peer = D.state_widths("all")  # the features it reads
+    agent1 = separate.nets[1](own[1:2, :n_own], peers[1:2, :, :n_peer])
+    torch.testing.assert_close(logits[1], agent1[0])
     D.save_policy(separate, tmp_path / "p.safetensors")
     torch.testing.assert_close(D.load_policy(tmp_path / "p.safetensors")(own, peers, index), logits)
 
@@ -243,6 +255,69 @@ def test_policy_feature_sets_read_only_their_features(tmp_path):
         assert D.load_policy(tmp_path / "p.safetensors").config["features"] == features
     with pytest.raises(ValueError, match="unknown feature set"):
         D.MetaPolicy(features="nope")
+
+
+def test_only_a_text_policy_reads_what_the_texts_tell(tmp_path):
+    """The text features, appended last, move the logits of a features=text policy and of no
+    other; the others' first layer ends before them (state_widths), so a policy file of that older
+    width loads and plays the full observation as it was trained."""
+    torch.manual_seed(0)
+    own, peers = torch.rand(4, len(D.OWN_FEATURES)), torch.rand(4, 2, len(D.PEER_FEATURES))
+    index = torch.zeros(4, dtype=torch.long)
+    assert D.state_widths("text") == (len(D.OWN_FEATURES), len(D.PEER_FEATURES))
+    for features in ("all", "paper", "confidence"):
+        assert D.state_widths(features) == (len(D.OWN_FEATURES) - 3, len(D.PEER_FEATURES) - 2)
+    text = [("view_missing", None), ("says_missing", None), ("steps_check", None)]
+    text += [(None, "peer_says_missing"), (None, "peer_steps_check")]
+    for features in ("all", "paper", "text"):
+        policy = D.MetaPolicy(agents=3, features=features)
+        for own_name, peer_name in text:
+            own2, peers2 = own.clone(), peers.clone()
+            if own_name:
+                own2[:, D.OWN_FEATURES.index(own_name)] += 1
+            else:
+                peers2[:, :, D.PEER_FEATURES.index(peer_name)] += 1
+            moved = not torch.allclose(policy(own2, peers2, index), policy(own, peers, index))
+            assert moved == (features == "text"), (features, own_name, peer_name)
+    older = D.MetaPolicy(agents=3)
+    n_own, n_peer = D.state_widths("all")
+    assert older.nets[0].embed_own[0].in_features == n_own
+    assert older.nets[0].embed_peer[0].in_features == n_peer
+    D.save_policy(older, tmp_path / "older.safetensors")
+    loaded = D.load_policy(tmp_path / "older.safetensors")
+    torch.testing.assert_close(loaded(own, peers, index), older(own, peers, index))
+    torch.testing.assert_close(
+        loaded(own, peers, index), older(own[:, :n_own], peers[..., :n_peer], index)
+    )
+    wide = D.MetaPolicy(agents=3, features="text")
+    D.save_policy(wide, tmp_path / "text.safetensors")
+    torch.testing.assert_close(
+        D.load_policy(tmp_path / "text.safetensors")(own, peers, index), wide(own, peers, index)
+    )
+
+
+def test_says_missing_reads_a_split_view_and_a_solution_that_lacks_a_value():
+    """Every agent's view of a split question says a value is unknown, no view of a shared one
+    does; so does the split team's way of writing that it lacks one."""
+    examples = data.load_task("split", split="test", n=40, agents=3, held=2, share=0.5)
+    dealt = [ex.meta["dealt"] for ex in examples]
+    assert any(dealt) and not all(dealt)
+    for ex in examples:
+        assert [says_missing(ex.render(i)) for i in range(3)] == [ex.meta["dealt"]] * 3
+    assert says_missing("Not known: A box holds some books. I count it as 0.\nAnswer: -3")
+    assert not says_missing("A box holds 21 cards.\n21 - 6 = 15\n15 - 3 = 12\nAnswer: 12")
+
+
+def test_steps_check_recomputes_every_step_on_a_line_of_its_own():
+    right = "A box holds 21 cards.\n21 - 6 = 15\n15 - 3 = 12\nAnswer: 12"
+    assert steps_check(right)
+    assert not steps_check(right.replace("15 - 3 = 12", "15 - 3 = 13"))  # a slip in one of two
+    assert not steps_check("Answer: 12")  # no step written: nothing to check
+    assert not steps_check("It is 21 - 6 = 15 cards.")  # not on a line of its own
+    # each operation: +, -, *, × and a negative operand
+    assert steps_check("2 + 3 = 5\n7 - 9 = -2\n4 * 3 = 12\n2 × 6 = 12\n-3 + 5 = 2")
+    for wrong in ("2 + 3 = 6", "7 - 9 = 2", "4 * 3 = 7", "2 × 6 = 8", "-3 + 5 = 8"):
+        assert not steps_check(wrong), wrong
 
 
 def test_make_policy_errors():

@@ -343,6 +343,38 @@ def test_the_page_of_a_split_game_shows_what_each_agent_was_told():
         assert values_in(text.replace("&#x27;", "'"), split) == set(split.meta["views"][i])
 
 
+def test_each_agent_observes_what_its_own_view_and_the_texts_tell():
+    """The game's state reads each agent's own prompt: on a split question every agent's view lacks
+    a value (view_missing), on a shared one none; an agent that writes "Not known" says so
+    (says_missing), one whose step is right has steps that check (steps_check), and its peers see
+    both (peer_says_missing, peer_steps_check)."""
+    examples = dealt(n=40)
+    split = next(ex for ex in examples if ex.meta["dealt"])
+    shared = next(ex for ex in examples if not ex.meta["dealt"])
+
+    def script(prompt, seed):
+        lacks = "(you do not know how many)" in prompt
+        return (
+            "Not known: a value. I count it as 0.\n2 + 3 = 6\nAnswer: 6"
+            if lacks
+            else ("2 + 3 = 5\nAnswer: 5")
+        )
+
+    game = GameConfig(agents=3, rounds=1)
+    games = D.play(ScriptedEngine(script), [split, shared], D.FixedPolicy("persist"), game)
+    for g, lacks in zip(games, (1.0, 0.0)):
+        for own, peers in g.moves[0].observations:
+            mine = dict(zip(D.OWN_FEATURES, own, strict=True))
+            told = (mine["view_missing"], mine["says_missing"], mine["steps_check"])
+            assert told == (lacks, lacks, 1 - lacks)
+            for p in peers:
+                theirs = dict(zip(D.PEER_FEATURES, p, strict=True))
+                assert (theirs["peer_says_missing"], theirs["peer_steps_check"]) == (
+                    lacks,
+                    1 - lacks,
+                )
+
+
 def test_eval_reports_the_split_and_the_shared_questions_apart(capsys):
     examples = dealt(n=40)
     game = GameConfig(agents=3, rounds=1, whole_solutions=True)

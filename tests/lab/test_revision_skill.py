@@ -52,7 +52,7 @@ def test_the_peer_to_concede_to_is_the_policys_likeliest_else_the_most_confident
         return torch.tensor([[9.0, 8.0, 1.0, 5.0]])
 
     policy.forward = forward
-    observation = D.observe(before, 1, 0, 3, changed=[False] * 3, last_actions=[None] * 3)
+    observation = D.observe(before, 1, 0, 3, view="q", changed=[False] * 3, last_actions=[None] * 3)
     # agent 1's peers are agents 0 and 2: its second CONCEDE is to agent 2
     assert R.concede_pick(policy, observation, 1, before) == 2
     assert R.concede_pick(policy, observation, 0, before) == 2
@@ -134,7 +134,8 @@ def test_first_decisions_concede_to_the_peer_the_learned_policy_picks():
     ex = data.Example(question="q", answer="5", task="arith", id="t/1")
     before = [solution(5, 0.1), solution(7, 0.2), solution(5, 0.9)]
     observations = [
-        D.observe(before, i, 0, 3, changed=[False] * 3, last_actions=[None] * 3) for i in range(3)
+        D.observe(before, i, 0, 3, view="q", changed=[False] * 3, last_actions=[None] * 3)
+        for i in range(3)
     ]
     move = D.Move(
         1, observations, [D.PERSIST] * 3, before, before, dict(enumerate(before)), [1.0] * 3

@@ -277,35 +277,43 @@ def test_every_observed_feature_by_hand():
         [math.log(0.5), math.log(0.2)],
     )
     a0.critic = 0.9
-    # agent 1: a bare answer, 512 tokens (length clipped to 1); agent 2: nothing parses
-    team = [a0, sol("12", tokens=512), sol(None, tokens=32)]
+    # agent 1: a bare answer, 512 tokens (length clipped to 1); agent 2: nothing parses, and it
+    # says a value is not known. Agent 0's one step (3 * 4 = 12) checks; agent 1 writes none
+    team = [a0, sol("12", tokens=512), sol(None, "Not known: Ann has some pens.", tokens=32)]
     changed, last = [True, False, True], [REFINE, concede(1), None]
-    own, peers = D.observe(team, 1, 2, 4, changed=changed, last_actions=last)
+    # agent 1's prompt says a value is unknown (a split question's view); the others' do not
+    split_view = "Tom has 3 pens. Ann has some pens (you do not know how many). How many in all?"
+    plain = "Tom has 3 pens. Ann has 4 pens. How many in all?"
+    own, peers = D.observe(team, 1, 2, 4, view=split_view, changed=changed, last_actions=last)
     profile0 = [1, 1, 0.2, 0.8, 0.9, math.sqrt(0.1), 0.2, math.sqrt(0.1), 0.25, 0.1, 1]
     profile1 = [1, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 0, 0]
     profile2 = [0, 0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 32 / 256, 0, 0]
     # agent 1 (12): peers 0 (12) and 2 (none): agreement 1/2; the vote is 12; round 2 of 4; its
-    # answer did not change; last action CONCEDE
-    assert dict(zip(D.OWN_FEATURES, own)) == pytest.approx(
-        dict(zip(D.OWN_FEATURES, profile1 + [0.5, 1, 0.5, 0, 0, 0, 0, 1]))
+    # answer did not change; last action CONCEDE; its view lacks a value, its solution says none
+    # and writes no step
+    assert dict(zip(D.OWN_FEATURES, own, strict=True)) == pytest.approx(
+        dict(zip(D.OWN_FEATURES, profile1 + [0.5, 1, 0.5, 0, 0, 0, 0, 1, 1, 0, 0], strict=True))
     )
-    # peer rows in agent order: agent 0 (same answer, the vote, changed), agent 2 (none, changed)
-    assert [dict(zip(D.PEER_FEATURES, p)) for p in peers] == [
-        pytest.approx(dict(zip(D.PEER_FEATURES, profile0 + [1, 1, 1]))),
-        pytest.approx(dict(zip(D.PEER_FEATURES, profile2 + [0, 0, 1]))),
+    # peer rows in agent order: agent 0 (same answer, the vote, changed, its step checks), agent 2
+    # (none, changed, says a value is not known)
+    assert [dict(zip(D.PEER_FEATURES, p, strict=True)) for p in peers] == [
+        pytest.approx(dict(zip(D.PEER_FEATURES, profile0 + [1, 1, 1, 0, 1], strict=True))),
+        pytest.approx(dict(zip(D.PEER_FEATURES, profile2 + [0, 0, 1, 1, 0], strict=True))),
     ]
-    # agent 2 (unparseable) agrees with nobody and is not the vote; no previous action; round 0
-    own, peers = D.observe(team, 2, 0, 3, changed=changed, last_actions=last)
-    assert dict(zip(D.OWN_FEATURES, own)) == pytest.approx(
-        dict(zip(D.OWN_FEATURES, profile2 + [0, 0, 0, 1, 1, 0, 0, 0]))
+    # agent 2 (unparseable) agrees with nobody and is not the vote; no previous action; round 0;
+    # its own solution says a value is not known
+    own, peers = D.observe(team, 2, 0, 3, view=plain, changed=changed, last_actions=last)
+    assert dict(zip(D.OWN_FEATURES, own, strict=True)) == pytest.approx(
+        dict(zip(D.OWN_FEATURES, profile2 + [0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0], strict=True))
     )
-    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[0, 1, 1], [0, 1, 0]]
+    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[0, 1, 1, 0, 1], [0, 1, 0, 0, 0]]
     # agent 0 (12), last REFINE: peer 1 (agent 1) shares its answer, peer 2 (agent 2) does not
-    own, peers = D.observe(team, 0, 1, 3, changed=changed, last_actions=last)
+    own, peers = D.observe(team, 0, 1, 3, view=plain, changed=changed, last_actions=last)
     f = dict(zip(D.OWN_FEATURES, own))
     assert (f["peer_agreement"], f["is_majority"], f["changed_last"]) == (0.5, 1, 1)
     assert f["round"] == pytest.approx(1 / 3) and (f["last_refine"], f["last_concede"]) == (1, 0)
-    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[1, 1, 0], [0, 0, 1]]
+    assert (f["view_missing"], f["says_missing"], f["steps_check"]) == (0, 0, 1)
+    assert [p[len(D.PROFILE_FEATURES) :] for p in peers] == [[1, 1, 0, 0, 0], [0, 0, 1, 1, 0]]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -452,14 +460,16 @@ def test_policy_defaults_copies_files_and_messages(tmp_path):
     peers = torch.rand(1, 2, len(D.PEER_FEATURES)).expand(3, -1, -1)
     shared, index = D.MetaPolicy(agents=3), torch.tensor([0, 1, 2])
     logits = shared(own, peers, index)
-    torch.testing.assert_close(logits, shared.nets[0](own, peers).expand(3, -1))
+    n_own, n_peer = D.state_widths("all")  # the features it reads
+    read = shared.nets[0](own[:, :n_own], peers[..., :n_peer])
+    torch.testing.assert_close(logits, read.expand(3, -1))
     D.save_policy(shared, tmp_path / "p.safetensors")
     loaded = D.make_policy(str(tmp_path / "p.safetensors"))
     torch.testing.assert_close(loaded(own, peers, index), logits)
     assert D.make_policy("oracle").name == "oracle"
     with pytest.raises(common.FileRefused, match="cannot read the policy file"):
         D.load_policy(tmp_path / "missing.pt")
-    with pytest.raises(ValueError, match="choose one of all, paper, confidence$"):
+    with pytest.raises(ValueError, match="choose one of all, paper, confidence, text$"):
         D.MetaPolicy(features="nope")
     with pytest.raises(ValueError, match="unknown fixed policy 'nope'"):
         D.FixedPolicy("nope")
@@ -478,7 +488,9 @@ def test_is_majority_needs_a_parsed_answer_equal_to_the_vote():
             dict(
                 zip(
                     D.OWN_FEATURES,
-                    D.observe(team, i, 0, 2, changed=[False] * n, last_actions=[None] * n)[0],
+                    D.observe(
+                        team, i, 0, 2, view="q", changed=[False] * n, last_actions=[None] * n
+                    )[0],
                 )
             )["is_majority"]
             for i in range(n)

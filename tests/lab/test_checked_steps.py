@@ -1,0 +1,160 @@
+"""Whether a solution's written steps check (experiments/checked_steps.py), and the rules that read
+it played on debate's games: transcripts and tables written by hand."""
+
+import json
+
+import pytest
+
+from common import FileRefused
+from experiments import checked_steps as C
+
+RIGHT = "A box holds 21 cards.\nMaria takes 6 of them.\n21 - 6 = 15\nAnswer: 15"
+SLIP = "A box holds 21 cards.\nMaria takes 6 of them.\n21 - 6 = 14\nAnswer: 14"
+MISSING = "Not known: how many Maria takes. I count it as 0.\n21 - 0 = 21\nAnswer: 21"
+
+
+def record(texts, answers, right, confidence=(0.5, 0.5, 0.5), vote_right=None):
+    if vote_right is None:  # the plain vote: most agents, then confidence, then index
+        best = max(
+            range(len(answers)), key=lambda i: (answers.count(answers[i]), confidence[i], -i)
+        )
+        vote_right = right[best]
+    return {
+        "texts": list(texts),
+        "answers": list(answers),
+        "agent_correct": list(right),
+        "confidence": list(confidence),
+        "correct": vote_right,
+    }
+
+
+def test_the_checked_vote_reads_only_the_solutions_that_check():
+    # two agents agree on 14 after a slip, one is right: the plain vote is wrong, the checked right
+    team = C.Team(record([SLIP, SLIP, RIGHT], ["14", "14", "15"], [False, False, True]))
+    assert team.vote_right is False
+    assert team.checked_vote_right() is True
+    # nothing checks: the plain vote
+    team = C.Team(record([SLIP, SLIP, MISSING], ["14", "14", "21"], [False, False, False]))
+    assert team.checked_vote_right() is False
+    # two answers check, one agent each: the higher confidence wins, as in the game's vote
+    other = RIGHT.replace("Maria takes 6", "Maria takes 5").replace("6 = 15", "5 = 16")
+    other = other.replace("Answer: 15", "Answer: 16")
+    answers, right = ["16", "15", "14"], [False, True, False]
+    team = C.Team(record([other, RIGHT, SLIP], answers, right, (0.4, 0.9, 0.1)))
+    assert team.checked_vote_right() is True
+    team = C.Team(record([other, RIGHT, SLIP], answers, right, (0.9, 0.4, 0.1)))
+    assert team.checked_vote_right() is False
+
+
+def game(rounds):
+    return [C.Team(r) for r in rounds]
+
+
+def test_freeze_stops_at_the_first_unanimous_round_and_checked_stop_where_a_solution_checks():
+    r0 = record([MISSING, MISSING, SLIP], ["21", "21", "14"], [False, False, False])
+    r1 = record([SLIP, RIGHT, SLIP], ["14", "15", "14"], [False, True, False])
+    r2 = record([SLIP, SLIP, SLIP], ["14", "14", "14"], [False, False, False])
+    r3 = record([RIGHT] * 3, ["15"] * 3, [True] * 3)
+    teams = game([r0, r1, r2, r3])
+    assert C.freeze(teams) == (2, False)
+    assert C.freeze_checked_vote(teams) == (2, False)  # nothing checks at round 2
+    # round 0 says a value is missing; round 1 has a solution that checks: stop, answer 15
+    assert C.checked_stop(teams) == (1, True)
+    assert C.debate_checked_vote(teams) == (3, True)
+    # never unanimous, nothing checks: both stop after the last round
+    never = game([r0, r1, r0, r0])
+    assert C.freeze(never)[0] == 3
+    assert C.checked_stop(game([r0, r0, r0, r0]))[0] == 3
+
+
+def test_the_signal_counts_each_part_and_round_and_its_auroc():
+    r0 = record([RIGHT, SLIP, RIGHT], ["15", "14", "15"], [True, False, True])
+    games = {"a": (game([r0]), False), "b": (game([r0]), True)}
+    counts = C.signal_counts(games)
+    shared = counts["shared 0"]
+    assert shared == {"checks_right": 2, "checks_wrong": 0, "fails_right": 0, "fails_wrong": 1}
+    assert counts["split 0"] == shared and sum(counts["shared 1"].values()) == 0
+    assert C.auroc_of(shared) == 1.0
+    # a check that passes half the right and half the wrong ones tells nothing
+    half = {"checks_right": 1, "checks_wrong": 2, "fails_right": 1, "fails_wrong": 2}
+    assert C.auroc_of(half) == 0.5
+    assert C.auroc_of(counts["shared 1"]) is None
+
+
+def write_tables(tmp_path, ids, tokens, freeze_correct):
+    for r, name in enumerate(C.STOPPED_AT):
+        summary = {"accuracy": 0, "question_ids": ids, "question_tokens": [tokens[r]] * len(ids)}
+        (tmp_path / f"t-{name}.json").write_text(json.dumps({name: summary}))
+    freeze = {"freeze": {"accuracy": 0, "question_ids": ids, "correct": freeze_correct}}
+    (tmp_path / "t-freeze.json").write_text(json.dumps(freeze))
+
+
+def write_games(tmp_path, games):
+    details = [
+        {"id": q, "rounds": rounds, **({"views": []} if dealt else {})}
+        for q, (rounds, dealt) in games.items()
+    ]
+    (tmp_path / "g.json").write_text(json.dumps({"details": {"debate": details}}))
+
+
+def run(tmp_path, out):
+    C.main(
+        ["--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json"), "--out", str(out)]
+    )
+
+
+def test_the_rules_on_debate_games_against_freeze_s_own_table(tmp_path, capsys):
+    wrong0 = record([SLIP, SLIP, RIGHT], ["14", "14", "15"], [False, False, True])
+    unanimous_wrong = record([SLIP] * 3, ["14"] * 3, [False] * 3)
+    split0 = record([MISSING] * 3, ["21"] * 3, [False] * 3)
+    split1 = record([RIGHT, SLIP, SLIP], ["15", "14", "14"], [True, False, False])
+    games = {
+        # freeze stops at round 1 (unanimous, wrong); the checked vote is right at round 0 already
+        "a": ([wrong0, unanimous_wrong, unanimous_wrong, unanimous_wrong], False),
+        # dealt: round 0 unanimous and missing a value, freeze stops there; checked stop goes on
+        "b": ([split0, split1, split1, split1], True),
+    }
+    write_games(tmp_path, games)
+    write_tables(tmp_path, ["a", "b"], [100, 200, 300, 400], [False, False])
+    out = tmp_path / "out.json"
+    run(tmp_path, out)
+    rules = json.loads(out.read_text())["rules"]
+    assert rules["freeze"]["correct"] == [False, False]
+    assert rules["freeze"]["question_tokens"] == [200, 100]
+    # a: a solution checks at round 0 and none says missing: stop there, the checked vote is
+    # right; b: round 0 says missing, round 1 checks: stop there, right
+    assert rules["checked stop"] == {
+        "question_ids": ["a", "b"],
+        "correct": [True, True],
+        "question_tokens": [100, 200],
+        "stopped_at": [0, 1],
+    }
+    table = capsys.readouterr().out
+    # the report's table of this one seed: +1.000 against freeze on both questions
+    assert (
+        "| checked stop | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (2) |"
+        in table
+    )
+    assert "| freeze | 0.000 ± 0.000 | 0.000 | 0.000 | 150 |  |" in table
+    # two seeds of the same file pool to the same figures, with the differing questions twice
+    pooled_table = C.checked_table([out, out])
+    assert (
+        "| checked stop | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (4) |"
+        in pooled_table
+    )
+    # round 0 of question a, twice: of 6 solutions 2 check, both right; the 4 others wrong
+    assert "| shared 0 | 6 | 0.333 | 1.000 | 0.000 | 1.000 |" in pooled_table
+
+
+def test_games_that_are_not_freeze_s_are_refused(tmp_path):
+    right = record([RIGHT] * 3, ["15"] * 3, [True] * 3)
+    write_games(tmp_path, {"a": ([right] * 4, False)})
+    write_tables(tmp_path, ["a"], [1, 2, 3, 4], [False])  # freeze's table says wrong
+    with pytest.raises(FileRefused, match="not .*freeze"):
+        run(tmp_path, tmp_path / "o.json")
+    (tmp_path / "g.json").write_text(json.dumps({"debate": {}}))
+    with pytest.raises(FileRefused, match="no transcripts"):
+        run(tmp_path, tmp_path / "o.json")
+    with pytest.raises(FileRefused, match="no eval.py flags"):
+        C.main(["--tables", "t", "--games", str(tmp_path / "none.json"), "--out", "o.json"])
+    assert C.checked_table([tmp_path / "none.json"]).startswith("missing:")
