@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from common import FileRefused, machine, user_errors
-from experiments.blind_slices import read_json
+from experiments.blind_slices import read_json, slice_figures, slice_table
 from experiments.tables import summary_of
 from solutions import steps_check
 from stats import format_paired, paired_difference, pooled, sample_std
@@ -71,12 +71,12 @@ class Team:
 
 
 def games_of(path):
-    """question id -> (its teams, round 0 to the last, and whether its values were dealt)."""
+    """question id -> its teams, round 0 to the last."""
     table = read_json(path)
     details = table.get("details", {}).get("debate")
     if not details:
         raise FileRefused(f"{path}: no transcripts of protocol debate (eval.py --protocols debate)")
-    return {g["id"]: ([Team(r) for r in g["rounds"]], "views" in g) for g in details}
+    return {g["id"]: [Team(r) for r in g["rounds"]] for g in details}
 
 
 # A rule: from a game's teams, (the round it stops at, whether its answer is right).
@@ -111,14 +111,15 @@ RULES = {
 }
 
 
-def signal_counts(games):
-    """Per part and round: how many solutions check and fail, each split by right and wrong."""
+def signal_counts(games, dealt):
+    """Per part and round: how many solutions check and fail, each split by right and wrong;
+    `dealt`: question id -> whether its values were dealt (a split question)."""
     counts = {}
-    for part, dealt in PARTS:
+    for part, split in PARTS:
         for r in range(len(STOPPED_AT)):
             n = {"checks_right": 0, "checks_wrong": 0, "fails_right": 0, "fails_wrong": 0}
-            for teams, is_dealt in games.values():
-                if is_dealt == dealt and r < len(teams):
+            for q, teams in games.items():
+                if dealt[q] == split and r < len(teams):
                     for ok, right in zip(teams[r].checked(), teams[r].right):
                         n[f"{'checks' if ok else 'fails'}_{'right' if right else 'wrong'}"] += 1
             counts[f"{part} {r}"] = n
@@ -126,8 +127,9 @@ def signal_counts(games):
 
 
 def play_rules(games, tables):
-    """Each rule's per-question outcome and tokens on the questions of the tables; refuses the
-    games if freeze played on them differs from freeze's own table anywhere."""
+    """Each rule's per-question outcome and tokens on the questions of the tables, and whether each
+    question's values were dealt (freeze's table says); refuses the games if freeze played on them
+    differs from freeze's own table anywhere."""
     stopped = [summary_of(read_json(f"{tables}-{name}.json")) for name in STOPPED_AT]
     tokens = [dict(zip(s["question_ids"], s["question_tokens"])) for s in stopped]
     reference = summary_of(read_json(f"{tables}-freeze.json"))
@@ -136,7 +138,7 @@ def play_rules(games, tables):
         raise FileRefused(f"the games and {tables}-freeze.json hold different questions")
     results = {}
     for name, rule in RULES.items():
-        outcome = [rule(games[q][0]) for q in ids]
+        outcome = [rule(games[q]) for q in ids]
         results[name] = {
             "question_ids": ids,
             "correct": [ok for _, ok in outcome],
@@ -145,18 +147,19 @@ def play_rules(games, tables):
         }
     if results["freeze"]["correct"] != reference["correct"]:
         raise FileRefused(f"freeze played on these games is not {tables}-freeze.json: other games")
-    return results
+    return results, dict(zip(ids, reference["question_dealt"]))
 
 
 def seed_result(games_path, tables):
     games = games_of(games_path)
+    rules, dealt = play_rules(games, tables)
     return {
         "games": str(games_path),
         "tables": tables,
         "machine": machine(),
-        "dealt": {q: dealt for q, (_, dealt) in games.items()},
-        "signal": signal_counts(games),
-        "rules": play_rules(games, tables),
+        "dealt": dealt,
+        "signal": signal_counts(games, dealt),
+        "rules": rules,
     }
 
 
@@ -183,13 +186,18 @@ def share(a, b):
     return f"{a / (a + b):.3f}" if a + b else "–"
 
 
-def checked_table(paths):
-    """Markdown: the signal per part and round, then each rule against freeze, the seeds pooled."""
+def checked_table(paths, slices=()):
+    """Markdown: the signal per part and round, then each rule against freeze, the seeds pooled;
+    with `slices` (experiments/blind_slices.py's files of the same seeds, in order), each rule on
+    the questions where a rule is blind."""
     missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
+    if missing or not paths:
         return f"missing: {', '.join(map(str, missing))} (python -m experiments.checked_steps)"
     seeds = [read_json(p) for p in paths]
     lines = [
+        f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, pooled "
+        f"({', '.join(Path(p).stem for p in paths)}).",
+        "",
         "| part, round | solutions | share that check | right if it checks | right if not "
         "| AUROC |",
         "|---|---|---|---|---|---|",
@@ -228,6 +236,10 @@ def checked_table(paths):
             f"| {name} | {sum(per_seed) / len(per_seed):.3f} ± {sample_std(per_seed):.3f} | "
             f"{parts[0]:.3f} | {parts[1]:.3f} | {sum(tokens) / len(tokens):,.0f} | {versus} |"
         )
+    if slices:
+        named = [read_json(p) | {"path": str(p)} for p in slices]
+        pairs = [(n, [(p, s["rules"])]) for n, p, s in zip(named, paths, seeds, strict=True)]
+        lines += ["", slice_table(slice_figures(pairs))]
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from deliberate import ACTION_KINDS
+from experiments.checked_steps import checked_table
 from experiments.demo_tables import committed_figure
 from experiments.dtype_tables import dtype_accuracy_table, dtype_bench_table
 from experiments.onpolicy_pieces import ALGOS as ONPOLICY_ALGOS
@@ -79,6 +80,8 @@ from stats import format_paired, paired_difference, sample_std
 ROOT = Path(__file__).resolve().parents[1]
 
 DOCUMENTS = ("README.md", "results/README.md")
+# the seeds whose debate games experiments/checked_steps.py has read
+CHECKED_SEEDS = (0,)
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
     "softrank": "SoftRankPO (learned)",
     "grpo": "GRPO (learned, the same loss on z-scored rewards)",
@@ -354,6 +357,11 @@ TABLES = {
     "split-team": split_team_table,
     "split-target": split_target_table,
     "split-cost": split_cost_table,
+    # the seeds whose checked-steps file is made (experiments/checked_steps.py)
+    "split-checked": lambda: checked_table(
+        [ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
+        [ROOT / f"results/slices/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
+    ),
     "rules-split": lambda: frontier_table(
         SPLIT_PREFIX, learned(SPLIT_LEARNED), {"oracle": "the oracle (reads the gold answer)"}
     ),

@@ -69,8 +69,7 @@ def test_freeze_stops_at_the_first_unanimous_round_and_checked_stop_where_a_solu
 
 def test_the_signal_counts_each_part_and_round_and_its_auroc():
     r0 = record([RIGHT, SLIP, RIGHT], ["15", "14", "15"], [True, False, True])
-    games = {"a": (game([r0]), False), "b": (game([r0]), True)}
-    counts = C.signal_counts(games)
+    counts = C.signal_counts({"a": game([r0]), "b": game([r0])}, {"a": False, "b": True})
     shared = counts["shared 0"]
     assert shared == {"checks_right": 2, "checks_wrong": 0, "fails_right": 0, "fails_wrong": 1}
     assert counts["split 0"] == shared and sum(counts["shared 1"].values()) == 0
@@ -81,19 +80,17 @@ def test_the_signal_counts_each_part_and_round_and_its_auroc():
     assert C.auroc_of(counts["shared 1"]) is None
 
 
-def write_tables(tmp_path, ids, tokens, freeze_correct):
+def write_tables(tmp_path, ids, tokens, freeze_correct, dealt):
     for r, name in enumerate(C.STOPPED_AT):
         summary = {"accuracy": 0, "question_ids": ids, "question_tokens": [tokens[r]] * len(ids)}
         (tmp_path / f"t-{name}.json").write_text(json.dumps({name: summary}))
-    freeze = {"freeze": {"accuracy": 0, "question_ids": ids, "correct": freeze_correct}}
+    freeze = {"accuracy": 0, "question_ids": ids, "correct": freeze_correct}
+    freeze = {"freeze": freeze | {"question_dealt": dealt}}
     (tmp_path / "t-freeze.json").write_text(json.dumps(freeze))
 
 
 def write_games(tmp_path, games):
-    details = [
-        {"id": q, "rounds": rounds, **({"views": []} if dealt else {})}
-        for q, (rounds, dealt) in games.items()
-    ]
+    details = [{"id": q, "rounds": rounds} for q, rounds in games.items()]
     (tmp_path / "g.json").write_text(json.dumps({"details": {"debate": details}}))
 
 
@@ -110,12 +107,12 @@ def test_the_rules_on_debate_games_against_freeze_s_own_table(tmp_path, capsys):
     split1 = record([RIGHT, SLIP, SLIP], ["15", "14", "14"], [True, False, False])
     games = {
         # freeze stops at round 1 (unanimous, wrong); the checked vote is right at round 0 already
-        "a": ([wrong0, unanimous_wrong, unanimous_wrong, unanimous_wrong], False),
+        "a": [wrong0, unanimous_wrong, unanimous_wrong, unanimous_wrong],
         # dealt: round 0 unanimous and missing a value, freeze stops there; checked stop goes on
-        "b": ([split0, split1, split1, split1], True),
+        "b": [split0, split1, split1, split1],
     }
     write_games(tmp_path, games)
-    write_tables(tmp_path, ["a", "b"], [100, 200, 300, 400], [False, False])
+    write_tables(tmp_path, ["a", "b"], [100, 200, 300, 400], [False, False], [False, True])
     out = tmp_path / "out.json"
     run(tmp_path, out)
     rules = json.loads(out.read_text())["rules"]
@@ -142,14 +139,20 @@ def test_the_rules_on_debate_games_against_freeze_s_own_table(tmp_path, capsys):
         "| checked stop | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (4) |"
         in pooled_table
     )
+    # the slices where a rule is blind: b's round 0 is unanimous and wrong, a's a wrong 2-1 vote
+    slices = tmp_path / "slices.json"
+    slices.write_text(json.dumps({"slices": {"unanimous-wrong": ["b"], "majority-wrong": ["a"]}}))
+    by_slice = C.checked_table([out], [slices])
+    assert "| freeze | 1, 0.000, 100 | 1, 0.000, 200 |" in by_slice
+    assert "| checked stop | 1, 1.000, 200 | 1, 1.000, 100 |" in by_slice
     # round 0 of question a, twice: of 6 solutions 2 check, both right; the 4 others wrong
     assert "| shared 0 | 6 | 0.333 | 1.000 | 0.000 | 1.000 |" in pooled_table
 
 
 def test_games_that_are_not_freeze_s_are_refused(tmp_path):
     right = record([RIGHT] * 3, ["15"] * 3, [True] * 3)
-    write_games(tmp_path, {"a": ([right] * 4, False)})
-    write_tables(tmp_path, ["a"], [1, 2, 3, 4], [False])  # freeze's table says wrong
+    write_games(tmp_path, {"a": [right] * 4})
+    write_tables(tmp_path, ["a"], [1, 2, 3, 4], [False], [False])  # freeze's table says wrong
     with pytest.raises(FileRefused, match="not .*freeze"):
         run(tmp_path, tmp_path / "o.json")
     (tmp_path / "g.json").write_text(json.dumps({"debate": {}}))
