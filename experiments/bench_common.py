@@ -17,10 +17,13 @@ from solutions import parse_solution
 def matmul_peak_flops(dtype):
     """This machine's measured matmul FLOP/s in `dtype` (int8: a dynamically quantized Linear);
     fp32: the faster of torch's default matmul and oneDNN's (the engine's Linear layers). The
-    fastest of 3 turns."""
-    x = torch.randn(2048, 2048)
+    fastest of 3 turns, on 2048 x 2048 matrices; where one such matmul would take more than a
+    second (bf16 emulated on a CPU without it runs about a hundred times slower), on 512 x 512
+    ones, whose rate it already measures, so that the measurement stays seconds long."""
+    size = 2048 if _matmul_seconds(dtype, 512) * 64 <= 1.0 else 512
+    x = torch.randn(size, size)
     if dtype == "int8":
-        layer = torch.nn.Linear(2048, 2048, bias=False)
+        layer = torch.nn.Linear(size, size, bias=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             layer = torch.ao.quantization.quantize_dynamic(
@@ -28,7 +31,7 @@ def matmul_peak_flops(dtype):
             )
         runs = [lambda: layer(x)]
     else:
-        w = torch.randn(2048, 2048, dtype=backbone.DTYPES[dtype])
+        w = torch.randn(size, size, dtype=backbone.DTYPES[dtype])
         x = x.to(w.dtype)
         runs = [lambda: x @ w]
         if dtype == "float32" and torch.backends.mkldnn.is_available():
@@ -43,8 +46,18 @@ def matmul_peak_flops(dtype):
             start = time.time()
             for _ in range(repeats):
                 run()
-            best = max(best, 2 * 2048**3 * repeats / (time.time() - start))
+            best = max(best, 2 * size**3 * repeats / (time.time() - start))
     return best
+
+
+def _matmul_seconds(dtype, size):
+    """Seconds of one size x size matmul in `dtype` (int8: timed as fp32), after one warm-up."""
+    w = torch.randn(size, size, dtype=torch.float32 if dtype == "int8" else backbone.DTYPES[dtype])
+    x = torch.randn(size, size, dtype=w.dtype)
+    x @ w
+    start = time.time()
+    x @ w
+    return time.time() - start
 
 
 def matmul_flops(model, prompt_tokens, generated, rows):

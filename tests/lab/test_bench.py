@@ -4,6 +4,7 @@ import json
 import subprocess
 
 import pytest
+import torch
 from conftest import lab_command
 
 
@@ -153,3 +154,23 @@ def test_bench_slots_compares_two_batch_sizes_on_the_same_outputs(tmp_path, tiny
     assert set(result["tok_s"]) == {"2", "4"} and result["outputs_match"] is True
     assert result["ratio"] == pytest.approx(result["tok_s"]["4"] / result["tok_s"]["2"])
     assert all(len(turns) == 2 for turns in result["all_tok_s"].values())
+
+
+def test_the_peak_rate_is_measured_on_smaller_matrices_where_one_matmul_is_slow(monkeypatch):
+    """Where one 2048 x 2048 matmul would take more than a second (bf16 emulated), the peak is
+    measured on 512 x 512 matrices, else on 2048 x 2048 ones; either way a positive rate."""
+    from experiments import bench_common
+
+    sizes = []
+    randn = torch.randn
+
+    def spy(*shape, **kwargs):
+        sizes.append(shape)
+        return randn(*shape, **kwargs)
+
+    monkeypatch.setattr(torch, "randn", spy)
+    for seconds, size in ((1.0 / 64 + 1e-6, 512), (1.0 / 64, 2048)):
+        monkeypatch.setattr(bench_common, "_matmul_seconds", lambda dtype, n, s=seconds: s)
+        sizes.clear()
+        assert bench_common.matmul_peak_flops("float32") > 0
+        assert sizes == [(size, size)] * 2
