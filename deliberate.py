@@ -29,7 +29,6 @@ from solutions import (
     same_answer,
     says_missing,
     solve_calls,
-    steps_check,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -167,7 +166,7 @@ def observe(solutions, agent, round_index, rounds, *, view, changed, last_action
             float(changed[agent]),
         ]
         + last_onehot
-        + [float(says_missing(view)), float(says_missing(own.text)), float(steps_check(own.text))]
+        + [float(says_missing(view)), float(own.missing_said), float(own.steps_checked)]
     )
     peer_features = [
         profile(solutions[j])
@@ -175,8 +174,8 @@ def observe(solutions, agent, round_index, rounds, *, view, changed, last_action
             float(same_answer(own, solutions[j])),
             float(solutions[j].answer is not None and solutions[j].answer == vote),
             float(changed[j]),
-            float(says_missing(solutions[j].text)),
-            float(steps_check(solutions[j].text)),
+            float(solutions[j].missing_said),
+            float(solutions[j].steps_checked),
         ]
         for j in peers
     ]

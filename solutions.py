@@ -34,6 +34,8 @@ class Solution:
     completion_tokens: int
     n_operations: int  # arithmetic operations written out (`3 * 4`)
     consistent: bool  # the answer equals the last computed result shown (`... = 10`)
+    steps_checked: bool  # it writes steps and every one recomputes right (steps_check)
+    missing_said: bool  # it says a value it needs is not known (says_missing)
     critic: float | None = None  # introspective confidence p(Correct) from the critic pass
     # log p of every sampled token under the untempered model (engine)
     token_logprobs: list | None = None
@@ -92,6 +94,8 @@ def parse_solution(text, task, completion_tokens=0, token_logprobs=None, vote="i
         # the confidence line is taken out first: `9/10` is no operation
         n_operations=len(_OPERATION_RE.findall(_CONFIDENCE_RE.sub("", text))),
         consistent=consistent,
+        steps_checked=steps_check(text),
+        missing_said=says_missing(text),
         token_logprobs=token_logprobs,
         confidence=0.5 if vote == "index" else generation_confidence(token_logprobs)[vote],
     )
