@@ -17,18 +17,33 @@ on every question; if it does not, the games are refused.
 is missing, eval.py plays it first with the flags after `--` (the table's questions: --split test
 --n 300 --seed k); its generations are the debate table's, so they come from the cache when that
 table was made here. The report pools the seeds' files (`checked_table`).
+
+--live: checked stop alone, played as a game of its own (its rule, `CheckedStop`, handed to
+eval.py's game): only the rounds it plays, about a third of debate's calls, and the same calls as
+debate's rounds until it stops, so on the same questions it gives exactly what the replay gives.
+The seed's file then holds freeze (from its table) and checked stop, and no signal counts.
+
+    python -m experiments.checked_steps --live --tables ... \
+        --games runs/study/checked/live-seed1.json --out ... -- $SPLIT --seed 1 --split test ...
 """
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from common import FileRefused, machine, user_errors
+import torch
+
+from common import FileRefused, machine, parse_config, user_errors
+from deliberate import PERSIST, REFINE
+from eval import Config as EvalConfig
+from eval import check, games, load_examples
 from experiments.blind_slices import read_json, slice_figures, slice_table
 from experiments.tables import summary_of
-from solutions import steps_check
+from llm.team import make_engine, resolve_engine_dtype
+from solutions import GameConfig, steps_check
 from stats import format_paired, paired_difference, pooled, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +68,8 @@ class Team:
     def checked(self):
         return [steps_check(t) for t in self.texts]
 
-    def says_missing(self):
-        return any(MISSING in t for t in self.texts)
+    def stops(self):
+        return stops(self.texts)
 
     def checked_vote_right(self):
         """Right if the vote over the solutions that check (the game's vote: most agents, then
@@ -79,6 +94,23 @@ def games_of(path):
     return {g["id"]: [Team(r) for r in g["rounds"]] for g in details}
 
 
+def stops(texts):
+    """Checked stop's test of a round: some solution's steps check and none says a value is
+    missing."""
+    return any(steps_check(t) for t in texts) and not any(MISSING in t for t in texts)
+
+
+class CheckedStop:
+    """Checked stop as a rule of the game (deliberate.decide asks it for the team's actions): every
+    agent REFINEs until the team's solutions pass `stops`, then all PERSIST, which ends the game.
+    Its answer is the checked vote over the last round (`checked_stop` on the transcript)."""
+
+    reads_critic = False
+
+    def team_actions(self, solutions, t):
+        return [PERSIST if stops([s.text for s in solutions]) else REFINE] * len(solutions)
+
+
 # A rule: from a game's teams, (the round it stops at, whether its answer is right).
 def freeze(teams):
     r = next((r for r, team in enumerate(teams) if team.unanimous()), len(teams) - 1)
@@ -92,10 +124,7 @@ def freeze_checked_vote(teams):
 
 def checked_stop(teams):
     """REFINE until a solution checks and none says a value is missing; answer the checked vote."""
-    r = next(
-        (r for r, t in enumerate(teams) if any(t.checked()) and not t.says_missing()),
-        len(teams) - 1,
-    )
+    r = next((r for r, t in enumerate(teams) if t.stops()), len(teams) - 1)
     return r, teams[r].checked_vote_right()
 
 
@@ -170,6 +199,64 @@ def play_debate(games_path, eval_flags):
     subprocess.run(command, check=True)
 
 
+LIVE = "checked stop"
+
+
+def play_live(games_path, eval_flags):
+    """Checked stop's own games, CheckedStop handed to eval.py's game, with their transcripts at
+    `games_path` (eval.py's JSON, protocol LIVE)."""
+    cfg = parse_config(EvalConfig, eval_flags)
+    cfg = dataclasses.replace(cfg, protocols="debate")
+    check(cfg)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg, _ = resolve_engine_dtype(cfg, device)
+    examples = load_examples(cfg)
+    engine = make_engine(cfg, cfg.agents, 0, device)
+    played = games(engine, examples, CheckedStop(), GameConfig.of(cfg))
+    record = {"config": dataclasses.asdict(cfg), "machine": machine(), "details": {LIVE: played}}
+    Path(games_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(games_path).write_text(json.dumps(record) + "\n")
+
+
+def live_result(games_path, tables):
+    """The seed's file from checked stop's own games: freeze as its table played it, checked stop
+    from the games. Refused where a game did not stop where the rule says (other games)."""
+    details = read_json(games_path).get("details", {}).get(LIVE)
+    if not details:
+        raise FileRefused(f"{games_path}: no transcripts of {LIVE} (checked_steps --live)")
+    played = {g["id"]: g for g in details}
+    freeze_table = summary_of(read_json(f"{tables}-freeze.json"))
+    ids = freeze_table["question_ids"]
+    if set(ids) != set(played):
+        raise FileRefused(f"the games and {tables}-freeze.json hold different questions")
+    outcome = []
+    for q in ids:
+        rounds = played[q]["rounds"]
+        r, right = checked_stop([Team(record) for record in rounds])
+        # a round of all PERSIST is recorded after the last one played
+        ended = next((k - 1 for k, rec in enumerate(rounds) if rec.get("stopped")), len(rounds) - 1)
+        if ended != r:
+            raise FileRefused(f"{games_path}: {q} stopped after round {ended}, the rule at {r}")
+        outcome.append((r, right, played[q]["tokens"]))
+    keep = ("question_ids", "correct", "question_tokens")
+    return {
+        "games": str(games_path),
+        "tables": tables,
+        "machine": machine(),
+        "dealt": dict(zip(ids, freeze_table["question_dealt"])),
+        "signal": None,
+        "rules": {
+            "freeze": {k: freeze_table[k] for k in keep},
+            LIVE: {
+                "question_ids": ids,
+                "correct": [right for _, right, _ in outcome],
+                "question_tokens": [tokens for _, _, tokens in outcome],
+                "stopped_at": [r for r, _, _ in outcome],
+            },
+        },
+    }
+
+
 # --------------------------------------------------------------------------------------------------
 # The report's table: the seeds pooled
 # --------------------------------------------------------------------------------------------------
@@ -186,24 +273,29 @@ def share(a, b):
     return f"{a / (a + b):.3f}" if a + b else "–"
 
 
-def checked_table(paths, slices=()):
-    """Markdown: the signal per part and round, then each rule against freeze, the seeds pooled;
-    with `slices` (experiments/blind_slices.py's files of the same seeds, in order), each rule on
-    the questions where a rule is blind."""
+def checked_table(paths, slices=(), policies=None):
+    """Markdown: the signal per part and round (the seeds that played debate), then each rule
+    against freeze, the seeds pooled (each rule over the seeds that played it); with `slices`
+    (experiments/blind_slices.py's files of the same seeds, in order), each rule on the questions
+    where a rule is blind; with `policies` ({name: its table per seed, in order}), each policy
+    against checked stop and freeze on the same questions."""
     missing = [p for p in paths if not Path(p).is_file()]
     if missing or not paths:
         return f"missing: {', '.join(map(str, missing))} (python -m experiments.checked_steps)"
     seeds = [read_json(p) for p in paths]
-    lines = [
-        f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, pooled "
-        f"({', '.join(Path(p).stem for p in paths)}).",
-        "",
-        "| part, round | solutions | share that check | right if it checks | right if not "
-        "| AUROC |",
-        "|---|---|---|---|---|---|",
-    ]
-    for key in seeds[0]["signal"]:
-        n = {k: sum(s["signal"][key][k] for s in seeds) for k in seeds[0]["signal"][key]}
+    counted = [s for s in seeds if s["signal"]]
+    lines = [f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(stem, paths))})."]
+    if counted:
+        lines += [
+            "",
+            f"The signal on debate's games, {seeds_said(counted, seeds, paths)}:",
+            "",
+            "| part, round | solutions | share that check | right if it checks | right if not "
+            "| AUROC |",
+            "|---|---|---|---|---|---|",
+        ]
+    for key in counted[0]["signal"] if counted else ():
+        n = {k: sum(s["signal"][key][k] for s in counted) for k in counted[0]["signal"][key]}
         checked, failed = n["checks_right"] + n["checks_wrong"], n["fails_right"] + n["fails_wrong"]
         auroc = auroc_of(n)
         lines.append(
@@ -214,16 +306,17 @@ def checked_table(paths, slices=()):
         )
     lines += [
         "",
-        "| rule, played on debate's games | accuracy ± sample std | split q. | shared q. | "
-        "tokens/q | vs freeze [95% CI] (differ) |",
+        "| rule (seeds) | accuracy ± sample std | split q. | shared q. | tokens/q "
+        "| vs freeze [95% CI] (differ) |",
         "|---|---|---|---|---|---|",
     ]
-    freeze_runs = {k: s["rules"]["freeze"] for k, s in enumerate(seeds)}
-    for name in seeds[0]["rules"]:
-        runs = {k: s["rules"][name] for k, s in enumerate(seeds)}
+    names = max((s["rules"] for s in seeds), key=len)
+    for name in names:
+        runs = {k: s["rules"][name] for k, s in enumerate(seeds) if name in s["rules"]}
+        freeze_runs = {k: seeds[k]["rules"]["freeze"] for k in runs}
         per_seed = [sum(r["correct"]) / len(r["correct"]) for r in runs.values()]
         mine = pooled(runs)
-        dealt = [s["dealt"][q] for s, r in zip(seeds, runs.values()) for q in r["question_ids"]]
+        dealt = [seeds[k]["dealt"][q] for k, r in runs.items() for q in r["question_ids"]]
         parts = [
             sum(ok for ok, d in zip(mine["correct"], dealt) if d == want) / dealt.count(want)
             for _, want in PARTS
@@ -233,13 +326,52 @@ def checked_table(paths, slices=()):
             "" if name == "freeze" else format_paired(paired_difference(mine, pooled(freeze_runs)))
         )
         lines.append(
-            f"| {name} | {sum(per_seed) / len(per_seed):.3f} ± {sample_std(per_seed):.3f} | "
+            f"| {name} ({', '.join(stem(paths[k]).rsplit('-', 1)[-1] for k in runs)}) | "
+            f"{sum(per_seed) / len(per_seed):.3f} ± {sample_std(per_seed):.3f} | "
             f"{parts[0]:.3f} | {parts[1]:.3f} | {sum(tokens) / len(tokens):,.0f} | {versus} |"
         )
+    if policies:
+        lines += ["", policy_table(seeds, paths, policies)]
     if slices:
         named = [read_json(p) | {"path": str(p)} for p in slices]
         pairs = [(n, [(p, s["rules"])]) for n, p, s in zip(named, paths, seeds, strict=True)]
         lines += ["", slice_table(slice_figures(pairs))]
+    return "\n".join(lines)
+
+
+def stem(path):
+    return Path(path).stem
+
+
+def seeds_said(some, seeds, paths):
+    if len(some) == len(seeds):
+        return "every seed"
+    return ", ".join(stem(paths[seeds.index(s)]).rsplit("-", 1)[-1] for s in some)
+
+
+def policy_table(seeds, paths, policies):
+    """Markdown: each policy against checked stop and freeze, pooled over the seeds whose table of
+    the policy is there (the others named)."""
+    lines = [
+        "| policy (seeds) | accuracy | tokens/q | vs checked stop [95% CI] (differ) "
+        "| vs freeze [95% CI] (differ) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, tables in policies.items():
+        have = [k for k, t in enumerate(tables) if Path(t).is_file()]
+        if not have:
+            continue
+        runs = {k: summary_of(read_json(tables[k])) for k in have}
+        mine = pooled(runs)
+        against = [pooled({k: seeds[k]["rules"][rule] for k in have}) for rule in (LIVE, "freeze")]
+        tokens = [t for r in runs.values() for t in r["question_tokens"]]
+        lines.append(
+            f"| {name} ({', '.join(stem(paths[k]).rsplit('-', 1)[-1] for k in have)}) | "
+            f"{sum(mine['correct']) / len(mine['correct']):.3f} | "
+            f"{sum(tokens) / len(tokens):,.0f} | "
+            + " | ".join(format_paired(paired_difference(mine, other)) for other in against)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -248,7 +380,10 @@ def main(argv=None):
     parser.add_argument(
         "--tables", required=True, help="the seed's tables' path before -freeze.json"
     )
-    parser.add_argument("--games", required=True, help="debate's transcripts (played if missing)")
+    parser.add_argument("--games", required=True, help="the transcripts (played if missing)")
+    parser.add_argument(
+        "--live", action="store_true", help="checked stop played alone, not debate replayed"
+    )
     parser.add_argument("--out", required=True, help="the seed's JSON")
     parser.add_argument("eval_flags", nargs="*", help="eval.py's flags for the games, after --")
     args = parser.parse_args(argv)
@@ -256,8 +391,8 @@ def main(argv=None):
     if not games.is_file():
         if not args.eval_flags:
             raise FileRefused(f"{games}: missing, and no eval.py flags after -- to play it")
-        play_debate(games, args.eval_flags)
-    result = seed_result(games, args.tables)
+        (play_live if args.live else play_debate)(games, args.eval_flags)
+    result = (live_result if args.live else seed_result)(games, args.tables)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(checked_table([args.out]))

@@ -80,8 +80,10 @@ from stats import format_paired, paired_difference, sample_std
 ROOT = Path(__file__).resolve().parents[1]
 
 DOCUMENTS = ("README.md", "results/README.md")
-# the seeds whose debate games experiments/checked_steps.py has read
+# the seeds whose checked-steps file is made (experiments/checked_steps.py: debate's games read,
+# or checked stop played live), and the policies that read the check, set against it
 CHECKED_SEEDS = (0,)
+CHECKED_POLICIES = ("sft-text", "softrank-cost0-text")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
     "softrank": "SoftRankPO (learned)",
     "grpo": "GRPO (learned, the same loss on z-scored rewards)",
@@ -357,10 +359,15 @@ TABLES = {
     "split-team": split_team_table,
     "split-target": split_target_table,
     "split-cost": split_cost_table,
-    # the seeds whose checked-steps file is made (experiments/checked_steps.py)
     "split-checked": lambda: checked_table(
         [ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
         [ROOT / f"results/slices/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
+        {
+            name: [
+                ROOT / f"results/tables/{SPLIT_PREFIX}-seed{k}-{name}.json" for k in CHECKED_SEEDS
+            ]
+            for name in CHECKED_POLICIES
+        },
     ),
     "rules-split": lambda: frontier_table(
         SPLIT_PREFIX, learned(SPLIT_LEARNED), {"oracle": "the oracle (reads the gold answer)"}

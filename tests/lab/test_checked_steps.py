@@ -1,12 +1,18 @@
 """Whether a solution's written steps check (experiments/checked_steps.py), and the rules that read
-it played on debate's games: transcripts and tables written by hand."""
+it played on debate's games: transcripts and tables written by hand; checked stop played as a game
+of its own on a scripted engine."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
+from scripted import ScriptedEngine
 
-from common import FileRefused
+import data
+from common import FileRefused, call_seed
+from deliberate import PERSIST, REFINE, play
 from experiments import checked_steps as C
+from solutions import GameConfig
 
 RIGHT = "A box holds 21 cards.\nMaria takes 6 of them.\n21 - 6 = 15\nAnswer: 15"
 SLIP = "A box holds 21 cards.\nMaria takes 6 of them.\n21 - 6 = 14\nAnswer: 14"
@@ -85,6 +91,7 @@ def write_tables(tmp_path, ids, tokens, freeze_correct, dealt):
         summary = {"accuracy": 0, "question_ids": ids, "question_tokens": [tokens[r]] * len(ids)}
         (tmp_path / f"t-{name}.json").write_text(json.dumps({name: summary}))
     freeze = {"accuracy": 0, "question_ids": ids, "correct": freeze_correct}
+    freeze["question_tokens"] = [tokens[1]] * len(ids)
     freeze = {"freeze": freeze | {"question_dealt": dealt}}
     (tmp_path / "t-freeze.json").write_text(json.dumps(freeze))
 
@@ -129,15 +136,15 @@ def test_the_rules_on_debate_games_against_freeze_s_own_table(tmp_path, capsys):
     table = capsys.readouterr().out
     # the report's table of this one seed: +1.000 against freeze on both questions
     assert (
-        "| checked stop | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (2) |"
+        "| checked stop (out) | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (2) |"
         in table
     )
-    assert "| freeze | 0.000 ± 0.000 | 0.000 | 0.000 | 150 |  |" in table
+    assert "| freeze (out) | 0.000 ± 0.000 | 0.000 | 0.000 | 150 |  |" in table
     # two seeds of the same file pool to the same figures, with the differing questions twice
     pooled_table = C.checked_table([out, out])
     assert (
-        "| checked stop | 1.000 ± 0.000 | 1.000 | 1.000 | 150 | +1.000 [+1.000, +1.000] (4) |"
-        in pooled_table
+        "| checked stop (out, out) | 1.000 ± 0.000 | 1.000 | 1.000 | 150 "
+        "| +1.000 [+1.000, +1.000] (4) |" in pooled_table
     )
     # the slices where a rule is blind: b's round 0 is unanimous and wrong, a's a wrong 2-1 vote
     slices = tmp_path / "slices.json"
@@ -161,3 +168,78 @@ def test_games_that_are_not_freeze_s_are_refused(tmp_path):
     with pytest.raises(FileRefused, match="no eval.py flags"):
         C.main(["--tables", "t", "--games", str(tmp_path / "none.json"), "--out", "o.json"])
     assert C.checked_table([tmp_path / "none.json"]).startswith("missing:")
+
+
+def test_checked_stop_as_a_rule_refines_until_a_solution_checks_and_none_says_missing():
+    rule = C.CheckedStop()
+
+    def team(*texts):
+        return [SimpleNamespace(text=t) for t in texts]
+
+    assert rule.team_actions(team(SLIP, SLIP, SLIP), 1) == [REFINE] * 3
+    assert rule.team_actions(team(RIGHT, SLIP, MISSING), 2) == [REFINE] * 3
+    assert rule.team_actions(team(RIGHT, SLIP, SLIP), 1) == [PERSIST] * 3
+    assert not rule.reads_critic
+
+
+def live_game(script_of, qid="q/1", gold="15", rounds=3):
+    """Checked stop's game on one question: `script_of(round, agent)` is the agent's text."""
+    texts = {
+        call_seed(1, qid, i, t, "solve" if t == 0 else "refine"): script_of(t, i)
+        for t in range(rounds + 1)
+        for i in range(3)
+    }
+    engine = ScriptedEngine(lambda prompt, seed: texts[seed])
+    example = data.Example(question=f"Question {qid}?", answer=gold, task="arith", id=qid)
+    cfg = GameConfig(agents=3, rounds=rounds, seed=1, temperature=0.6)
+    [g] = play(engine, [example], C.CheckedStop(), cfg)
+    return g.transcript()
+
+
+def test_checked_stop_played_live_gives_what_the_replay_gives(tmp_path):
+    # a: round 0 says a value is missing; round 1 has one solution that checks (15, right) and two
+    # slips that agree (14): the game stops after round 1 and the checked vote is right where the
+    # plain vote is wrong. b: nothing ever checks: every round is played, the plain vote (14).
+    def a(t, i):
+        return MISSING if t == 0 else (RIGHT if i == 0 else SLIP)
+
+    games = {"a": live_game(a, "a"), "b": live_game(lambda t, i: SLIP, "b")}
+    assert [len(g["rounds"]) for g in games.values()] == [3, 4]
+    assert games["a"]["rounds"][2]["stopped"] and games["a"]["pred"] == "14"
+    assert games["a"]["calls"] == 6 and games["b"]["calls"] == 12
+    (tmp_path / "g.json").write_text(json.dumps({"details": {C.LIVE: list(games.values())}}))
+    write_tables(tmp_path, ["a", "b"], [1, 2, 3, 4], [False, False], [True, False])
+    out = tmp_path / "out.json"
+    args = ["--live", "--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
+    C.main([*args, "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["signal"] is None
+    assert result["rules"][C.LIVE] == {
+        "question_ids": ["a", "b"],
+        "correct": [True, False],
+        "question_tokens": [games["a"]["tokens"], games["b"]["tokens"]],
+        "stopped_at": [1, 3],
+    }
+    # the same rounds replayed as debate's (rounds past the stop unplayed) give the same outcome
+    replayed = [C.checked_stop([C.Team(r) for r in g["rounds"]]) for g in games.values()]
+    assert replayed == [(1, True), (3, False)]
+    # a live seed pools with a seed that replayed debate: each rule over the seeds that have it
+    table = C.checked_table([out])
+    assert "| freeze (out) | 0.000 ± 0.000 | 0.000 | 0.000 | " in table
+    assert "| checked stop (out) | 0.500 ± 0.000 | 1.000 | 0.000 | " in table
+    assert "part, round" not in table  # no signal counts from a live seed
+    # a policy against checked stop and freeze on the same questions
+    policy = {"accuracy": 0.5, "question_ids": ["a", "b"], "correct": [False, True]}
+    (tmp_path / "p.json").write_text(json.dumps({"mpdf": policy | {"question_tokens": [5, 7]}}))
+    table = C.checked_table([out], policies={"sft": [tmp_path / "p.json"]})
+    assert "| sft (out) | 0.500 | 6 | +0.000 [-1.000, +1.000] (2) | +0.500 " in table
+
+
+def test_a_live_game_that_did_not_stop_where_the_rule_says_is_refused(tmp_path):
+    game = live_game(lambda t, i: RIGHT if t == 1 else MISSING, "a")
+    game["rounds"].insert(2, game["rounds"][1])  # a round played past the rule's stop
+    (tmp_path / "g.json").write_text(json.dumps({"details": {C.LIVE: [game]}}))
+    write_tables(tmp_path, ["a"], [1, 2, 3, 4], [False], [True])
+    args = ["--live", "--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
+    with pytest.raises(FileRefused, match="stopped after round 2, the rule at 1"):
+        C.main([*args, "--out", str(tmp_path / "o.json")])
