@@ -243,7 +243,8 @@ def live_result(games_path, tables):
         "games": str(games_path),
         "tables": tables,
         "machine": machine(),
-        "dealt": dict(zip(ids, freeze_table["question_dealt"])),
+        # a task whose values are never dealt (arith) has only shared questions
+        "dealt": dict(zip(ids, freeze_table.get("question_dealt", [False] * len(ids)))),
         "signal": None,
         "rules": {
             "freeze": {k: freeze_table[k] for k in keep},
@@ -317,10 +318,7 @@ def checked_table(paths, slices=(), policies=None):
         per_seed = [sum(r["correct"]) / len(r["correct"]) for r in runs.values()]
         mine = pooled(runs)
         dealt = [seeds[k]["dealt"][q] for k, r in runs.items() for q in r["question_ids"]]
-        parts = [
-            sum(ok for ok, d in zip(mine["correct"], dealt) if d == want) / dealt.count(want)
-            for _, want in PARTS
-        ]
+        parts = [part_accuracy(mine["correct"], dealt, want) for _, want in PARTS]
         tokens = [t for r in runs.values() for t in r["question_tokens"]]
         versus = (
             "" if name == "freeze" else format_paired(paired_difference(mine, pooled(freeze_runs)))
@@ -328,7 +326,7 @@ def checked_table(paths, slices=(), policies=None):
         lines.append(
             f"| {name} ({', '.join(stem(paths[k]).rsplit('-', 1)[-1] for k in runs)}) | "
             f"{sum(per_seed) / len(per_seed):.3f} ± {sample_std(per_seed):.3f} | "
-            f"{parts[0]:.3f} | {parts[1]:.3f} | {sum(tokens) / len(tokens):,.0f} | {versus} |"
+            f"{parts[0]} | {parts[1]} | {sum(tokens) / len(tokens):,.0f} | {versus} |"
         )
     if policies:
         lines += ["", policy_table(seeds, paths, policies)]
@@ -337,6 +335,12 @@ def checked_table(paths, slices=(), policies=None):
         pairs = [(n, [(p, s["rules"])]) for n, p, s in zip(named, paths, seeds, strict=True)]
         lines += ["", slice_table(slice_figures(pairs))]
     return "\n".join(lines)
+
+
+def part_accuracy(correct, dealt, want):
+    """The accuracy on the questions of one part (dealt or not), "–" where it has none."""
+    mine = [ok for ok, d in zip(correct, dealt) if d == want]
+    return f"{sum(mine) / len(mine):.3f}" if mine else "–"
 
 
 def stem(path):

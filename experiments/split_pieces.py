@@ -8,8 +8,18 @@ holds them with every other piece; new weights are committed in the ecosystem's 
 folders, safetensors policies)."""
 
 from experiments.llm_pieces import MAGRPO_LORA, PY, RUNS, WORKED_SFT, llm_run
-from experiments.piece_kit import RL_FLAGS, TABLE_SEEDS, flags_once, merged, table, trained
-from experiments.teams import COMPETENT_RL_ALGOS
+from experiments.piece_kit import (
+    RL_FLAGS,
+    TABLE_GAME,
+    TABLE_SEEDS,
+    TABLE_TASKS,
+    flags_once,
+    merged,
+    run_prefix,
+    table,
+    trained,
+)
+from experiments.teams import COMPETENT_RL_ALGOS, team_adapters, team_flags
 
 # the task, its mix (half the questions split, 2 of 3 values each) and the game: REFINE reads whole
 # solutions, which state the values an agent holds
@@ -282,6 +292,51 @@ def trained_pieces(seed):
     return pieces
 
 
+def checked_pieces(seed):
+    """Checked stop on the seed's 300 test questions (experiments/checked_steps.py): seed 0 reads
+    debate's games, with the signal's counts; the other seeds play the rule as a game of its own."""
+    name = f"{PREFIX}-seed{seed}"
+    flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--split", "test", "--n", "300"]
+    return checked_piece(name, seed, [*flags, "--seed", str(seed)], ADAPTERS, live=seed != 0)
+
+
+def checked_piece(name, seed, eval_flags, needs, live):
+    out = f"results/study/checked-steps/{name}.json"
+    games = f"runs/study/checked/{'live' if live else 'debate'}-{name}.json"
+    command = [PY, "-m", "experiments.checked_steps", *(["--live"] if live else [])]
+    command += ["--tables", f"results/tables/{name}", "--games", games, "--out", out]
+    return {
+        f"checked-{name}": {
+            "command": [*command, "--", *eval_flags, "--dtype", "float32"],
+            "outputs": [out],
+            "needs": needs,
+        }
+    }
+
+
+def arith_text_pieces(seed):
+    """Where every agent sees the whole question (arith, the varied team of worked agents): the SFT
+    policy of feature set `text` and checked stop, each on the seed's 300 test questions, beside
+    that team's committed table of the rules and the other policies."""
+    team, name = "varied", f"arith300-team-varied-seed{seed}"
+    prefix = run_prefix("arith", seed, team)
+    policy = f"results/policies/{prefix}-sft-text.safetensors"
+    base = [*TABLE_TASKS["arith"], *TABLE_GAME, *team_flags(team)]
+    test = ["--split", "test", "--n", "300", "--seed", str(seed)]
+    needs = team_adapters(team)
+    train = trained(
+        f"{prefix}-sft-text", "sft.py", [*base, "--seed", str(seed), *TEXT_SFT["sft-text"]], policy
+    )
+    return {
+        f"train-{prefix}-sft-text": {**train, "needs": needs},
+        f"table-{name}-sft-text": {
+            **table(f"{name}-sft-text", [*base, *test, "--protocols", f"mpdf={policy}"]),
+            "needs": [policy, *needs],
+        },
+        **checked_piece(name, seed, [*base, *test], needs, live=True),
+    }
+
+
 def view_at_its_commit(pieces):
     """The view study's pieces marked with the commit that holds its code (experiments/run.py runs
     such a piece only from a worktree there)."""
@@ -303,4 +358,7 @@ SPLIT_PIECES = {
     # the team's revision skill and table, seed by seed, then its trained leader and debaters
     **view_at_its_commit(merged(seed_pieces(seed) for seed in TABLE_SEEDS)),
     **merged(trained_pieces(seed) for seed in TABLE_SEEDS),
+    # checked stop, the rule that reads whether the written steps check, on split and on arith
+    **merged(checked_pieces(seed) for seed in TABLE_SEEDS),
+    **merged(arith_text_pieces(seed) for seed in TABLE_SEEDS),
 }

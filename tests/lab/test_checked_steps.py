@@ -243,3 +243,16 @@ def test_a_live_game_that_did_not_stop_where_the_rule_says_is_refused(tmp_path):
     args = ["--live", "--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
     with pytest.raises(FileRefused, match="stopped after round 2, the rule at 1"):
         C.main([*args, "--out", str(tmp_path / "o.json")])
+
+
+def test_a_task_that_deals_no_values_has_only_shared_questions(tmp_path):
+    games = {"a": live_game(lambda t, i: RIGHT, "a")}  # checks at once: stops after round 0
+    (tmp_path / "g.json").write_text(json.dumps({"details": {C.LIVE: list(games.values())}}))
+    freeze = {"accuracy": 1, "question_ids": ["a"], "correct": [True], "question_tokens": [9]}
+    (tmp_path / "t-freeze.json").write_text(json.dumps({"freeze": freeze}))  # no question_dealt
+    out = tmp_path / "out.json"
+    args = ["--live", "--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
+    C.main([*args, "--out", str(out)])
+    assert json.loads(out.read_text())["dealt"] == {"a": False}
+    table = C.checked_table([out])
+    assert "| checked stop (out) | 1.000 ± 0.000 | – | 1.000 | " in table
