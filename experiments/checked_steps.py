@@ -25,6 +25,11 @@ The seed's file then holds freeze (from its table) and checked stop, and no sign
 
     python -m experiments.checked_steps --live --tables ... \
         --games runs/study/checked/live-seed1.json --out ... -- $SPLIT --seed 1 --split test ...
+
+--policy NAME: a learned policy of the seed (results/policies/<tables' name>-NAME.safetensors)
+played with its transcripts, its outcome checked against its table, and answered also by the
+checked vote over its last round: whether what a policy loses to checked stop is where it stops
+or how its team votes.
 """
 
 import argparse
@@ -36,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from common import FileRefused, machine, parse_config, user_errors
+from common import FileRefused, UsageError, machine, parse_config, user_errors
 from deliberate import PERSIST, REFINE
 from eval import Config as EvalConfig
 from eval import check, games, load_examples
@@ -192,11 +197,39 @@ def seed_result(games_path, tables):
     }
 
 
-def play_debate(games_path, eval_flags):
-    """eval.py's debate games with their transcripts, at `games_path`."""
+def play_debate(games_path, eval_flags, protocol="debate"):
+    """eval.py's games of `protocol` with their transcripts, at `games_path`."""
     command = [sys.executable, str(ROOT / "eval.py"), *eval_flags]
-    command += ["--protocols", "debate", "--out", str(games_path)]
+    command += ["--protocols", protocol, "--out", str(games_path)]
     subprocess.run(command, check=True)
+
+
+def policy_file(tables, name):
+    """The seed's policy `name`, as the pieces name it beside the seed's tables."""
+    return f"results/policies/{Path(tables).name}-{name}.safetensors"
+
+
+def policy_result(games_path, tables, name):
+    """A learned policy's own games, answered by the game's vote (its table's outcome, else the
+    games are refused) and by the checked vote over its last round."""
+    protocol = f"mpdf={policy_file(tables, name)}"
+    details = read_json(games_path).get("details", {}).get(protocol)
+    if not details:
+        raise FileRefused(f"{games_path}: no transcripts of {protocol}")
+    table = summary_of(read_json(f"{tables}-{name}.json"))
+    ids, tokens = [g["id"] for g in details], [g["tokens"] for g in details]
+    plain = {"question_ids": ids, "correct": [g["correct"] for g in details]}
+    if ids != table["question_ids"] or plain["correct"] != table["correct"]:
+        raise FileRefused(f"{games_path}: not the games of {tables}-{name}.json")
+    checked = [Team(g["rounds"][-1]).checked_vote_right() for g in details]
+    return {
+        "games": str(games_path),
+        "tables": tables,
+        "policy": name,
+        "machine": machine(),
+        "plain": plain | {"question_tokens": tokens},
+        "checked vote": {"question_ids": ids, "correct": checked, "question_tokens": tokens},
+    }
 
 
 LIVE = "checked stop"
@@ -278,8 +311,8 @@ def checked_table(paths, slices=(), policies=None):
     """Markdown: the signal per part and round (the seeds that played debate), then each rule
     against freeze, the seeds pooled (each rule over the seeds that played it); with `slices`
     (experiments/blind_slices.py's files of the same seeds, in order), each rule on the questions
-    where a rule is blind; with `policies` ({name: its table per seed, in order}), each policy
-    against checked stop and freeze on the same questions."""
+    where a rule is blind; with `policies` ({name: per seed, in order, its table or its
+    checked-vote file}), each policy against checked stop and freeze on the same questions."""
     missing = [p for p in paths if not Path(p).is_file()]
     if missing or not paths:
         return f"missing: {', '.join(map(str, missing))} (python -m experiments.checked_steps)"
@@ -332,7 +365,10 @@ def checked_table(paths, slices=(), policies=None):
         lines += ["", policy_table(seeds, paths, policies)]
     if slices:
         named = [read_json(p) | {"path": str(p)} for p in slices]
-        pairs = [(n, [(p, s["rules"])]) for n, p, s in zip(named, paths, seeds, strict=True)]
+        pairs = [
+            (n, [(p, s["rules"] | seed_policies(policies or {}, k))])
+            for k, (n, p, s) in enumerate(zip(named, paths, seeds, strict=True))
+        ]
         lines += ["", slice_table(slice_figures(pairs))]
     return "\n".join(lines)
 
@@ -353,6 +389,21 @@ def seeds_said(some, seeds, paths):
     return ", ".join(stem(paths[seeds.index(s)]).rsplit("-", 1)[-1] for s in some)
 
 
+def seed_policies(policies, k):
+    """{name: per-question outcome} of the policies whose file of seed k is there."""
+    return {
+        name: policy_outcome(read_json(files[k]))
+        for name, files in policies.items()
+        if Path(files[k]).is_file()
+    }
+
+
+def policy_outcome(played):
+    """A policy's per-question outcome: from its eval.py table, or the checked vote of its games
+    (`policy_result`)."""
+    return played["checked vote"] if "checked vote" in played else summary_of(played)
+
+
 def policy_table(seeds, paths, policies):
     """Markdown: each policy against checked stop and freeze, pooled over the seeds whose table of
     the policy is there (the others named)."""
@@ -365,7 +416,7 @@ def policy_table(seeds, paths, policies):
         have = [k for k, t in enumerate(tables) if Path(t).is_file()]
         if not have:
             continue
-        runs = {k: summary_of(read_json(tables[k])) for k in have}
+        runs = {k: policy_outcome(read_json(tables[k])) for k in have}
         mine = pooled(runs)
         against = [pooled({k: seeds[k]["rules"][rule] for k in have}) for rule in (LIVE, "freeze")]
         tokens = [t for r in runs.values() for t in r["question_tokens"]]
@@ -388,18 +439,33 @@ def main(argv=None):
     parser.add_argument(
         "--live", action="store_true", help="checked stop played alone, not debate replayed"
     )
+    parser.add_argument(
+        "--policy",
+        default="",
+        help="a learned policy of the seed (results/policies/<tables' name>-POLICY.safetensors) "
+        "played and answered by the checked vote, not a rule",
+    )
     parser.add_argument("--out", required=True, help="the seed's JSON")
     parser.add_argument("eval_flags", nargs="*", help="eval.py's flags for the games, after --")
     args = parser.parse_args(argv)
+    if args.live and args.policy:
+        raise UsageError("--live and --policy: one at a time")
     games = Path(args.games)
     if not games.is_file():
         if not args.eval_flags:
             raise FileRefused(f"{games}: missing, and no eval.py flags after -- to play it")
-        (play_live if args.live else play_debate)(games, args.eval_flags)
-    result = (live_result if args.live else seed_result)(games, args.tables)
+        if args.policy:
+            play_debate(games, args.eval_flags, f"mpdf={policy_file(args.tables, args.policy)}")
+        else:
+            (play_live if args.live else play_debate)(games, args.eval_flags)
+    if args.policy:
+        result = policy_result(games, args.tables, args.policy)
+    else:
+        result = (live_result if args.live else seed_result)(games, args.tables)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(checked_table([args.out]))
+    if not args.policy:
+        print(checked_table([args.out]))
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("README.md", "results/README.md")
 # the seeds whose checked-steps file is made (experiments/checked_steps.py: debate's games read,
 # or checked stop played live), and the policies that read the check, set against it
-CHECKED_SEEDS = (0,)
+CHECKED_SEEDS = (0, 1)
 CHECKED_POLICIES = ("sft-text", "softrank-cost0-text")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
     "softrank": "SoftRankPO (learned)",
@@ -363,10 +363,18 @@ TABLES = {
         [ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
         [ROOT / f"results/slices/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
         {
-            name: [
-                ROOT / f"results/tables/{SPLIT_PREFIX}-seed{k}-{name}.json" for k in CHECKED_SEEDS
-            ]
-            for name in CHECKED_POLICIES
+            **{
+                name: [
+                    ROOT / f"results/tables/{SPLIT_PREFIX}-seed{k}-{name}.json"
+                    for k in CHECKED_SEEDS
+                ]
+                for name in CHECKED_POLICIES
+            },
+            # the text policy's own games answered by the checked vote
+            "sft-text, the checked vote": [
+                ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}-sft-text.json"
+                for k in CHECKED_SEEDS
+            ],
         },
     ),
     "rules-split": lambda: frontier_table(

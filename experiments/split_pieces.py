@@ -297,7 +297,21 @@ def checked_pieces(seed):
     debate's games, with the signal's counts; the other seeds play the rule as a game of its own."""
     name = f"{PREFIX}-seed{seed}"
     flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--split", "test", "--n", "300"]
-    return checked_piece(name, seed, [*flags, "--seed", str(seed)], ADAPTERS, live=seed != 0)
+    flags += ["--seed", str(seed)]
+    # the text policy's own games, answered also by the checked vote
+    policy = f"results/policies/{name}-sft-text.safetensors"
+    out = f"results/study/checked-steps/{name}-sft-text.json"
+    command = [PY, "-m", "experiments.checked_steps", "--policy", "sft-text"]
+    games = f"runs/study/checked/{name}-sft-text.json"
+    command += ["--tables", f"results/tables/{name}", "--games", games]
+    return {
+        **checked_piece(name, seed, flags, ADAPTERS, live=seed != 0),
+        f"checked-{name}-sft-text": {
+            "command": [*command, "--out", out, "--", *flags, "--dtype", "float32"],
+            "outputs": [out],
+            "needs": [policy, *ADAPTERS],
+        },
+    }
 
 
 def checked_piece(name, seed, eval_flags, needs, live):

@@ -9,7 +9,7 @@ import pytest
 from scripted import ScriptedEngine
 
 import data
-from common import FileRefused, call_seed
+from common import FileRefused, UsageError, call_seed
 from deliberate import PERSIST, REFINE, play
 from experiments import checked_steps as C
 from solutions import GameConfig
@@ -233,6 +233,11 @@ def test_checked_stop_played_live_gives_what_the_replay_gives(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps({"mpdf": policy | {"question_tokens": [5, 7]}}))
     table = C.checked_table([out], policies={"sft": [tmp_path / "p.json"]})
     assert "| sft (out) | 0.500 | 6 | +0.000 [-1.000, +1.000] (2) | +0.500 " in table
+    # and on the slices where a rule is blind, beside the rules
+    slices = tmp_path / "slices.json"
+    slices.write_text(json.dumps({"slices": {"unanimous-wrong": ["b"], "majority-wrong": ["a"]}}))
+    table = C.checked_table([out], [slices], {"sft": [tmp_path / "p.json"]})
+    assert "| sft | 1, 1.000, 7 | 1, 0.000, 5 |" in table
 
 
 def test_a_live_game_that_did_not_stop_where_the_rule_says_is_refused(tmp_path):
@@ -256,3 +261,27 @@ def test_a_task_that_deals_no_values_has_only_shared_questions(tmp_path):
     assert json.loads(out.read_text())["dealt"] == {"a": False}
     table = C.checked_table([out])
     assert "| checked stop (out) | 1.000 ± 0.000 | – | 1.000 | " in table
+
+
+def test_a_policy_s_games_answered_by_the_checked_vote(tmp_path):
+    # the policy's team stops on a 2-1 vote for a slip (14) while one solution checks (15)
+    last = record([SLIP, RIGHT, SLIP], ["14", "15", "14"], [False, True, False])
+    first = record([MISSING] * 3, ["21"] * 3, [False] * 3)
+    policy = "results/policies/t-sft-text.safetensors"
+    game = {"id": "a", "rounds": [first, last], "correct": False, "tokens": 40}
+    (tmp_path / "g.json").write_text(json.dumps({"details": {f"mpdf={policy}": [game]}}))
+    table = {"accuracy": 0, "question_ids": ["a"], "correct": [False], "question_tokens": [40]}
+    (tmp_path / "t-sft-text.json").write_text(json.dumps({f"mpdf={policy}": table}))
+    args = ["--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
+    out = tmp_path / "p.json"
+    C.main([*args, "--policy", "sft-text", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["plain"]["correct"] == [False] and result["checked vote"]["correct"] == [True]
+    assert result["checked vote"]["question_tokens"] == [40]
+    # games that are not the policy's table's are refused
+    table["correct"] = [True]
+    (tmp_path / "t-sft-text.json").write_text(json.dumps({f"mpdf={policy}": table}))
+    with pytest.raises(FileRefused, match="not the games of"):
+        C.main([*args, "--policy", "sft-text", "--out", str(out)])
+    with pytest.raises(UsageError, match="one at a time"):
+        C.main([*args, "--policy", "sft-text", "--live", "--out", str(out)])
