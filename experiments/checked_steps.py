@@ -197,7 +197,7 @@ def seed_result(games_path, tables):
     }
 
 
-def play_debate(games_path, eval_flags, protocol="debate"):
+def play_eval(games_path, eval_flags, protocol="debate"):
     """eval.py's games of `protocol` with their transcripts, at `games_path`."""
     command = [sys.executable, str(ROOT / "eval.py"), *eval_flags]
     command += ["--protocols", protocol, "--out", str(games_path)]
@@ -405,8 +405,8 @@ def policy_outcome(played):
 
 
 def policy_table(seeds, paths, policies):
-    """Markdown: each policy against checked stop and freeze, pooled over the seeds whose table of
-    the policy is there (the others named)."""
+    """Markdown: each policy against checked stop and freeze, pooled over the seeds whose file of
+    the policy is there (named in its row)."""
     lines = [
         "| policy (seeds) | accuracy | tokens/q | vs checked stop [95% CI] (differ) "
         "| vs freeze [95% CI] (differ) |",
@@ -455,9 +455,9 @@ def main(argv=None):
         if not args.eval_flags:
             raise FileRefused(f"{games}: missing, and no eval.py flags after -- to play it")
         if args.policy:
-            play_debate(games, args.eval_flags, f"mpdf={policy_file(args.tables, args.policy)}")
+            play_eval(games, args.eval_flags, f"mpdf={policy_file(args.tables, args.policy)}")
         else:
-            (play_live if args.live else play_debate)(games, args.eval_flags)
+            (play_live if args.live else play_eval)(games, args.eval_flags)
     if args.policy:
         result = policy_result(games, args.tables, args.policy)
     else:
