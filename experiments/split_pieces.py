@@ -294,38 +294,35 @@ def trained_pieces(seed):
 
 def checked_pieces(seed):
     """Checked stop on the seed's 300 test questions (experiments/checked_steps.py): seed 0 reads
-    debate's games, with the signal's counts; the other seeds play the rule as a game of its own."""
+    debate's games, with the signal's counts; the other seeds play the rule as a game of its own.
+    Then the text policy's own games, answered also by the checked vote."""
     name = f"{PREFIX}-seed{seed}"
     flags = [*SPLIT_TASK, *SPLIT_GAME, "--models", TEAM, "--split", "test", "--n", "300"]
     flags += ["--seed", str(seed)]
-    # the text policy's own games, answered also by the checked vote
     policy = f"results/policies/{name}-sft-text.safetensors"
-    out = f"results/study/checked-steps/{name}-sft-text.json"
-    command = [PY, "-m", "experiments.checked_steps", "--policy", "sft-text"]
-    games = f"runs/study/checked/{name}-sft-text.json"
-    command += ["--tables", f"results/tables/{name}", "--games", games]
     return {
-        **checked_piece(name, seed, flags, ADAPTERS, live=seed != 0),
-        f"checked-{name}-sft-text": {
-            "command": [*command, "--out", out, "--", *flags, "--dtype", "float32"],
-            "outputs": [out],
-            "needs": [policy, *ADAPTERS],
-        },
+        **checked_piece(name, flags, ADAPTERS, "live" if seed else "debate"),
+        **checked_piece(name, flags, [policy, *ADAPTERS], "sft-text"),
     }
 
 
-def checked_piece(name, seed, eval_flags, needs, live):
-    out = f"results/study/checked-steps/{name}.json"
-    games = f"runs/study/checked/{'live' if live else 'debate'}-{name}.json"
-    command = [PY, "-m", "experiments.checked_steps", *(["--live"] if live else [])]
-    command += ["--tables", f"results/tables/{name}", "--games", games, "--out", out]
-    return {
-        f"checked-{name}": {
-            "command": [*command, "--", *eval_flags, "--dtype", "float32"],
-            "outputs": [out],
-            "needs": needs,
-        }
-    }
+def checked_piece(name, eval_flags, needs, how):
+    """experiments/checked_steps.py on the seed `name` (its tables' name): `how` is "debate"
+    (debate's games read), "live" (checked stop played as a game of its own) or a policy's name
+    (its own games, answered also by the checked vote)."""
+    rule = how in ("debate", "live")
+    key = name if rule else f"{name}-{how}"
+    out = f"results/study/checked-steps/{key}.json"
+    command = [PY, "-m", "experiments.checked_steps"]
+    command += {"debate": [], "live": ["--live"]}.get(how, ["--policy", how])
+    command += [
+        "--tables",
+        f"results/tables/{name}",
+        "--games",
+        f"runs/study/checked/{how}-{name}.json",
+    ]
+    command += ["--out", out, "--", *eval_flags, "--dtype", "float32"]
+    return {f"checked-{key}": {"command": command, "outputs": [out], "needs": needs}}
 
 
 def arith_text_pieces(seed):
@@ -347,7 +344,7 @@ def arith_text_pieces(seed):
             **table(f"{name}-sft-text", [*base, *test, "--protocols", f"mpdf={policy}"]),
             "needs": [policy, *needs],
         },
-        **checked_piece(name, seed, [*base, *test], needs, live=True),
+        **checked_piece(name, [*base, *test], needs, "live"),
     }
 
 
