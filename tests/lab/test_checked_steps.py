@@ -285,3 +285,21 @@ def test_a_policy_s_games_answered_by_the_checked_vote(tmp_path):
         C.main([*args, "--policy", "sft-text", "--out", str(out)])
     with pytest.raises(UsageError, match="one at a time"):
         C.main([*args, "--policy", "sft-text", "--live", "--out", str(out)])
+
+
+def test_the_pieces_read_debate_on_seed_0_play_the_rule_live_elsewhere_and_the_text_policy():
+    from experiments import pieces
+
+    for seed in (0, 1, 2):
+        name = f"split300-team-split-seed{seed}"
+        rule = pieces.PIECES[f"checked-{name}"]["command"]
+        assert ("--live" in rule) == (seed != 0)
+        assert rule[rule.index("--tables") + 1] == f"results/tables/{name}"
+        assert rule[rule.index("--seed") + 1] == str(seed)
+        policy = pieces.PIECES[f"checked-{name}-sft-text"]
+        assert policy["command"][policy["command"].index("--policy") + 1] == "sft-text"
+        assert f"results/policies/{name}-sft-text.safetensors" in policy["needs"]
+        assert policy["outputs"] == [f"results/study/checked-steps/{name}-sft-text.json"]
+    arith = pieces.PIECES["checked-arith300-team-varied-seed1"]["command"]
+    assert "--live" in arith and arith[arith.index("--task") + 1] == "arith"
+    assert arith[arith.index("--dtype") + 1] == "float32"
