@@ -36,7 +36,7 @@ from experiments.rule_tables import (
     rules_target_table,
 )
 from experiments.speed_tables import bench_table, cache_table, profile_table
-from experiments.split_pieces import JOINT_FLAGS, VIEW_FLAGS, VIEW_SFT
+from experiments.split_pieces import JOINT_FLAGS, TEXT_SFT, VIEW_FLAGS, VIEW_SFT
 from experiments.split_pieces import PREFIX as SPLIT_PREFIX
 from experiments.split_pieces import TRAINED as SPLIT_TRAINED
 from experiments.split_tables import (
@@ -82,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("README.md", "results/README.md")
 # the seeds whose checked-steps file is made (experiments/checked_steps.py: debate's games read,
 # or checked stop played live), and the policies that read the check, set against it
-CHECKED_SEEDS = (0, 1)
+CHECKED_SEEDS = (0, 1, 2)
 CHECKED_POLICIES = ("sft-text", "softrank-cost0-text")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
     "softrank": "SoftRankPO (learned)",
@@ -287,7 +287,7 @@ SPLIT_LEARNED = (*SPLIT_TRAINED, *ONPOLICY_PARTS)
 VARIED_LEARNED = ("sft", *team_rl_algos("varied"))
 # the policies read on the slices where a rule is blind: the best of stage 2, joint credit and the
 # state that reads what the texts say is missing
-BLIND_LEARNED = ("softrank-cost0", *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS)
+BLIND_LEARNED = ("softrank-cost0", *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS, *TEXT_SFT)
 
 TABLES = {
     "headline": headline,
