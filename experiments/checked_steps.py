@@ -37,14 +37,14 @@ import dataclasses
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+import eval
 from common import FileRefused, UsageError, machine, parse_config, user_errors
 from deliberate import PERSIST, REFINE
-from eval import Config as EvalConfig
-from eval import check, games, load_examples
 from experiments.blind_slices import read_json, slice_figures, slice_table
 from experiments.tables import summary_of
 from llm.team import make_engine, resolve_engine_dtype
@@ -103,6 +103,12 @@ def stops(texts):
     """Checked stop's test of a round: some solution's steps check and none says a value is
     missing."""
     return any(steps_check(t) for t in texts) and not any(MISSING in t for t in texts)
+
+
+@dataclass
+class Config(eval.Config):
+    """eval.py's flags: checked stop's own games are eval.py's game with the rule CheckedStop handed
+    to it (`--live`)."""
 
 
 class CheckedStop:
@@ -238,14 +244,14 @@ LIVE = "checked stop"
 def play_live(games_path, eval_flags):
     """Checked stop's own games, CheckedStop handed to eval.py's game, with their transcripts at
     `games_path` (eval.py's JSON, protocol LIVE)."""
-    cfg = parse_config(EvalConfig, eval_flags)
+    cfg = parse_config(Config, eval_flags)
     cfg = dataclasses.replace(cfg, protocols="debate")
-    check(cfg)
+    eval.check(cfg)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg, _ = resolve_engine_dtype(cfg, device)
-    examples = load_examples(cfg)
+    examples = eval.load_examples(cfg)
     engine = make_engine(cfg, cfg.agents, 0, device)
-    played = games(engine, examples, CheckedStop(), GameConfig.of(cfg))
+    played = eval.games(engine, examples, CheckedStop(), GameConfig.of(cfg))
     record = {"config": dataclasses.asdict(cfg), "machine": machine(), "details": {LIVE: played}}
     Path(games_path).parent.mkdir(parents=True, exist_ok=True)
     Path(games_path).write_text(json.dumps(record) + "\n")
