@@ -321,7 +321,8 @@ def checked_table(paths, slices=(), policies=None):
     checked-vote file}), each policy against checked stop and freeze on the same questions."""
     missing = [p for p in paths if not Path(p).is_file()]
     if missing or not paths:
-        return f"missing: {', '.join(map(str, missing))} (python -m experiments.checked_steps)"
+        named = ", ".join(f"`{shown(p)}`" for p in missing)
+        return f"*(not computed yet: {named}; run `python -m experiments.run`)*"
     seeds = [read_json(p) for p in paths]
     counted = [s for s in seeds if s["signal"]]
     lines = [f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(stem, paths))})."]
@@ -377,6 +378,12 @@ def checked_table(paths, slices=(), policies=None):
         ]
         lines += ["", slice_table(slice_figures(pairs))]
     return "\n".join(lines)
+
+
+def shown(path):
+    """A path as the report shows it: from the repository's root where it lies there."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def part_accuracy(correct, dealt, want):

@@ -84,6 +84,9 @@ DOCUMENTS = ("README.md", "results/README.md")
 # or checked stop played live), and the policies that read the check, set against it
 CHECKED_SEEDS = (0, 1, 2)
 CHECKED_POLICIES = ("sft-text", "softrank-cost0-text")
+# the same on arith with team varied (checked stop played live), beside its earlier policies
+VARIED_CHECKED_SEEDS = (0,)
+VARIED_CHECKED_POLICIES = ("sft", "softrank-cost0", "sft-text")
 HEADLINE = {  # table a's protocols, in the headline's order: file part -> what the reader calls it
     "softrank": "SoftRankPO (learned)",
     "grpo": "GRPO (learned, the same loss on z-scored rewards)",
@@ -284,7 +287,7 @@ NO_PNG = "(no PNG: `pip install matplotlib`, then rerun `python -m experiments.r
 # the learned policies of the rules' frontier: the split team's (stage 2 and on-policy) and team
 # varied's on arith
 SPLIT_LEARNED = (*SPLIT_TRAINED, *ONPOLICY_PARTS)
-VARIED_LEARNED = ("sft", *team_rl_algos("varied"))
+VARIED_LEARNED = ("sft", *team_rl_algos("varied"), *TEXT_SFT)
 # the policies read on the slices where a rule is blind: the best of stage 2, joint credit and the
 # state that reads what the texts say is missing
 BLIND_LEARNED = ("softrank-cost0", *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS, *TEXT_SFT)
@@ -397,6 +400,19 @@ TABLES = {
         for algo in ONPOLICY_ALGOS
     },
     "rules-varied": lambda: frontier_table("arith300-team-varied", learned(VARIED_LEARNED)),
+    "varied-checked": lambda: checked_table(
+        [
+            ROOT / f"results/study/checked-steps/arith300-team-varied-seed{k}.json"
+            for k in VARIED_CHECKED_SEEDS
+        ],
+        policies={
+            name: [
+                ROOT / f"results/tables/arith300-team-varied-seed{k}-{name}.json"
+                for k in VARIED_CHECKED_SEEDS
+            ]
+            for name in VARIED_CHECKED_POLICIES
+        },
+    ),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
         for team in TEAMS

@@ -167,7 +167,7 @@ def test_games_that_are_not_freeze_s_are_refused(tmp_path):
         run(tmp_path, tmp_path / "o.json")
     with pytest.raises(FileRefused, match="no eval.py flags"):
         C.main(["--tables", "t", "--games", str(tmp_path / "none.json"), "--out", "o.json"])
-    assert C.checked_table([tmp_path / "none.json"]).startswith("missing:")
+    assert C.checked_table([tmp_path / "none.json"]).startswith("*(not computed yet: ")
 
 
 def test_checked_stop_as_a_rule_refines_until_a_solution_checks_and_none_says_missing():
