@@ -417,6 +417,17 @@ def policy_outcome(played):
     return played["checked vote"] if "checked vote" in played else summary_of(played)
 
 
+def mean_tokens(runs):
+    """Tokens per question over the runs' questions (an older table keeps only its mean)."""
+    total = sum(
+        sum(r["question_tokens"])
+        if "question_tokens" in r
+        else r["tokens_per_question"] * len(r["correct"])
+        for r in runs
+    )
+    return total / sum(len(r["correct"]) for r in runs)
+
+
 def policy_table(seeds, paths, policies):
     """Markdown: each policy against checked stop and freeze, pooled over the seeds whose file of
     the policy is there (named in its row)."""
@@ -432,11 +443,10 @@ def policy_table(seeds, paths, policies):
         runs = {k: policy_outcome(read_json(tables[k])) for k in have}
         mine = pooled(runs)
         against = [pooled({k: seeds[k]["rules"][rule] for k in have}) for rule in (LIVE, "freeze")]
-        tokens = [t for r in runs.values() for t in r["question_tokens"]]
         lines.append(
             f"| {name} ({', '.join(stem(paths[k]).rsplit('-', 1)[-1] for k in have)}) | "
             f"{sum(mine['correct']) / len(mine['correct']):.3f} | "
-            f"{sum(tokens) / len(tokens):,.0f} | "
+            f"{mean_tokens(runs.values()):,.0f} | "
             + " | ".join(format_paired(paired_difference(mine, other)) for other in against)
             + " |"
         )

@@ -303,3 +303,19 @@ def test_the_pieces_read_debate_on_seed_0_play_the_rule_live_elsewhere_and_the_t
     arith = pieces.PIECES["checked-arith300-team-varied-seed1"]["command"]
     assert "--live" in arith and arith[arith.index("--task") + 1] == "arith"
     assert arith[arith.index("--dtype") + 1] == "float32"
+
+
+def test_an_older_table_that_keeps_only_its_mean_tokens(tmp_path):
+    games = {"a": live_game(lambda t, i: RIGHT, "a"), "b": live_game(lambda t, i: RIGHT, "b")}
+    (tmp_path / "g.json").write_text(json.dumps({"details": {C.LIVE: list(games.values())}}))
+    freeze = {"accuracy": 1, "question_ids": ["a", "b"], "correct": [True, False]}
+    (tmp_path / "t-freeze.json").write_text(
+        json.dumps({"freeze": freeze | {"question_tokens": [9, 9]}})
+    )
+    out = tmp_path / "out.json"
+    args = ["--live", "--tables", str(tmp_path / "t"), "--games", str(tmp_path / "g.json")]
+    C.main([*args, "--out", str(out)])
+    old = {"accuracy": 0.5, "question_ids": ["a", "b"], "correct": [True, False]}
+    (tmp_path / "old.json").write_text(json.dumps({"mpdf": old | {"tokens_per_question": 12.5}}))
+    table = C.checked_table([out], policies={"sft": [tmp_path / "old.json"]})
+    assert "| sft (out) | 0.500 | 12 | -0.500 " in table
