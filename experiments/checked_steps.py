@@ -46,6 +46,7 @@ import eval
 from common import FileRefused, UsageError, machine, parse_config, user_errors
 from deliberate import PERSIST, REFINE
 from experiments.blind_slices import read_json, slice_figures, slice_table
+from experiments.tables import missing as missing_files
 from experiments.tables import summary_of
 from llm.team import make_engine, resolve_engine_dtype
 from solutions import GameConfig, steps_check
@@ -319,10 +320,9 @@ def checked_table(paths, slices=(), policies=None):
     (experiments/blind_slices.py's files of the same seeds, in order), each rule on the questions
     where a rule is blind; with `policies` ({name: per seed, in order, its table or its
     checked-vote file}), each policy against checked stop and freeze on the same questions."""
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing or not paths:
-        named = ", ".join(f"`{shown(p)}`" for p in missing)
-        return f"*(not computed yet: {named}; run `python -m experiments.run`)*"
+    absent = [p for p in paths if not Path(p).is_file()]
+    if absent or not paths:
+        return missing_files(*map(under_results, absent))
     seeds = [read_json(p) for p in paths]
     counted = [s for s in seeds if s["signal"]]
     lines = [f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(stem, paths))})."]
@@ -380,10 +380,10 @@ def checked_table(paths, slices=(), policies=None):
     return "\n".join(lines)
 
 
-def shown(path):
-    """A path as the report shows it: from the repository's root where it lies there."""
+def under_results(path):
+    """A path as tables.missing names it: from results/ where it lies there."""
     path = Path(path).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return path.relative_to(ROOT / "results") if path.is_relative_to(ROOT / "results") else path
 
 
 def part_accuracy(correct, dealt, want):
