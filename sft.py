@@ -125,8 +125,8 @@ class Config:
     crash_at_step: int = 0
     """testing resume: SIGKILL this process right after this optimizer step (0: never)"""
     # the script's own
-    features: str = "all"
-    """the state features the policy reads: all | paper | confidence | text
+    features: str = "text"
+    """the state features the policy reads: text | all | paper | confidence
     (deliberate.FEATURE_SETS; text: all, and what the texts tell: a value missing, steps that
     check)"""
     behaviour: str = "random"

@@ -7,6 +7,9 @@ from pathlib import Path
 from experiments.llm_pieces import PY, RUNS, committed
 from experiments.teams import team_adapters, team_flags
 
+# the state the committed SFT policies read, sft.py's default when they were computed (now text)
+SFT_STATE = ["--features", "all"]
+
 MAWPS = "../shared/data/mawps_asdiv/train.csv"
 
 
@@ -99,7 +102,7 @@ def policy_pieces(task, seed, algos, team=""):
     sft = table_policy(task, "sft", seed, team)
     return {
         f"train-{prefix}-sft": {
-            **trained(f"{prefix}-sft", "sft.py", base),
+            **trained(f"{prefix}-sft", "sft.py", [*base, *SFT_STATE]),
             "needs": team_adapters(team),
         },
         **{

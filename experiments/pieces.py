@@ -13,6 +13,7 @@ from experiments.mutation_modules import MODULES as MUTATION_MODULES
 from experiments.onpolicy_pieces import ONPOLICY_PIECES
 from experiments.piece_kit import (
     MAWPS,
+    SFT_STATE,
     TABLE_GAME,
     TABLE_RL_ALGOS,
     TABLE_SEEDS,
@@ -172,7 +173,7 @@ PIECES = {
     },
     # the demo-budget policies under the bounded objective, then the protocols on 200 arith
     # questions
-    "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN),
+    "train-arith-demo-sft": trained("arith-demo-sft", "sft.py", DEMO_TRAIN + SFT_STATE),
     "train-arith-demo-grpo": trained(
         "arith-demo-grpo",
         "train_rl.py",

@@ -10,6 +10,7 @@ folders, safetensors policies)."""
 from experiments.llm_pieces import MAGRPO_LORA, PY, RUNS, WORKED_SFT, llm_run
 from experiments.piece_kit import (
     RL_FLAGS,
+    SFT_STATE,
     TABLE_GAME,
     TABLE_SEEDS,
     TABLE_TASKS,
@@ -126,7 +127,7 @@ TRAINED = (
     *TEXT_SFT,
     *TEXT_FLAGS,
 )
-SFT_FLAGS = {"sft": [], **VIEW_SFT, **TEXT_SFT}
+SFT_FLAGS = {"sft": SFT_STATE, **VIEW_SFT, **TEXT_SFT}
 TRAIN_FLAGS = {
     **RL_FLAGS,
     **SWEEP_FLAGS,
