@@ -27,7 +27,7 @@ model: $(STAMP)
 # the demo's own policy, the vote and one greedy answer on the same held-out questions, paired against the
 # committed policy, each beside its committed 3-seed figure, and view.py's page of those games. Then the
 # competent regime: team `varied` (three agents trained on worked solutions, their LoRA adapters committed) with the
-# project's best policy over it, against its best member alone and its vote. Last, the task whose facts are
+# best policy of the state without the text features over it, against its best member alone and its vote. Last, the task whose facts are
 # split among the agents (team `split`, its SoftRankPO policy), where the vote cannot answer a split question
 # and the policy reads its peers. Generations are cached under cache/, so a rerun is quick.
 DEMO_GAME := --task arith --agents 3 --rounds 3
@@ -61,7 +61,8 @@ demo: model
 	@echo
 	@echo "The competent regime: agents trained on worked solutions (team varied, right 70-82% of the time alone)."
 	@echo "vanilla is its best member's greedy answer, mpdf-persist its vote; mpdf=$(BEST) is the"
-	@echo "project's best result, SoftRankPO with plain ranks over this team (3 seeds: README.md, Results)."
+	@echo "best policy of the state without the text features, SoftRankPO with plain ranks over this team"
+	@echo "(3 seeds: README.md, Results; the default state, text, is above it there)."
 	@echo
 	HF_HUB_OFFLINE=1 $(PY) eval.py $(SPLIT_GAME) --models $(SPLIT_TEAM) --split test --n 32 --seed 0 \
 		--protocols alone,mpdf-persist,mpdf=$(SPLIT_POLICY) --reference mpdf=$(SPLIT_POLICY) --out runs/demo/split.json
