@@ -371,6 +371,9 @@ def test_train_rl_single_and_torchrun_agree(sft_runs, rl_runs):
     corpus = common.load_file(rl_runs["single"] / "corpus-0.pt", "corpus")["rows"]
     assert all(len(r["rewards"]) == 4 and len(r["old_logits"]) == 4 for r in corpus)
     assert any(abs(r["pg"]) > 0 for r in metrics(rl_runs["single"]) if "pg" in r)
+    # stage 1's default state reads what the texts tell, and stage 2 keeps the state it starts from
+    for run_dir in (sft_runs["single"], rl_runs["single"]):
+        assert D.load_policy(run_dir / "policy.safetensors").config["features"] == "text"
 
 
 @pytest.mark.xdist_group("sft_runs")
