@@ -4,6 +4,7 @@ reaches its own agent's prompts only (a scripted engine records every prompt of 
 the leader's included); a shared question reads the same to every agent; the mix and the deal are
 deterministic; the worked solutions state what an agent holds; the flags are checked in one line."""
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -373,6 +374,20 @@ def test_each_agent_observes_what_its_own_view_and_the_texts_tell():
                     lacks,
                     1 - lacks,
                 )
+
+
+def test_an_agent_that_holds_every_value_reads_its_own_view_not_the_teams():
+    """view_missing is read from the agent's own prompt: where agent 0 was dealt every value of a
+    question and its peers one each short, agent 0's view lacks nothing though the facts the whole
+    team holds (the leader's view) lack one."""
+    split = next(ex for ex in dealt(n=40) if ex.meta["dealt"])
+    whole = dataclasses.replace(split, meta={**split.meta, "views": [[0, 1, 2], [0, 1], [0, 2]]})
+    assert "(you do not know" in whole.render(None) and "(you do not know" not in whole.render(0)
+    game = GameConfig(agents=3, rounds=1)
+    engine = ScriptedEngine(lambda prompt, seed: "Answer: 29")
+    (g,) = D.play(engine, [whole], D.FixedPolicy("persist"), game)
+    told = [dict(zip(D.OWN_FEATURES, own, strict=True)) for own, _ in g.moves[0].observations]
+    assert [mine["view_missing"] for mine in told] == [0.0, 1.0, 1.0]
 
 
 def test_eval_reports_the_split_and_the_shared_questions_apart(capsys):
