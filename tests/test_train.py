@@ -416,16 +416,20 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path):
     run(args + ["--out-dir", str(tmp_path / "whole")], tmp_path, scripted=True)
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["corpus"]["frac_zero_std"] < 0.9
-    steps = len(
-        common.batch_schedule(
-            len(common.load_file(tmp_path / "whole" / "corpus-0.pt", "corpus")["rows"]),
-            8,
-            3,
-            0,
-            "rl-0",
+    # each iteration's steps: its own corpus's (the second is collected by the first's policy)
+    steps = [
+        len(
+            common.batch_schedule(
+                len(common.load_file(tmp_path / "whole" / f"corpus-{k}.pt", "corpus")["rows"]),
+                8,
+                3,
+                0,
+                f"rl-{k}",
+            )
         )
-    )
-    crash = steps + 3  # inside the second iteration, after a checkpoint of the first
+        for k in (0, 1)
+    ]
+    crash = steps[0] + 3  # inside the second iteration, after a checkpoint of the first
     killed = run(
         args + ["--out-dir", str(tmp_path / "resumed"), "--crash-at-step", str(crash)],
         tmp_path,
@@ -440,7 +444,7 @@ def test_train_rl_resumes_exactly_after_sigkill(sft_runs, tmp_path):
     assert max_difference(a, b) == 0
     # the log is the uninterrupted run's: no step twice
     steps_logged = [r["step"] for r in metrics(tmp_path / "resumed") if "loss" in r]
-    assert steps_logged == list(range(1, 2 * steps + 1))
+    assert steps_logged == list(range(1, sum(steps) + 1))
     # the same command once more: the run is complete,
     # nothing is trained, validated or rewritten again
     before = {
