@@ -292,6 +292,20 @@ VARIED_LEARNED = ("sft", *team_rl_algos("varied"), *TEXT_SFT)
 # state that reads what the texts say is missing
 BLIND_LEARNED = ("softrank-cost0", *JOINT_FLAGS, *VIEW_SFT, *VIEW_FLAGS, *TEXT_SFT)
 
+
+def checked_files(prefix, seeds):
+    """The checked-steps study's file of each seed, in order."""
+    return [ROOT / f"results/study/checked-steps/{prefix}-seed{k}.json" for k in seeds]
+
+
+def policy_files(prefix, seeds, names):
+    """Each policy's table per seed, in order: {name: [path, ...]}."""
+    return {
+        name: [ROOT / f"results/tables/{prefix}-seed{k}-{name}.json" for k in seeds]
+        for name in names
+    }
+
+
 TABLES = {
     "headline": headline,
     "headline-studies": headline_studies,
@@ -363,16 +377,10 @@ TABLES = {
     "split-target": split_target_table,
     "split-cost": split_cost_table,
     "split-checked": lambda: checked_table(
-        [ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
+        checked_files(SPLIT_PREFIX, CHECKED_SEEDS),
         [ROOT / f"results/slices/{SPLIT_PREFIX}-seed{k}.json" for k in CHECKED_SEEDS],
         {
-            **{
-                name: [
-                    ROOT / f"results/tables/{SPLIT_PREFIX}-seed{k}-{name}.json"
-                    for k in CHECKED_SEEDS
-                ]
-                for name in CHECKED_POLICIES
-            },
+            **policy_files(SPLIT_PREFIX, CHECKED_SEEDS, CHECKED_POLICIES),
             # the text policy's own games answered by the checked vote
             "sft-text, the checked vote": [
                 ROOT / f"results/study/checked-steps/{SPLIT_PREFIX}-seed{k}-sft-text.json"
@@ -401,17 +409,10 @@ TABLES = {
     },
     "rules-varied": lambda: frontier_table("arith300-team-varied", learned(VARIED_LEARNED)),
     "varied-checked": lambda: checked_table(
-        [
-            ROOT / f"results/study/checked-steps/arith300-team-varied-seed{k}.json"
-            for k in VARIED_CHECKED_SEEDS
-        ],
-        policies={
-            name: [
-                ROOT / f"results/tables/arith300-team-varied-seed{k}-{name}.json"
-                for k in VARIED_CHECKED_SEEDS
-            ]
-            for name in VARIED_CHECKED_POLICIES
-        },
+        checked_files("arith300-team-varied", VARIED_CHECKED_SEEDS),
+        policies=policy_files(
+            "arith300-team-varied", VARIED_CHECKED_SEEDS, VARIED_CHECKED_POLICIES
+        ),
     ),
     **{
         f"team-{team}": lambda team=team: competent_team_table(team)
